@@ -1,0 +1,116 @@
+"""Running the pipeline runner as a real process, and checking its state against the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workers.hashing import vnode_of
+from workers.oracle import OracleResult, compare
+from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.placement import PlacementStore
+from workers.readout import iter_state
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class RunnerProcess:
+    """A ``python -m workers run`` child process with its log."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    state_dir: Path
+    pipeline: str
+
+    @property
+    def control_dir(self) -> Path:
+        return self.state_dir / self.pipeline / "control"
+
+    def epochs(self) -> list[dict[str, Any]]:
+        path = self.control_dir / "epochs.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def log_tail(self, n: int = 40) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"runner exited with {self.proc.returncode} before {what}:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{self.log_tail()}")
+
+    def wait_exit(self, timeout: float = 240) -> int:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"runner did not finish in {timeout}s:\n{self.log_tail()}") from None
+        assert code == 0, f"runner exited with {code}:\n{self.log_tail()}"
+        return code
+
+    def kill(self) -> None:
+        """kill -9 the runner and everything it started (the JVM and its Python workers)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def start_runner(state_dir: Path, pipeline: str, *args: str, log_name: str = "runner") -> RunnerProcess:
+    log_path = state_dir / f"{log_name}-{int(time.time() * 1000)}.log"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[2]"}
+    cmd = [
+        sys.executable, "-m", "workers", "run", "--pipeline", pipeline,
+        "--state-dir", str(state_dir), "--no-spark-ui", "--trigger-interval", "0", *args,
+    ]  # fmt: skip
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return RunnerProcess(proc, log_path, state_dir, pipeline)
+
+
+def exported(state_dir: Path, pipeline: str, fragment: str) -> dict[str, dict[str, Any]]:
+    """key -> {"vnode", "pu", "value"}; fails on a key stored twice (I1)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for row in iter_state(state_dir, pipeline, fragment):
+        assert row["key"] not in rows, f"{fragment}: key {row['key']!r} is in two stores: I1 broken"
+        rows[row["key"]] = row
+    return rows
+
+
+def assert_matches_oracle(state_dir: Path, pipeline: str, expected: OracleResult) -> None:
+    """Every key of every stateful fragment equals the oracle, on the PU its vnode maps to."""
+    spec = get_pipeline(pipeline)
+    placements = PlacementStore(state_dir / pipeline).load()
+    assert placements is not None
+    for frag in spec.fragments:
+        rows = exported(state_dir, pipeline, frag.name)
+        actual = {k: r["value"] for k, r in rows.items()}
+        problems = compare(expected.state[frag.name], actual)
+        assert not problems, f"{pipeline}/{frag.name} differs from the oracle:\n" + "\n".join(problems)
+        mapping = placements[frag.name].mapping
+        for key, row in rows.items():
+            vnode = vnode_of(key, frag.vnodes)
+            assert row["vnode"] == vnode, f"{key!r} stored under vnode {row['vnode']}, hashes to {vnode}"
+            assert row["pu"] == mapping[vnode], (
+                f"{key!r} (vnode {vnode}) is on PU {row['pu']}, the mapping says {mapping[vnode]}"
+            )

@@ -1,0 +1,109 @@
+"""Command line of the data plane, shared by ``python -m workers`` and the Django commands."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workers.config import ConfigError, RunnerConfig
+from workers.pipeline.builtins import BUILTINS
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pipeline", required=True, choices=sorted(BUILTINS))
+    parser.add_argument(
+        "--source", default="generator", help="generator (default) or dir:PATH of JSON-lines files"
+    )
+    parser.add_argument("--epochs", type=int, help="stop after N committed epochs (default: run on)")
+    parser.add_argument("--rows-per-epoch", type=int, help="generator records per epoch")
+    parser.add_argument("--key-space", type=int, help="distinct generator keys (words or users)")
+    parser.add_argument("--zipf-s", type=float, help="Zipf exponent of the generator's keys")
+    parser.add_argument("--seed", type=int, help="generator seed")
+    parser.add_argument("--trigger-interval", type=float, help="seconds between epochs (0: asap)")
+    parser.add_argument("--state-dir", type=Path, help="default: $STATE_DIR or ./var/state")
+    parser.add_argument("--initial-pus", type=int, help="PUs each fragment starts on")
+    parser.add_argument("--no-spark-ui", action="store_true", help="do not start Spark's web UI")
+
+
+def config_from_args(args: argparse.Namespace) -> RunnerConfig:
+    return RunnerConfig.from_env(
+        pipeline=args.pipeline,
+        source=args.source,
+        epochs=args.epochs,
+        rows_per_epoch=args.rows_per_epoch,
+        key_space=args.key_space,
+        zipf_s=args.zipf_s,
+        seed=args.seed,
+        trigger_interval_s=args.trigger_interval,
+        state_dir=args.state_dir,
+        initial_pus=args.initial_pus,
+        spark_ui=False if args.no_spark_ui else None,
+    )
+
+
+def run_with_signals(config: RunnerConfig, control: Any) -> int:
+    """Run the pipeline; SIGINT/SIGTERM stop it after the epoch in flight."""
+    from workers.runner import PipelineRunner
+
+    runner = PipelineRunner(config, control)
+
+    def stop(signum: int, frame: object) -> None:
+        logging.getLogger("workers").warning("signal %d: stopping after this epoch", signum)
+        runner.request_stop()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    return runner.run()
+
+
+def main(argv: list[str] | None = None, *, control_factory: Callable[[RunnerConfig], Any] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_run_arguments(sub.add_parser("run", help="run a pipeline (a long-running Spark driver)"))
+    export = sub.add_parser("export-state", help="write every key's state as JSON lines")
+    export.add_argument("--pipeline", required=True, choices=sorted(BUILTINS))
+    export.add_argument("--fragment", required=True)
+    export.add_argument("--state-dir", type=Path)
+    export.add_argument("--output", "-o", type=Path, help="default: standard output")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "run":
+            from workers.control import LocalControl
+
+            config = config_from_args(args)
+            control = (
+                control_factory(config)
+                if control_factory
+                else LocalControl(config.pipeline_dir / "control")
+            )
+            last = run_with_signals(config, control)
+            print(f"stopped after epoch {last}", file=sys.stderr)
+            return 0
+        return export_main(args)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    return 2
+
+
+def export_main(args: argparse.Namespace) -> int:
+    from workers.config import default_state_dir
+    from workers.readout import ReadoutError, export_state
+
+    state_dir = args.state_dir or default_state_dir()
+    try:
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                n = export_state(state_dir, args.pipeline, args.fragment, fh)
+        else:
+            n = export_state(state_dir, args.pipeline, args.fragment, sys.stdout)
+    except (ReadoutError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"exported {n} keys of {args.pipeline}/{args.fragment}", file=sys.stderr)
+    return 0

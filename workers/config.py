@@ -1,0 +1,100 @@
+"""The runner's configuration: one frozen, validated object, read from arguments and environment."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from workers.state import BACKENDS, DEFAULT_BACKEND
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message says which and what is allowed."""
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("STATE_DIR") or Path.cwd() / "var" / "state")
+
+
+def _local_cores(master: str) -> int | None:
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if master == "local":
+        return 1
+    if not match:
+        return None
+    return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    pipeline: str = "wordcount"
+    source: str = "generator"  # "generator" or "dir:PATH"
+    epochs: int | None = None  # stop after this many committed epochs; None: run until stopped
+    rows_per_epoch: int = 10_000
+    key_space: int = 100_000
+    zipf_s: float = 1.1
+    seed: int = 7
+    pages: int = 500
+    vnodes: int = 256
+    state_dir: Path = field(default_factory=default_state_dir)
+    spark_master: str = "local[2]"
+    trigger_interval_s: float = 1.0
+    backend: str = DEFAULT_BACKEND
+    parallel_units: int | None = None  # PUs each worker offers; None: its cores
+    initial_pus: int = 2  # PUs each stateful fragment starts on
+    source_partitions: int = 2
+    max_files_per_epoch: int = 64
+    spark_ui: bool = True
+    heartbeat_interval_s: float = 2.0
+    spark_conf: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
+        if not (self.source == "generator" or self.source.startswith("dir:")):
+            raise ConfigError(f"source must be 'generator' or 'dir:PATH', not {self.source!r}")
+        for name in ("rows_per_epoch", "key_space", "vnodes", "initial_pus", "source_partitions"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if self.epochs is not None and self.epochs < 1:
+            raise ConfigError("epochs must be at least 1 when given")
+        if self.initial_pus > self.pus_per_worker:
+            raise ConfigError(
+                f"initial_pus ({self.initial_pus}) exceeds the PUs the worker offers "
+                f"({self.pus_per_worker}); set RESCALER_PARALLEL_UNITS higher"
+            )
+
+    @property
+    def pus_per_worker(self) -> int:
+        if self.parallel_units is not None:
+            return self.parallel_units
+        return _local_cores(self.spark_master) or 2
+
+    @property
+    def pipeline_dir(self) -> Path:
+        return Path(self.state_dir) / self.pipeline
+
+    @property
+    def source_dir(self) -> Path | None:
+        return Path(self.source[4:]) if self.source.startswith("dir:") else None
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> RunnerConfig:
+        """Defaults, then RESCALER_* / SPARK_MASTER / STATE_DIR, then explicit overrides."""
+        env: dict[str, Any] = {}
+        if os.environ.get("SPARK_MASTER"):
+            env["spark_master"] = os.environ["SPARK_MASTER"]
+        if os.environ.get("RESCALER_PARALLEL_UNITS"):
+            env["parallel_units"] = int(os.environ["RESCALER_PARALLEL_UNITS"])
+        if os.environ.get("RESCALER_STATE_BACKEND"):
+            env["backend"] = os.environ["RESCALER_STATE_BACKEND"]
+        if os.environ.get("RESCALER_VNODES"):
+            env["vnodes"] = int(os.environ["RESCALER_VNODES"])
+        env.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**env)
+
+    def with_(self, **changes: Any) -> RunnerConfig:
+        return replace(self, **changes)

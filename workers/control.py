@@ -1,0 +1,160 @@
+"""The boundary between the data plane and whatever controls it.
+
+The runner calls a :class:`ControlInterface` at every epoch boundary: it reads pending commands,
+acknowledges them, and reports the epoch, its heartbeat and (during a rescale) progress. The
+control plane implements it with the Django ORM (``rescaler.cluster.control.OrmControl``);
+:class:`LocalControl` implements it with JSON files under the state directory so the data plane
+runs on its own (``python -m workers run``) and in tests without Django.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Command:
+    """An instruction for the runner, executed at the next epoch boundary."""
+
+    id: int
+    kind: str  # "stop", and the rescale protocol's kinds
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PuLoad:
+    fragment: str
+    pu: int
+    rows: int
+    keys: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """What one committed epoch did."""
+
+    pipeline: str
+    epoch: int
+    rows: int
+    malformed: int
+    duration_s: float
+    committed_at: float  # unix time
+    source_offset: dict[str, Any]
+    per_pu: list[PuLoad]
+    # fragment -> vnode -> (keys, bytes), for vnodes holding state
+    per_vnode: dict[str, dict[int, tuple[int, int]]]
+    mapping_versions: dict[str, int]
+    malformed_samples: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["per_vnode"] = {
+            frag: {str(v): list(kb) for v, kb in vnodes.items()}
+            for frag, vnodes in self.per_vnode.items()
+        }
+        return data
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What the runner registers when it starts: its workers, PUs, fragments and mappings."""
+
+    pipeline: str
+    workers: dict[str, list[int]]  # worker id -> its parallel unit ids
+    # fragment name -> {"kind", "region", "vnodes", "pus": [...], "mapping": [pu per vnode],
+    #                   "version": int, "operator": str}
+    fragments: dict[str, dict[str, Any]]
+    spark: dict[str, Any]  # master, app id, ui url, version
+
+
+class ControlInterface(Protocol):
+    def register(self, topology: Topology) -> None:
+        """Record (or refresh) the pipeline's workers, PUs, fragments and mappings."""
+
+    def poll_commands(self, pipeline: str) -> list[Command]:
+        """Commands not yet acknowledged, oldest first."""
+
+    def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
+        """Mark a command done ("done") or refused ("failed") with a reason."""
+
+    def report_epoch(self, report: EpochReport) -> None: ...
+
+    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+        """The runner is alive; ``status`` is "running", "stopping" or "stopped"."""
+
+
+class LocalControl:
+    """A file-backed control interface: ``<dir>/commands.jsonl`` in, ``<dir>/status.json`` out.
+
+    Commands are appended as JSON lines ``{"id": 1, "kind": "stop", "payload": {}}``; acks go to
+    ``acks.jsonl``; each epoch report replaces ``last_epoch.json`` and is appended to
+    ``epochs.jsonl``. Good for scripts, tests and running without the control plane.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self.topology: Topology | None = None
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        with self._lock, open(self.dir / name, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def _write_atomic(self, name: str, record: dict[str, Any]) -> None:
+        tmp = self.dir / f".{name}.tmp"
+        tmp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.dir / name)
+
+    def _read_lines(self, name: str) -> list[dict[str, Any]]:
+        path = self.dir / name
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+    def submit(self, kind: str, payload: dict[str, Any] | None = None) -> int:
+        """Queue a command (used by scripts and tests); returns its id."""
+        ids = [c["id"] for c in self._read_lines("commands.jsonl")]
+        command_id = max(ids, default=0) + 1
+        self._append("commands.jsonl", {"id": command_id, "kind": kind, "payload": payload or {}})
+        return command_id
+
+    def register(self, topology: Topology) -> None:
+        self.topology = topology
+        self._write_atomic("topology.json", asdict(topology))
+
+    def poll_commands(self, pipeline: str) -> list[Command]:
+        acked = {a["id"] for a in self._read_lines("acks.jsonl")}
+        return [
+            Command(id=c["id"], kind=c["kind"], payload=c.get("payload", {}))
+            for c in self._read_lines("commands.jsonl")
+            if c["id"] not in acked
+        ]
+
+    def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
+        self._append("acks.jsonl", {"id": command_id, "status": status, "detail": detail})
+
+    def acks(self) -> list[dict[str, Any]]:
+        return self._read_lines("acks.jsonl")
+
+    def report_epoch(self, report: EpochReport) -> None:
+        data = report.to_json()
+        self._write_atomic("last_epoch.json", data)
+        summary = {k: v for k, v in data.items() if k not in ("per_vnode",)}
+        self._append("epochs.jsonl", summary)
+
+    def epochs(self) -> list[dict[str, Any]]:
+        return self._read_lines("epochs.jsonl")
+
+    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+        self._write_atomic(
+            "heartbeat.json",
+            {"pipeline": pipeline, "epoch": epoch, "status": status, "spark": spark, "at": time.time()},
+        )

@@ -1,0 +1,276 @@
+"""One stateful fragment's work for one epoch on one parallel unit: the code inside mapInArrow.
+
+Rows reaching a task carry a ``kind``: ``rec`` rows are this fragment's input records (already
+routed here by vnode in Spark SQL); every other kind (``stat`` reports of upstream tasks,
+``malformed`` source lines) passes through untouched so that one Spark job per epoch carries
+everything back to the driver in a single small collect.
+
+A task opens its PU's store, folds the epoch's records into it and commits the new states, the
+epoch's outputs and the applied-epoch marker in one atomic write. If the store has already
+applied this epoch (Spark re-ran it after a failure), it changes nothing and re-emits the outputs
+it recorded the first time, so downstream fragments and the sink see exactly the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from workers.operators import KeyedOperator, sort_by_seq
+from workers.state import open_store
+from workers.state.base import StateStore, Update, encode_key
+
+ARROW_TYPES = {"int64": pa.int64(), "double": pa.float64(), "string": pa.string()}
+
+
+class RoutingError(Exception):
+    """A record reached a PU that does not own its vnode: routing and placement disagree."""
+
+
+def output_schema(operator: KeyedOperator) -> pa.Schema:
+    """The schema every task of a fragment emits: kind, key, seq, the operator's fields, info."""
+    fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]
+    fields += [(name, ARROW_TYPES[typ]) for name, typ in operator.output_fields]
+    return pa.schema([*fields, ("info", pa.string())])
+
+
+def store_path(state_root: Path, fragment: str, pu: int) -> Path:
+    return Path(state_root) / "stores" / fragment / f"pu-{pu}"
+
+
+def sink_path(state_root: Path, fragment: str, epoch: int, pu: int) -> Path:
+    return Path(state_root) / "sink" / fragment / f"epoch={epoch:010d}" / f"pu={pu}.arrow"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a task needs, pickled to the executors with the function."""
+
+    fragment: str
+    operator: KeyedOperator
+    epoch: int
+    pus: tuple[int, ...]  # Spark partition i runs PU pus[i]
+    owned: tuple[tuple[int, ...], ...]  # owned[i]: the vnodes PU pus[i] owns this epoch
+    state_root: str
+    backend: str
+    terminal: bool  # the last fragment writes the sink instead of emitting outputs
+    sink_retention: int = 50
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _group_records(table: pa.Table, columns: tuple[str, ...]) -> dict[str, list[tuple[Any, ...]]]:
+    """Key -> that key's records (tuples of ``columns``), in the table's order."""
+    groups: dict[str, list[tuple[Any, ...]]] = {}
+    keys = table.column("key").to_pylist()
+    values = [table.column(c).to_pylist() for c in columns]
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(tuple(col[i] for col in values))
+    return groups
+
+
+def apply_records(
+    store: StateStore,
+    operator: KeyedOperator,
+    records: pa.Table,
+    vnodes: dict[str, int],
+) -> tuple[list[Update], pa.Table]:
+    """Fold records (key, seq, operator columns) into the store's states; nothing is written.
+
+    Returns the updates to commit and the outputs: (key, seq, *output fields).
+    """
+    combined = None if operator.order_sensitive else operator.combine(records)
+    if combined is None:
+        ordered = sort_by_seq(records)
+        groups = _group_records(ordered, operator.columns)
+        last_seq = dict(zip(ordered.column("key").to_pylist(), ordered.column("seq").to_pylist()))
+    else:
+        parts = combined.column_names[1:]
+        groups = {
+            key: [row]
+            for key, row in zip(
+                combined.column("key").to_pylist(),
+                zip(*(combined.column(p).to_pylist() for p in parts)),
+            )
+        }
+        seq_max = records.group_by("key").aggregate([("seq", "max")])
+        last_seq = dict(zip(seq_max.column("key").to_pylist(), seq_max.column("seq_max").to_pylist()))
+    keys = list(groups)
+    store_keys = [encode_key(vnodes[k], k.encode("utf-8")) for k in keys]
+    olds = store.get_many(store_keys)
+    updates: list[Update] = []
+    out_rows: list[tuple[Any, ...]] = []
+    out_seq: list[int] = []
+    for key, store_key, old in zip(keys, store_keys, olds):
+        state = operator.decode(old) if old is not None else None
+        new_state, outputs = operator.update(key, state, groups[key])
+        updates.append(Update(store_key, old, operator.encode(new_state)))
+        out_rows.extend(outputs)
+        out_seq.extend([last_seq[key]] * len(outputs))
+    names = ["key", *(n for n, _ in operator.output_fields)]
+    types = [pa.string(), *(ARROW_TYPES[t] for _, t in operator.output_fields)]
+    columns = list(zip(*out_rows)) if out_rows else [[] for _ in names]
+    arrays = [pa.array(list(col), typ) for col, typ in zip(columns, types)]
+    arrays.insert(1, pa.array(out_seq, pa.int64()))
+    outputs_table = pa.Table.from_arrays(arrays, names=[names[0], "seq", *names[1:]])
+    return updates, outputs_table
+
+
+def _write_sink(spec: TaskSpec, pu: int, outputs: pa.Table) -> None:
+    path = sink_path(Path(spec.state_root), spec.fragment, spec.epoch, pu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with pa.OSFile(str(tmp), "wb") as fh, pa.ipc.new_file(fh, outputs.schema) as writer:
+        writer.write_table(outputs)
+    os.replace(tmp, path)  # idempotent: a replay writes the same file again
+    old = sink_path(Path(spec.state_root), spec.fragment, spec.epoch - spec.sink_retention, pu)
+    if old.exists():
+        old.unlink()
+        try:
+            old.parent.rmdir()
+        except OSError:
+            pass
+
+
+def _as_output_batches(schema: pa.Schema, kind: str, outputs: pa.Table) -> list[pa.RecordBatch]:
+    n = outputs.num_rows
+    arrays = []
+    for field in schema:
+        if field.name == "kind":
+            arrays.append(pa.array([kind] * n, pa.string()))
+        elif field.name == "info":
+            arrays.append(pa.nulls(n, pa.string()))
+        else:
+            arrays.append(outputs.column(field.name).cast(field.type))
+    return pa.Table.from_arrays(arrays, schema=schema).to_batches()
+
+
+def _info_row(schema: pa.Schema, kind: str, info: dict[str, Any]) -> pa.RecordBatch:
+    arrays = [
+        pa.array([kind]) if f.name == "kind"
+        else pa.array([json.dumps(info)]) if f.name == "info"
+        else pa.nulls(1, f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _passthrough(schema: pa.Schema, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    if table.num_rows == 0:
+        return
+    arrays = []
+    for field in schema:
+        if field.name in ("kind", "info", "seq"):
+            arrays.append(table.column(field.name).cast(field.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
+
+
+def run_task(spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Process one PU's slice of one epoch. ``slot`` is the Spark partition index."""
+    started = time.perf_counter()
+    schema = output_schema(spec.operator)
+    pu = spec.pus[slot]
+    batches = list(batches)
+    if batches:
+        table = pa.Table.from_batches(batches)
+        is_rec = pc.equal(table.column("kind"), "rec")
+        records = table.filter(is_rec)
+        yield from _passthrough(schema, table.filter(pc.invert(is_rec)))
+    else:
+        records = None
+    n_records = records.num_rows if records is not None else 0
+    source_rows = (pc.sum(records.column("src")).as_py() or 0) if n_records else 0
+
+    store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
+    try:
+        replay = store.applied_epoch() >= spec.epoch
+        if replay:
+            recorded = store.epoch_outputs(spec.epoch)
+            if recorded is None:
+                raise RuntimeError(
+                    f"{spec.fragment} PU {pu}: epoch {spec.epoch} is already applied but its "
+                    f"outputs are gone (applied epoch {store.applied_epoch()}); the checkpoint "
+                    f"and the state directory disagree"
+                )
+            outputs = _from_ipc(recorded)
+        else:
+            if n_records:
+                assert records is not None
+                vnode_col = records.column("vnode").to_pylist()
+                owned = set(spec.owned[slot])
+                stray = set(vnode_col) - owned
+                if stray:
+                    raise RoutingError(
+                        f"{spec.fragment} PU {pu}, epoch {spec.epoch}: records of vnodes "
+                        f"{sorted(stray)[:8]} it does not own"
+                    )
+                vnodes = dict(zip(records.column("key").to_pylist(), vnode_col))
+                cols = ["key", "seq", *spec.operator.columns]
+                updates, outputs = apply_records(store, spec.operator, records.select(cols), vnodes)
+            else:
+                updates, outputs = [], empty_outputs(spec.operator)
+            store.commit_epoch(spec.epoch, updates, outputs=_ipc_bytes(outputs))
+        stats = store.vnode_stats()
+    finally:
+        store.close()
+
+    if spec.terminal:
+        _write_sink(spec, pu, outputs)
+    elif outputs.num_rows:
+        yield from _as_output_batches(schema, "out", outputs)
+    yield _info_row(
+        schema,
+        "stat",
+        {
+            "fragment": spec.fragment,
+            "pu": pu,
+            "epoch": spec.epoch,
+            "records": n_records,
+            "source_rows": source_rows,
+            "outputs": outputs.num_rows,
+            "keys": sum(s.keys for s in stats.values()),
+            "bytes": sum(s.bytes for s in stats.values()),
+            "vnodes": {str(v): [s.keys, s.bytes] for v, s in stats.items()},
+            "replay": replay,
+            "seconds": round(time.perf_counter() - started, 4),
+        },
+    )
+
+
+def empty_outputs(operator: KeyedOperator) -> pa.Table:
+    names = ["key", "seq", *(n for n, _ in operator.output_fields)]
+    types = [pa.string(), pa.int64(), *(ARROW_TYPES[t] for _, t in operator.output_fields)]
+    return pa.Table.from_arrays([pa.array([], t) for t in types], names=names)
+
+
+def make_task(spec: TaskSpec) -> Any:
+    """The function handed to ``DataFrame.mapInArrow`` for one fragment and epoch."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        slot = context.partitionId() if context is not None else 0
+        yield from run_task(spec, slot, batches)
+
+    return task

@@ -1,0 +1,128 @@
+"""Where each vnode lives: a versioned vnode → PU mapping per stateful fragment, kept durably.
+
+The runner plans every epoch before it runs it: which placement each fragment uses. The plan is
+written (fsync, atomic rename) before the epoch's job starts, so when Spark re-runs an epoch
+after a crash, the runner routes it exactly as the first attempt did: a vnode's records can
+never land in two stores (invariant I1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FragmentPlacement:
+    """One fragment's PUs (a Spark partition each, in this order) and its vnode → PU mapping."""
+
+    fragment: str
+    pus: tuple[int, ...]
+    mapping: tuple[int, ...]  # mapping[vnode] = PU id
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.pus:
+            raise ValueError(f"{self.fragment}: a fragment needs at least one parallel unit")
+        if len(set(self.pus)) != len(self.pus):
+            raise ValueError(f"{self.fragment}: duplicate parallel units {self.pus}")
+        stray = set(self.mapping) - set(self.pus)
+        if stray:
+            raise ValueError(f"{self.fragment}: vnodes mapped to PUs {sorted(stray)} not in {self.pus}")
+
+    @classmethod
+    def initial(cls, fragment: str, vnodes: int, pus: list[int]) -> FragmentPlacement:
+        """Contiguous, equal vnode ranges over the PUs (sizes differ by at most one)."""
+        mapping = tuple(pus[v * len(pus) // vnodes] for v in range(vnodes))
+        return cls(fragment, tuple(pus), mapping, 1)
+
+    @property
+    def vnodes(self) -> int:
+        return len(self.mapping)
+
+    def slot_of_vnode(self) -> list[int]:
+        """For each vnode, the Spark partition index of its PU (what routing needs)."""
+        slot = {pu: i for i, pu in enumerate(self.pus)}
+        return [slot[pu] for pu in self.mapping]
+
+    def vnodes_of(self, pu: int) -> list[int]:
+        return [v for v, owner in enumerate(self.mapping) if owner == pu]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "pus": list(self.pus), "mapping": list(self.mapping)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FragmentPlacement:
+        return cls(data["fragment"], tuple(data["pus"]), tuple(data["mapping"]), data["version"])
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write, fsync and rename into place: a reader sees the old file or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The placements an epoch runs with."""
+
+    epoch: int
+    placements: dict[str, FragmentPlacement]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "placements": {name: p.to_json() for name, p in self.placements.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EpochPlan:
+        return cls(
+            data["epoch"],
+            {n: FragmentPlacement.from_json(p) for n, p in data["placements"].items()},
+        )
+
+
+class PlacementStore:
+    """The runner's durable placement: ``placement.json`` (current) and ``epoch-plan.json``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+
+    @property
+    def _current(self) -> Path:
+        return self.dir / "placement.json"
+
+    @property
+    def _plan(self) -> Path:
+        return self.dir / "epoch-plan.json"
+
+    def load(self) -> dict[str, FragmentPlacement] | None:
+        if not self._current.exists():
+            return None
+        data = json.loads(self._current.read_text("utf-8"))
+        return {name: FragmentPlacement.from_json(p) for name, p in data.items()}
+
+    def save(self, placements: dict[str, FragmentPlacement]) -> None:
+        write_json_atomic(self._current, {n: p.to_json() for n, p in placements.items()})
+
+    def last_plan(self) -> EpochPlan | None:
+        if not self._plan.exists():
+            return None
+        return EpochPlan.from_json(json.loads(self._plan.read_text("utf-8")))
+
+    def save_plan(self, plan: EpochPlan) -> None:
+        write_json_atomic(self._plan, plan.to_json())

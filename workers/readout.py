@@ -1,0 +1,105 @@
+"""Reading state out of a pipeline's stores: every key of a fragment, or one key.
+
+Stores are opened read-only, so this works while the runner writes (LMDB readers never block
+the writer; RocksDB is opened read-only).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from workers.epoch import store_path
+from workers.hashing import vnode_of
+from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.model import Fragment
+from workers.pipeline.placement import FragmentPlacement, PlacementStore
+from workers.state import open_store
+from workers.state.base import decode_key, encode_key
+
+
+class ReadoutError(Exception):
+    """State cannot be read: the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class KeyState:
+    key: str
+    fragment: str
+    vnode: int
+    pu: int
+    exists: bool
+    value: Any
+    mapping_version: int
+
+
+def _placement(pipeline_dir: Path, fragment: str) -> FragmentPlacement:
+    placements = PlacementStore(pipeline_dir).load()
+    if placements is None:
+        raise ReadoutError(
+            f"no pipeline state in {pipeline_dir}: start the runner first "
+            f"(python -m workers run --pipeline ...) or check STATE_DIR"
+        )
+    if fragment not in placements:
+        raise ReadoutError(
+            f"fragment {fragment!r} is not in {pipeline_dir}; it has: {', '.join(sorted(placements))}"
+        )
+    return placements[fragment]
+
+
+def _stores(pipeline_dir: Path, fragment: str) -> list[int]:
+    root = pipeline_dir / "stores" / fragment
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name[3:]) for p in root.iterdir() if p.name.startswith("pu-"))
+
+
+def iter_state(
+    state_dir: Path, pipeline: str, fragment: str, *, backend: str = "lmdb"
+) -> Iterator[dict[str, Any]]:
+    """Every key of the fragment: ``{"key", "vnode", "pu", "value"}``, store by store."""
+    pipeline_dir = Path(state_dir) / pipeline
+    frag: Fragment = get_pipeline(pipeline).fragment(fragment)
+    _placement(pipeline_dir, fragment)
+    for pu in _stores(pipeline_dir, fragment):
+        with open_store(backend, store_path(pipeline_dir, fragment, pu), readonly=True) as store:
+            for store_key, value in store.scan():
+                vnode, key = decode_key(store_key)
+                yield {
+                    "key": key.decode("utf-8"),
+                    "vnode": vnode,
+                    "pu": pu,
+                    "value": frag.operator.to_json(frag.operator.decode(value)),
+                }
+
+
+def export_state(
+    state_dir: Path, pipeline: str, fragment: str, out: TextIO, *, backend: str = "lmdb"
+) -> int:
+    """Write every key's state as JSON lines; returns the number of keys."""
+    count = 0
+    for row in iter_state(state_dir, pipeline, fragment, backend=backend):
+        out.write(json.dumps(row, sort_keys=True) + "\n")
+        count += 1
+    return count
+
+
+def read_key(
+    state_dir: Path, pipeline: str, fragment: str, key: str, *, backend: str = "lmdb"
+) -> KeyState:
+    """One key's vnode, owner PU (by the current mapping) and value (None if it has none)."""
+    pipeline_dir = Path(state_dir) / pipeline
+    frag = get_pipeline(pipeline).fragment(fragment)
+    placement = _placement(pipeline_dir, fragment)
+    vnode = vnode_of(key, placement.vnodes)
+    owner = placement.mapping[vnode]
+    raw = None
+    path = store_path(pipeline_dir, fragment, owner)
+    if path.exists():
+        with open_store(backend, path, readonly=True) as store:
+            raw = store.get(encode_key(vnode, key.encode("utf-8")))
+    value = frag.operator.to_json(frag.operator.decode(raw)) if raw is not None else None
+    return KeyState(key, fragment, vnode, owner, raw is not None, value, placement.version)

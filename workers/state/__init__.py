@@ -1,0 +1,180 @@
+"""State stores: the interface, the backend-neutral commit and ingest logic, and ``open_store``.
+
+The backends (``lmdb_store``, ``rocksdb_store``) are imported lazily so that a process using one
+never loads the other's native library.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.state.base import (
+    MAX_VNODES,
+    VNODE_PREFIX,
+    IngestMismatch,
+    StateStore,
+    StateStoreError,
+    Update,
+    VnodeExport,
+    VnodeSealed,
+    VnodeStats,
+    checksum_items,
+    decode_key,
+    encode_key,
+    vnode_range,
+)
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "MAX_VNODES",
+    "VNODE_PREFIX",
+    "CommitPlan",
+    "IngestMismatch",
+    "StateStore",
+    "StateStoreError",
+    "Update",
+    "VnodeExport",
+    "VnodeSealed",
+    "VnodeStats",
+    "checksum_items",
+    "decode_key",
+    "encode_key",
+    "fsync_enabled",
+    "open_store",
+    "plan_commit",
+    "verify_export",
+    "vnode_range",
+]
+
+BACKENDS: tuple[str, ...] = ("lmdb", "rocksdb")
+# Chosen by bench/state_store.py; see docs/state-stores.md for the numbers.
+DEFAULT_BACKEND = "lmdb"
+
+# Encodings shared by both backends, so that a store's side data reads the same everywhere.
+APPLIED_EPOCH_KEY = b"applied_epoch"
+EPOCH = struct.Struct(">q")  # the applied-epoch marker (-1 is representable)
+OUTPUT_KEY = struct.Struct(">Q")  # outputs are keyed by epoch; big-endian so they sort by epoch
+STATS = struct.Struct(">QQ")  # keys, bytes
+
+
+def open_store(backend: str, path: Path, *, readonly: bool = False) -> StateStore:
+    """Open (creating it unless ``readonly``) the store of ``backend`` in directory ``path``."""
+    if backend == "lmdb":
+        from workers.state.lmdb_store import LmdbStore
+
+        return LmdbStore(path, readonly=readonly)
+    if backend == "rocksdb":
+        from workers.state.rocksdb_store import RocksStore
+
+        return RocksStore(path, readonly=readonly)
+    raise ValueError(f"unknown state store backend {backend!r}; expected one of {BACKENDS}")
+
+
+def fsync_enabled() -> bool:
+    """Whether commits are flushed to disk (RESCALER_STATE_FSYNC, default on).
+
+    Off, a commit still survives the death of the process (it is in the OS page cache), which is
+    the failure the protocol must survive; only a crash of the host can lose the last commits.
+    """
+    return os.environ.get("RESCALER_STATE_FSYNC", "1").strip().lower() not in ("0", "false", "no")
+
+
+@dataclass
+class CommitPlan:
+    """An epoch's updates reduced to what a backend writes: one final operation per key."""
+
+    puts: list[tuple[bytes, bytes]] = field(default_factory=list)  # sorted by key
+    deletes: list[bytes] = field(default_factory=list)  # sorted
+    stats_delta: dict[int, tuple[int, int]] = field(default_factory=dict)  # vnode -> (keys, bytes)
+
+    @property
+    def vnodes(self) -> set[int]:
+        return set(self.stats_delta)
+
+
+def plan_commit(updates: Iterable[Update]) -> CommitPlan:
+    """Collapse updates (last one per key wins) and sum their effect on per-vnode stats.
+
+    Stats trust ``Update.old``: the operator read it from this store in the same task, and reading
+    every key again here would double the epoch's reads. A key updated twice in one epoch counts
+    correctly as long as each update's ``old`` is the previous one's ``new``.
+    """
+    final: dict[bytes, bytes | None] = {}
+    delta: dict[int, list[int]] = {}
+    for update in updates:
+        key = update.key
+        if len(key) < VNODE_PREFIX.size:
+            raise ValueError(f"store key {key!r} lacks its 2-byte vnode prefix")
+        vnode = (key[0] << 8) | key[1]
+        d = delta.get(vnode)
+        if d is None:
+            d = delta[vnode] = [0, 0]
+        old, new = update.old, update.new
+        if old is not None:
+            d[0] -= 1
+            d[1] -= len(key) + len(old)
+        if new is not None:
+            d[0] += 1
+            d[1] += len(key) + len(new)
+        final[key] = new
+    puts = sorted((k, v) for k, v in final.items() if v is not None)
+    deletes = sorted(k for k, v in final.items() if v is None)
+    return CommitPlan(puts, deletes, {v: (d[0], d[1]) for v, d in delta.items()})
+
+
+def apply_stats_delta(current: VnodeStats | None, delta: tuple[int, int]) -> VnodeStats | None:
+    """New stats of a vnode, or None when it has no key left (its stats entry is deleted)."""
+    keys = (current.keys if current else 0) + delta[0]
+    size = (current.bytes if current else 0) + delta[1]
+    if keys <= 0:
+        return None
+    return VnodeStats(keys=keys, bytes=max(size, 0))
+
+
+def verify_export(export: VnodeExport) -> VnodeStats:
+    """Check an export before anything is written; returns the stats the vnode will have."""
+    vnode = export.vnode
+    if not 0 <= vnode < MAX_VNODES:
+        raise IngestMismatch(f"vnode {vnode} out of range")
+    items = export.items
+    if export.keys != len(items):
+        raise IngestMismatch(
+            f"vnode {vnode}: export declares {export.keys} keys but carries {len(items)}"
+        )
+    prefix = VNODE_PREFIX.pack(vnode)
+    previous = b""
+    size = 0
+    for key, value in items:
+        # Order and range matter beyond the checksum: a source that exported duplicates or
+        # another vnode's keys would otherwise be ingested with wrong stats or clobber neighbours.
+        if key[:2] != prefix:
+            raise IngestMismatch(f"vnode {vnode}: key {key!r} is outside the vnode's range")
+        if key <= previous:
+            raise IngestMismatch(f"vnode {vnode}: keys are not strictly increasing at {key!r}")
+        previous = key
+        size += len(key) + len(value)
+    checksum = checksum_items(items)
+    if checksum != export.checksum:
+        raise IngestMismatch(
+            f"vnode {vnode}: checksum {checksum} differs from the declared {export.checksum}"
+        )
+    return VnodeStats(keys=len(items), bytes=size)
+
+
+def check_vnodes(vnodes: Iterable[int]) -> list[int]:
+    """The vnodes as a list, refusing any outside [0, MAX_VNODES)."""
+    out = list(vnodes)
+    for vnode in out:
+        if not 0 <= vnode < MAX_VNODES:
+            raise ValueError(f"vnode {vnode} out of range [0, {MAX_VNODES})")
+    return out
+
+
+def check_epoch(epoch: int) -> None:
+    if epoch < 0:
+        raise ValueError(f"epoch {epoch} is negative")

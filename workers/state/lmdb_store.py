@@ -1,0 +1,370 @@
+"""The LMDB state store: one environment per store directory, five named databases in it.
+
+``entries`` holds the state; ``meta`` the applied-epoch marker; ``stats`` per-vnode counts;
+``outputs`` the outputs of the last two epochs; ``sealed`` the sealed vnodes. Every mutating
+method is one write transaction across them, so it is atomic by construction.
+
+LMDB allows one writer and any number of readers across processes, but forbids opening one
+environment twice in a process (closing either handle drops the other's POSIX locks) and using an
+environment inherited through ``fork``. Environments are therefore shared through a per-process
+cache keyed by (realpath, pid) and reference-counted by the stores using them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from workers.state import (
+    APPLIED_EPOCH_KEY,
+    EPOCH,
+    OUTPUT_KEY,
+    STATS,
+    VNODE_PREFIX,
+    StateStore,
+    StateStoreError,
+    Update,
+    VnodeExport,
+    VnodeSealed,
+    VnodeStats,
+    apply_stats_delta,
+    check_epoch,
+    check_vnodes,
+    fsync_enabled,
+    plan_commit,
+    verify_export,
+    vnode_range,
+)
+
+DEFAULT_MAP_SIZE = 32 << 30
+_DB_NAMES = ("entries", "meta", "stats", "outputs", "sealed")
+_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def map_size() -> int:
+    """RESCALER_LMDB_MAP_SIZE (bytes, or with a K/M/G/T suffix), default 32 GiB.
+
+    The map is only address space: the data file grows with the data, so a large value is free
+    and avoids MDB_MAP_FULL, which no running task could recover from.
+    """
+    raw = os.environ.get("RESCALER_LMDB_MAP_SIZE", "").strip().lower().removesuffix("ib")
+    if not raw:
+        return DEFAULT_MAP_SIZE
+    scale = _SUFFIXES.get(raw[-1], 1)
+    number = raw[:-1] if raw[-1] in _SUFFIXES else raw
+    try:
+        return int(float(number) * scale)
+    except ValueError:
+        raise StateStoreError(f"RESCALER_LMDB_MAP_SIZE={raw!r} is not a size") from None
+
+
+@dataclass(eq=False)
+class _Env:
+    env: lmdb.Environment
+    dbs: dict[str, Any]  # name -> lmdb database handle
+    pid: int
+    refs: int = 0
+    active: int = 0  # transactions in flight: whether the env may be closed after a fork
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def txn(self, *, write: bool = False, db: Any = None) -> Iterator[lmdb.Transaction]:
+        """A transaction committed on success and aborted on error."""
+        with self.lock:
+            self.active += 1
+        try:
+            txn = self.env.begin(write=write, db=db)
+            try:
+                yield txn
+            except BaseException:
+                txn.abort()
+                raise
+            # Committing a write transaction that changed nothing does no I/O.
+            txn.commit()
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+_ENVS: dict[tuple[str, int], _Env] = {}
+_ENVS_LOCK = threading.Lock()
+# Environments inherited through fork that had transactions in flight: never closed in the
+# child, because closing aborts those transactions, which clears the parent's reader slots in
+# the shared lock file. py-lmdb refuses to reopen their files in the child while they exist.
+_INHERITED: list[_Env] = []
+
+
+def _after_fork_in_child() -> None:
+    global _ENVS_LOCK
+    # The parent's lock may have been held by a thread that does not exist here.
+    _ENVS_LOCK = threading.Lock()
+    for entry in _ENVS.values():
+        entry.lock = threading.Lock()
+        if entry.active:
+            _INHERITED.append(entry)
+            continue
+        try:
+            # With no transaction to abort, mdb_env_close only unmaps and closes this process's
+            # descriptors (it clears reader slots by getpid(), and the child has none), which
+            # frees the files for this process's own environment.
+            entry.env.close()
+        except lmdb.Error:
+            _INHERITED.append(entry)
+    _ENVS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _acquire(path: Path, readonly: bool) -> tuple[tuple[str, int], _Env]:
+    if readonly:
+        if not (path / "data.mdb").is_file():
+            raise StateStoreError(f"no LMDB state store at {path}")
+    else:
+        if (path / "CURRENT").exists():
+            raise StateStoreError(f"{path} holds a RocksDB store, not an LMDB one")
+        path.mkdir(parents=True, exist_ok=True)
+    key = (os.path.realpath(path), os.getpid())
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is None:
+            entry = _open_env(path, readonly)
+            _ENVS[key] = entry
+        entry.refs += 1
+        return key, entry
+
+
+def _open_env(path: Path, readonly: bool) -> _Env:
+    sync = fsync_enabled()
+    try:
+        # The environment is always opened read-write, even for a readonly store: one process
+        # may hold a readonly and a read-write store on the same directory, and the environment
+        # cannot be opened twice nor change mode. Readonly is enforced by the store.
+        env = lmdb.open(
+            str(path),
+            map_size=map_size(),
+            subdir=True,
+            create=not readonly,
+            lock=True,
+            max_dbs=len(_DB_NAMES),
+            sync=sync,
+            metasync=sync,
+            readahead=False,  # point lookups over a file that may exceed RAM
+            meminit=False,
+        )
+    except lmdb.Error as exc:
+        hint = ""
+        if "already open" in str(exc):
+            hint = " (inherited through fork with a transaction in flight: open stores after fork)"
+        raise StateStoreError(f"cannot open LMDB store at {path}: {exc}{hint}") from exc
+    try:
+        # Handles opened in a read transaction are not usable by write transactions, so open
+        # them in a (change-free, hence I/O-free) write transaction.
+        with env.begin(write=True) as txn:
+            dbs = {n: env.open_db(n.encode(), txn=txn, create=not readonly) for n in _DB_NAMES}
+    except lmdb.Error as exc:
+        env.close()
+        raise StateStoreError(f"{path} is not a complete LMDB state store: {exc}") from exc
+    return _Env(env=env, dbs=dbs, pid=os.getpid())
+
+
+def _release(key: tuple[str, int], entry: _Env) -> None:
+    with _ENVS_LOCK:
+        entry.refs -= 1
+        if entry.refs == 0 and entry.pid == os.getpid() and _ENVS.get(key) is entry:
+            del _ENVS[key]
+            entry.env.close()
+
+
+class LmdbStore(StateStore):
+    backend = "lmdb"
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        super().__init__(path, readonly=readonly)
+        self._key, self._entry = _acquire(self.path, readonly)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._entry.pid == os.getpid():
+                _release(self._key, self._entry)
+
+    def _env(self) -> _Env:
+        if self._closed:
+            raise StateStoreError(f"state store {self.path} is closed")
+        if self._entry.pid != os.getpid():
+            # A store carried across fork: the inherited environment must not be touched here,
+            # so this process gets its own.
+            with self._lock:
+                if self._entry.pid != os.getpid():
+                    self._key, self._entry = _acquire(self.path, self.readonly)
+        return self._entry
+
+    def _writable(self) -> _Env:
+        if self.readonly:
+            raise StateStoreError(f"state store {self.path} is open readonly")
+        return self._env()
+
+    # -- reads -------------------------------------------------------------------------------
+    def applied_epoch(self) -> int:
+        e = self._env()
+        with e.txn(db=e.dbs["meta"]) as txn:
+            raw = txn.get(APPLIED_EPOCH_KEY)
+        return -1 if raw is None else EPOCH.unpack(raw)[0]
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        e = self._env()
+        with e.txn(db=e.dbs["entries"]) as txn:
+            get = txn.get
+            return [get(k) for k in keys]
+
+    def scan(self, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        e = self._env()
+        # One read transaction for the whole scan: a consistent snapshot, released when the
+        # generator finishes or is discarded.
+        with e.txn(db=e.dbs["entries"]) as txn:
+            cursor = txn.cursor()
+            positioned = cursor.set_range(start) if start else cursor.first()
+            if not positioned:
+                return
+            for key, value in cursor.iternext():
+                if end is not None and key >= end:
+                    return
+                yield key, value
+
+    def vnode_stats(self) -> dict[int, VnodeStats]:
+        e = self._env()
+        with e.txn(db=e.dbs["stats"]) as txn:
+            return {
+                VNODE_PREFIX.unpack(k)[0]: VnodeStats(*STATS.unpack(v))
+                for k, v in txn.cursor().iternext()
+            }
+
+    def epoch_outputs(self, epoch: int) -> bytes | None:
+        if epoch < 0:
+            return None
+        e = self._env()
+        with e.txn(db=e.dbs["outputs"]) as txn:
+            return txn.get(OUTPUT_KEY.pack(epoch))
+
+    def sealed_vnodes(self) -> set[int]:
+        e = self._env()
+        with e.txn(db=e.dbs["sealed"]) as txn:
+            return {VNODE_PREFIX.unpack(k)[0] for k in txn.cursor().iternext(values=False)}
+
+    # -- writes ------------------------------------------------------------------------------
+    def commit_epoch(
+        self, epoch: int, updates: Iterable[Update], outputs: bytes | None = None
+    ) -> bool:
+        check_epoch(epoch)
+        e = self._writable()
+        plan = plan_commit(updates)
+        dbs = e.dbs
+        with e.txn(write=True) as txn:
+            raw = txn.get(APPLIED_EPOCH_KEY, db=dbs["meta"])
+            if raw is not None and epoch <= EPOCH.unpack(raw)[0]:
+                return False
+            sealed_db = dbs["sealed"]
+            touched = sorted(
+                v for v in plan.vnodes if txn.get(VNODE_PREFIX.pack(v), db=sealed_db) is not None
+            )
+            if touched:
+                raise VnodeSealed(f"epoch {epoch} writes sealed vnodes {touched} of {self.path}")
+            entries = dbs["entries"]
+            if plan.puts:
+                txn.cursor(db=entries).putmulti(plan.puts)
+            for key in plan.deletes:
+                txn.delete(key, db=entries)
+            _apply_stats(txn, dbs["stats"], plan.stats_delta)
+            _write_outputs(txn, dbs["outputs"], epoch, outputs)
+            txn.put(APPLIED_EPOCH_KEY, EPOCH.pack(epoch), db=dbs["meta"])
+        return True
+
+    def seal(self, vnodes: Iterable[int]) -> None:
+        wanted = check_vnodes(vnodes)
+        e = self._writable()
+        with e.txn(write=True, db=e.dbs["sealed"]) as txn:
+            for vnode in wanted:
+                txn.put(VNODE_PREFIX.pack(vnode), b"")
+
+    def unseal(self, vnodes: Iterable[int]) -> None:
+        wanted = check_vnodes(vnodes)
+        e = self._writable()
+        with e.txn(write=True, db=e.dbs["sealed"]) as txn:
+            for vnode in wanted:
+                txn.delete(VNODE_PREFIX.pack(vnode))
+
+    def export_vnode(self, vnode: int) -> VnodeExport:
+        check_vnodes([vnode])
+        return super().export_vnode(vnode)
+
+    def ingest(self, export: VnodeExport) -> None:
+        stats = verify_export(export)
+        e = self._writable()
+        with e.txn(write=True) as txn:
+            _delete_range(txn, e.dbs["entries"], *vnode_range(export.vnode))
+            if export.items:
+                txn.cursor(db=e.dbs["entries"]).putmulti(export.items)
+            key = VNODE_PREFIX.pack(export.vnode)
+            if stats.keys:
+                txn.put(key, STATS.pack(stats.keys, stats.bytes), db=e.dbs["stats"])
+            else:
+                txn.delete(key, db=e.dbs["stats"])
+
+    def drop_vnode(self, vnode: int) -> int:
+        check_vnodes([vnode])
+        e = self._writable()
+        key = VNODE_PREFIX.pack(vnode)
+        with e.txn(write=True) as txn:
+            deleted = _delete_range(txn, e.dbs["entries"], *vnode_range(vnode))
+            txn.delete(key, db=e.dbs["stats"])
+            txn.delete(key, db=e.dbs["sealed"])
+        return deleted
+
+
+def _delete_range(txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | None) -> int:
+    cursor = txn.cursor(db=db)
+    deleted = 0
+    if not cursor.set_range(start):
+        return 0
+    while True:
+        # After deleting the last record the cursor is unpositioned and key() is b"", which
+        # cannot be a real key (LMDB refuses empty keys).
+        key = cursor.key()
+        if not key or (end is not None and key >= end):
+            return deleted
+        cursor.delete()
+        deleted += 1
+
+
+def _apply_stats(txn: lmdb.Transaction, stats_db: Any, deltas: dict[int, tuple[int, int]]) -> None:
+    for vnode, delta in deltas.items():
+        key = VNODE_PREFIX.pack(vnode)
+        raw = txn.get(key, db=stats_db)
+        new = apply_stats_delta(VnodeStats(*STATS.unpack(raw)) if raw else None, delta)
+        if new is None:
+            txn.delete(key, db=stats_db)
+        else:
+            txn.put(key, STATS.pack(new.keys, new.bytes), db=stats_db)
+
+
+def _write_outputs(txn: lmdb.Transaction, db: Any, epoch: int, outputs: bytes | None) -> None:
+    if outputs is not None:
+        txn.put(OUTPUT_KEY.pack(epoch), outputs, db=db)
+    keep_from = OUTPUT_KEY.pack(max(epoch - 1, 0))
+    cursor = txn.cursor(db=db)
+    if cursor.first():
+        while cursor.key() and cursor.key() < keep_from:
+            cursor.delete()
