@@ -22,6 +22,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, help="stop after N committed epochs (default: run on)")
     parser.add_argument("--rows-per-epoch", type=int, help="generator records per epoch")
     parser.add_argument("--key-space", type=int, help="distinct generator keys (words or users)")
+    parser.add_argument("--words-per-line", type=int, help="wordcount generator: words per line")
     parser.add_argument("--zipf-s", type=float, help="Zipf exponent of the generator's keys")
     parser.add_argument("--seed", type=int, help="generator seed")
     parser.add_argument("--trigger-interval", type=float, help="seconds between epochs (0: asap)")
@@ -38,6 +39,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         rows_per_epoch=args.rows_per_epoch,
         key_space=args.key_space,
         zipf_s=args.zipf_s,
+        words_per_line=args.words_per_line,
         seed=args.seed,
         trigger_interval_s=args.trigger_interval,
         state_dir=args.state_dir,

@@ -38,6 +38,7 @@ class RunnerConfig:
     zipf_s: float = 1.1
     seed: int = 7
     pages: int = 500
+    words_per_line: int = 4
     vnodes: int = 256
     state_dir: Path = field(default_factory=default_state_dir)
     spark_master: str = "local[2]"

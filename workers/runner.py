@@ -168,6 +168,7 @@ class PipelineRunner:
                 "zipf_s": cfg.zipf_s,
                 "seed": cfg.seed,
                 "pages": cfg.pages,
+                "words_per_line": cfg.words_per_line,
                 "rows_per_epoch": cfg.rows_per_epoch,
                 "partitions": cfg.source_partitions,
             }

@@ -1,6 +1,7 @@
 """A deterministic, replayable record generator: record ``i`` is a pure function of (seed, i).
 
-Keys follow a Zipf distribution over a finite key space (rank r has weight 1 / r**s). Records are
+Keys follow a Zipf distribution over a finite key space (rank r has weight 1 / r**s; s = 0 gives
+uniform keys). Records are
 produced in fixed-size chunks, each drawn from its own counter-seeded RNG, so any offset range can
 be regenerated in any process, in any order, and always yields the same records: that is what lets
 Spark re-read an epoch after a crash and an oracle recompute any prefix of the stream.
@@ -13,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 CHUNK = 8192
 EPOCH_START_TS = 1_767_225_600  # 2026-01-01T00:00:00Z: event time of record 0
@@ -46,8 +48,8 @@ class GeneratorConfig:
             raise ValueError(f"generator kind must be 'lines' or 'events', not {self.kind!r}")
         if self.key_space < 1 or self.pages < 1 or self.words_per_line < 1:
             raise ValueError("key_space, pages and words_per_line must be at least 1")
-        if self.zipf_s <= 0:
-            raise ValueError("zipf_s must be positive")
+        if self.zipf_s < 0:
+            raise ValueError("zipf_s must be >= 0 (0: uniform keys)")
 
     @property
     def schema(self) -> pa.Schema:
@@ -89,11 +91,11 @@ def _chunk(config: GeneratorConfig, chunk: int) -> pa.RecordBatch:
     rng = np.random.default_rng([config.seed, chunk])
     seq = np.arange(chunk * CHUNK, (chunk + 1) * CHUNK, dtype=np.int64)
     if config.kind == "lines":
-        words = _names("w", config.key_space).take(
-            pa.array(_zipf_ranks(rng, config.key_space, config.zipf_s, CHUNK * config.words_per_line))
-        )
-        flat = np.asarray(words.to_pylist(), dtype=object).reshape(CHUNK, config.words_per_line)
-        lines = pa.array([" ".join(row) for row in flat], pa.string())
+        ranks = _zipf_ranks(rng, config.key_space, config.zipf_s, CHUNK * config.words_per_line)
+        columns = ranks.reshape(CHUNK, config.words_per_line).T
+        names = _names("w", config.key_space)
+        words = [names.take(pa.array(col)) for col in columns]
+        lines = words[0] if len(words) == 1 else pc.binary_join_element_wise(*words, " ")
         return pa.RecordBatch.from_arrays([pa.array(seq), lines], schema=LINES_SCHEMA)
     users = _names("u", config.key_space).take(
         pa.array(_zipf_ranks(rng, config.key_space, config.zipf_s, CHUNK))

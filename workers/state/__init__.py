@@ -88,8 +88,8 @@ def fsync_enabled() -> bool:
 class CommitPlan:
     """An epoch's updates reduced to what a backend writes: one final operation per key."""
 
-    puts: list[tuple[bytes, bytes]] = field(default_factory=list)  # sorted by key
-    deletes: list[bytes] = field(default_factory=list)  # sorted
+    puts: list[tuple[bytes, bytes]] = field(default_factory=list)
+    deletes: list[bytes] = field(default_factory=list)
     stats_delta: dict[int, tuple[int, int]] = field(default_factory=dict)  # vnode -> (keys, bytes)
 
     @property
@@ -97,23 +97,26 @@ class CommitPlan:
         return set(self.stats_delta)
 
 
-def plan_commit(updates: Iterable[Update]) -> CommitPlan:
+def plan_commit(updates: Iterable[Update], *, ordered: bool = True) -> CommitPlan:
     """Collapse updates (last one per key wins) and sum their effect on per-vnode stats.
 
     Stats trust ``Update.old``: the operator read it from this store in the same task, and reading
     every key again here would double the epoch's reads. A key updated twice in one epoch counts
     correctly as long as each update's ``old`` is the previous one's ``new``.
+
+    ``ordered`` sorts puts and deletes by key: a B-tree (LMDB) then touches each page once, in
+    order; an LSM memtable (RocksDB) gains nothing from it.
     """
     final: dict[bytes, bytes | None] = {}
-    delta: dict[int, list[int]] = {}
+    delta: dict[bytes, list[int]] = {}  # keyed by the 2-byte prefix: cheaper than an int here
     for update in updates:
         key = update.key
-        if len(key) < VNODE_PREFIX.size:
-            raise ValueError(f"store key {key!r} lacks its 2-byte vnode prefix")
-        vnode = (key[0] << 8) | key[1]
-        d = delta.get(vnode)
+        prefix = key[:2]
+        d = delta.get(prefix)
         if d is None:
-            d = delta[vnode] = [0, 0]
+            if len(prefix) < VNODE_PREFIX.size:
+                raise ValueError(f"store key {key!r} lacks its 2-byte vnode prefix")
+            d = delta[prefix] = [0, 0]
         old, new = update.old, update.new
         if old is not None:
             d[0] -= 1
@@ -122,9 +125,11 @@ def plan_commit(updates: Iterable[Update]) -> CommitPlan:
             d[0] += 1
             d[1] += len(key) + len(new)
         final[key] = new
-    puts = sorted((k, v) for k, v in final.items() if v is not None)
-    deletes = sorted(k for k, v in final.items() if v is None)
-    return CommitPlan(puts, deletes, {v: (d[0], d[1]) for v, d in delta.items()})
+    keys = sorted(final) if ordered else final
+    puts = [(k, v) for k in keys if (v := final[k]) is not None]
+    deletes = [k for k in keys if final[k] is None]
+    stats_delta = {VNODE_PREFIX.unpack(p)[0]: (d[0], d[1]) for p, d in delta.items()}
+    return CommitPlan(puts, deletes, stats_delta)
 
 
 def apply_stats_delta(current: VnodeStats | None, delta: tuple[int, int]) -> VnodeStats | None:

@@ -180,7 +180,9 @@ class RocksStore(StateStore):
                     break
             return out
         finally:
-            del items  # the iterator pins the database: never let it outlive the call
+            # The iterator pins the database (and its LOCK) past close(): drop it here even when
+            # an exception's traceback keeps this frame alive.
+            del items
 
     def vnode_stats(self) -> dict[int, VnodeStats]:
         return {
@@ -202,7 +204,7 @@ class RocksStore(StateStore):
     ) -> bool:
         check_epoch(epoch)
         self._check_writable()
-        plan = plan_commit(updates)
+        plan = plan_commit(updates, ordered=False)
         with self._lock:
             db = self._rdict()
             if epoch <= self.applied_epoch():
@@ -321,4 +323,4 @@ class RocksStore(StateStore):
                 count += 1
             return count
         finally:
-            del keys  # the iterator pins the database: never let it outlive the call
+            del keys  # as in _scan_chunk: the iterator must not outlive the call
