@@ -19,7 +19,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source", default="generator", help="generator (default) or dir:PATH of JSON-lines files"
     )
-    parser.add_argument("--epochs", type=int, help="stop after N committed epochs (default: run on)")
+    parser.add_argument(
+        "--epochs", type=int, help="stop after N committed epochs (default: run on)"
+    )
     parser.add_argument("--rows-per-epoch", type=int, help="generator records per epoch")
     parser.add_argument("--key-space", type=int, help="distinct generator keys (words or users)")
     parser.add_argument("--words-per-line", type=int, help="wordcount generator: words per line")
@@ -63,7 +65,9 @@ def run_with_signals(config: RunnerConfig, control: Any) -> int:
     return runner.run()
 
 
-def main(argv: list[str] | None = None, *, control_factory: Callable[[RunnerConfig], Any] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, *, control_factory: Callable[[RunnerConfig], Any] | None = None
+) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_arguments(sub.add_parser("run", help="run a pipeline (a long-running Spark driver)"))
@@ -73,7 +77,9 @@ def main(argv: list[str] | None = None, *, control_factory: Callable[[RunnerConf
     export.add_argument("--state-dir", type=Path)
     export.add_argument("--output", "-o", type=Path, help="default: standard output")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         if args.command == "run":
             from workers.control import LocalControl

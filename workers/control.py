@@ -89,6 +89,9 @@ class ControlInterface(Protocol):
     def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
         """The runner is alive; ``status`` is "running", "stopping" or "stopped"."""
 
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
+        """A rescale operation changed phase: ``progress`` is its whole state (steps, vnodes)."""
+
 
 class LocalControl:
     """A file-backed control interface: ``<dir>/commands.jsonl`` in, ``<dir>/status.json`` out.
@@ -109,7 +112,7 @@ class LocalControl:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
 
     def _write_atomic(self, name: str, record: dict[str, Any]) -> None:
-        tmp = self.dir / f".{name}.tmp"
+        tmp = self.dir / f"{name}.tmp"
         tmp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.dir / name)
 
@@ -153,8 +156,29 @@ class LocalControl:
     def epochs(self) -> list[dict[str, Any]]:
         return self._read_lines("epochs.jsonl")
 
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
+        (self.dir / "progress").mkdir(exist_ok=True)
+        self._write_atomic(f"progress/{progress['operation']}.json", progress)
+        self._append("progress.jsonl", {"at": time.time(), **progress})
+
+    def progress(self, operation: str) -> dict[str, Any] | None:
+        path = self.dir / "progress" / f"{operation}.json"
+        return json.loads(path.read_text("utf-8")) if path.exists() else None
+
+    def command_status(self, command_id: int) -> tuple[str, str] | None:
+        for ack in reversed(self.acks()):
+            if ack["id"] == command_id:
+                return ack["status"], ack.get("detail", "")
+        return None
+
     def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
         self._write_atomic(
             "heartbeat.json",
-            {"pipeline": pipeline, "epoch": epoch, "status": status, "spark": spark, "at": time.time()},
+            {
+                "pipeline": pipeline,
+                "epoch": epoch,
+                "status": status,
+                "spark": spark,
+                "at": time.time(),
+            },
         )

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.operators import KeyedOperator, sort_by_seq
+from workers.pipeline.placement import SlotActions
 from workers.state import open_store
 from workers.state.base import StateStore, Update, encode_key
 
@@ -58,11 +59,15 @@ class TaskSpec:
     operator: KeyedOperator
     epoch: int
     pus: tuple[int, ...]  # Spark partition i runs PU pus[i]
-    owned: tuple[tuple[int, ...], ...]  # owned[i]: the vnodes PU pus[i] owns this epoch
+    owned: tuple[tuple[int, ...], ...]  # owned[i]: the vnodes PU pus[i] applies records of
     state_root: str
     backend: str
     terminal: bool  # the last fragment writes the sink instead of emitting outputs
+    actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU pus[i]
     sink_retention: int = 50
+
+    def slot_actions(self, slot: int) -> SlotActions:
+        return self.actions[slot] if self.actions else SlotActions()
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
@@ -112,7 +117,9 @@ def apply_records(
             )
         }
         seq_max = records.group_by("key").aggregate([("seq", "max")])
-        last_seq = dict(zip(seq_max.column("key").to_pylist(), seq_max.column("seq_max").to_pylist()))
+        last_seq = dict(
+            zip(seq_max.column("key").to_pylist(), seq_max.column("seq_max").to_pylist())
+        )
     keys = list(groups)
     store_keys = [encode_key(vnodes[k], k.encode("utf-8")) for k in keys]
     olds = store.get_many(store_keys)
@@ -165,8 +172,10 @@ def _as_output_batches(schema: pa.Schema, kind: str, outputs: pa.Table) -> list[
 
 def _info_row(schema: pa.Schema, kind: str, info: dict[str, Any]) -> pa.RecordBatch:
     arrays = [
-        pa.array([kind]) if f.name == "kind"
-        else pa.array([json.dumps(info)]) if f.name == "info"
+        pa.array([kind])
+        if f.name == "kind"
+        else pa.array([json.dumps(info)])
+        if f.name == "info"
         else pa.nulls(1, f.type)
         for f in schema
     ]
@@ -185,21 +194,64 @@ def _passthrough(schema: pa.Schema, table: pa.Table) -> Iterator[pa.RecordBatch]
     yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
 
 
-def run_task(spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _columns(*names: str) -> list[str]:
+    """Column names without repeats (an operator may read ``seq`` itself)."""
+    return list(dict.fromkeys(names))
+
+
+def _held_columns(spec: TaskSpec) -> list[str]:
+    return _columns("key", "seq", "vnode", "src", *spec.operator.columns)
+
+
+def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> dict[str, int]:
+    """Append this epoch's held records (routed here, the target) to the hold queue file."""
+    if held is None or held.num_rows == 0:
+        return {}
+    if actions.hold_path is None:
+        raise RoutingError(f"{spec.fragment}: held records reached a PU with no hold queue")
+    from workers.rescale.transfer import write_hold
+
+    write_hold(Path(actions.hold_path), held.select(_held_columns(spec)))
+    counts = held.group_by("vnode").aggregate([("seq", "count")])
+    return dict(
+        zip(map(str, counts.column("vnode").to_pylist()), counts.column("seq_count").to_pylist())
+    )
+
+
+def _acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Table | None:
+    """Ingest the verified exports, then return the hold queue's rows to apply first."""
+    from workers.rescale.transfer import read_export, read_hold
+
+    for path in actions.ingest:
+        store.ingest(read_export(Path(path)))  # verifies key count and checksum
+    if not actions.replay_files:
+        return None
+    return read_hold([Path(p) for p in actions.replay_files], set(actions.replay_vnodes))
+
+
+def run_task(
+    spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """Process one PU's slice of one epoch. ``slot`` is the Spark partition index."""
     started = time.perf_counter()
     schema = output_schema(spec.operator)
     pu = spec.pus[slot]
+    actions = spec.slot_actions(slot)
     batches = list(batches)
+    held = None
     if batches:
         table = pa.Table.from_batches(batches)
-        is_rec = pc.equal(table.column("kind"), "rec")
+        kinds = table.column("kind")
+        is_rec = pc.equal(kinds, "rec")
+        is_held = pc.equal(kinds, "held")
         records = table.filter(is_rec)
-        yield from _passthrough(schema, table.filter(pc.invert(is_rec)))
+        held = table.filter(is_held)
+        yield from _passthrough(schema, table.filter(pc.invert(pc.or_(is_rec, is_held))))
     else:
         records = None
-    n_records = records.num_rows if records is not None else 0
-    source_rows = (pc.sum(records.column("src")).as_py() or 0) if n_records else 0
+    arrived = [t for t in (records, held) if t is not None and t.num_rows]
+    source_rows = sum(pc.sum(t.column("src")).as_py() or 0 for t in arrived)
+    held_counts = _write_held(spec, actions, held)  # durable before the commit below
 
     store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
     try:
@@ -214,6 +266,18 @@ def run_task(spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]) -> It
                 )
             outputs = _from_ipc(recorded)
         else:
+            if actions.seal:
+                store.seal(actions.seal)
+            for vnode in actions.drop:
+                store.drop_vnode(vnode)
+            replayed = _acquire(spec, store, actions)
+            if replayed is not None and replayed.num_rows:
+                cols = _columns("key", "seq", "vnode", *spec.operator.columns)
+                parts = [replayed.select(cols)]
+                if records is not None and records.num_rows:
+                    parts.append(records.select(cols).cast(parts[0].schema))
+                records = pa.concat_tables(parts)
+            n_records = records.num_rows if records is not None else 0
             if n_records:
                 assert records is not None
                 vnode_col = records.column("vnode").to_pylist()
@@ -225,7 +289,7 @@ def run_task(spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]) -> It
                         f"{sorted(stray)[:8]} it does not own"
                     )
                 vnodes = dict(zip(records.column("key").to_pylist(), vnode_col))
-                cols = ["key", "seq", *spec.operator.columns]
+                cols = _columns("key", "seq", *spec.operator.columns)
                 updates, outputs = apply_records(store, spec.operator, records.select(cols), vnodes)
             else:
                 updates, outputs = [], empty_outputs(spec.operator)
@@ -245,8 +309,9 @@ def run_task(spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]) -> It
             "fragment": spec.fragment,
             "pu": pu,
             "epoch": spec.epoch,
-            "records": n_records,
+            "records": records.num_rows if records is not None else 0,
             "source_rows": source_rows,
+            "held": held_counts,
             "outputs": outputs.num_rows,
             "keys": sum(s.keys for s in stats.values()),
             "bytes": sum(s.bytes for s in stats.values()),

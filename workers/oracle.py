@@ -101,16 +101,12 @@ def expected_from_generator(pipeline: str, config: GeneratorConfig, end: int) ->
     return compute(generator_records(config, end))
 
 
-def expected_from_directory(
-    pipeline: str, directory: Path, files: list[str]
-) -> OracleResult:
+def expected_from_directory(pipeline: str, directory: Path, files: list[str]) -> OracleResult:
     kind, compute = PIPELINES[pipeline]
     return compute(directory_records(kind, directory, files))
 
 
-def compare(
-    expected: dict[str, Any], actual: dict[str, Any], *, limit: int = 10
-) -> list[str]:
+def compare(expected: dict[str, Any], actual: dict[str, Any], *, limit: int = 10) -> list[str]:
     """Differences between two key → value maps, as readable lines (empty when equal)."""
     problems: list[str] = []
     missing = expected.keys() - actual.keys()

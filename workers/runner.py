@@ -32,7 +32,13 @@ from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import vnode_sql
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import Pipeline
-from workers.pipeline.placement import EpochPlan, FragmentPlacement, PlacementStore
+from workers.pipeline.placement import (
+    EpochPlan,
+    FragmentActions,
+    FragmentPlacement,
+    PlacementStore,
+)
+from workers.rescale.executor import CommandRefused, RescaleExecutor
 from workers.sources.spark import GENERATOR, JSONL, register
 
 log = logging.getLogger("workers.runner")
@@ -106,6 +112,7 @@ class PipelineRunner:
         self.pipeline: Pipeline = get_pipeline(config.pipeline, config.vnodes)
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.placements: dict[str, FragmentPlacement] = {}
+        self.executor: RescaleExecutor
         self.spark: Any = None
         self.query: Any = None
         self.last_epoch = -1
@@ -136,6 +143,18 @@ class PipelineRunner:
         }
         self.placements_store.save(placements)
         return placements
+
+    def _make_executor(self) -> RescaleExecutor:
+        def report(progress: dict[str, Any]) -> None:
+            self.control.report_progress(self.pipeline.name, progress)
+
+        return RescaleExecutor(
+            self.config.pipeline_dir,
+            self.placements,
+            backend=self.config.backend,
+            worker_pus={pu for pus in self.worker_pus.values() for pu in pus},
+            report=report,
+        )
 
     def topology(self) -> Topology:
         fragments: dict[str, dict[str, Any]] = {}
@@ -174,7 +193,9 @@ class PipelineRunner:
             }
             if cfg.epochs is not None:
                 options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
-            return reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
+            return (
+                reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
+            )
         directory = cfg.source_dir
         assert directory is not None
         if not directory.is_dir():
@@ -189,17 +210,28 @@ class PipelineRunner:
         )
 
     # -- the epoch ---------------------------------------------------------------------------
-    def _apply_commands(self, epoch: int) -> None:
+    def _apply_commands(self, epoch: int) -> list[tuple[int, str, str]]:
+        """Apply pending commands; returns the acks to send once the epoch's plan is durable."""
+        acks = []
         for command in self.control.poll_commands(self.pipeline.name):
-            self._apply_command(command, epoch)
+            status, detail = self._apply_command(command, epoch)
+            acks.append((command.id, status, detail))
+        return acks
 
-    def _apply_command(self, command: Command, epoch: int) -> None:
+    def _apply_command(self, command: Command, epoch: int) -> tuple[str, str]:
         if command.kind == "stop":
             self._stop.set()
-            self.control.ack_command(command.id, "done", f"stopping after epoch {epoch - 1}")
-            return
-        self.control.ack_command(
-            command.id, "failed", f"unknown command {command.kind!r}; this runner knows: stop"
+            return "done", f"stopping after epoch {epoch - 1}"
+        if command.kind.startswith("rescale."):
+            try:
+                return "done", self.executor.handle(command)
+            except CommandRefused as exc:
+                return "failed", str(exc)
+            except (KeyError, TypeError, ValueError) as exc:
+                return "failed", f"malformed {command.kind} command: {exc!r}"
+        return "failed", (
+            f"unknown command {command.kind!r}; this runner knows: stop, rescale.begin, "
+            f"rescale.step, rescale.cancel, rescale.finish"
         )
 
     def _plan(self, epoch: int) -> EpochPlan:
@@ -213,25 +245,58 @@ class PipelineRunner:
                 f"Spark asks for epoch {epoch} but epoch {last.epoch} was already planned: the "
                 f"checkpoint is older than the state directory {self.config.pipeline_dir}"
             )
-        self._apply_commands(epoch)
-        plan = EpochPlan(epoch, dict(self.placements))
+        acks = self._apply_commands(epoch)
+        versions = {n: p.version for n, p in self.placements.items()}
+        pus = {n: p.pus for n, p in self.placements.items()}
+        actions = self.executor.plan(epoch)
+        self.placements_store.save(self.placements)
+        self.executor.placements_saved()
+        plan = EpochPlan(epoch, dict(self.placements), actions)
         self.placements_store.save_plan(plan)
+        for command_id, status, detail in acks:
+            self.control.ack_command(command_id, status, detail)
+        if versions != {n: p.version for n, p in self.placements.items()} or pus != {
+            n: p.pus for n, p in self.placements.items()
+        }:
+            self.control.register(self.topology())
         return plan
 
-    def _stage(self, df: Any, placement: FragmentPlacement, spec: TaskSpec, key_col: str) -> Any:
+    def _stage(
+        self,
+        df: Any,
+        placement: FragmentPlacement,
+        actions: FragmentActions,
+        spec: TaskSpec,
+        key_col: str,
+    ) -> Any:
+        """Route records to their PU's task in Spark SQL: vnode, then slot (held vnodes go to
+        their target, marked ``held``), then one partition per PU."""
         from pyspark.sql import functions as F
 
-        slots = ",".join(str(s) for s in placement.slot_of_vnode())
+        slot_of = {pu: i for i, pu in enumerate(placement.pus)}
+        slot_list = placement.slot_of_vnode()
+        for vnode, pu in actions.held.items():
+            slot_list[vnode] = slot_of[pu]
+        slots = ",".join(map(str, slot_list))
         is_rec = F.col("kind") == F.lit("rec")
         routed = (
             df.withColumnRenamed(key_col, "key")
             .withColumn("vnode", F.when(is_rec, F.expr(vnode_sql("key", placement.vnodes))))
             .withColumn(
                 "slot",
-                F.when(is_rec, F.expr(f"element_at(array({slots}), cast(vnode + 1 as int))"))
-                .otherwise(F.lit(0)),
+                F.when(
+                    is_rec, F.expr(f"element_at(array({slots}), cast(vnode + 1 as int))")
+                ).otherwise(F.lit(0)),
             )
         )
+        if actions.held:
+            flags = ",".join(
+                "true" if v in actions.held else "false" for v in range(placement.vnodes)
+            )
+            is_held = F.expr(f"element_at(array({flags}), cast(vnode + 1 as int))")
+            routed = routed.withColumn(
+                "kind", F.when(is_rec & is_held, F.lit("held")).otherwise(F.col("kind"))
+            )
         schema = output_schema(spec.operator)
         ddl = ", ".join(f"`{f.name}` {_SPARK_TYPES[str(f.type)]}" for f in schema)
         return routed.repartitionById(len(placement.pus), "slot").mapInArrow(make_task(spec), ddl)
@@ -261,24 +326,33 @@ class PipelineRunner:
         stream = records.unionByName(malformed, allowMissingColumns=True)
         for i, frag in enumerate(self.pipeline.fragments):
             placement = plan.placements[frag.name]
+            actions = plan.fragment_actions(frag.name)
             spec = TaskSpec(
                 fragment=frag.name,
                 operator=frag.operator,
                 epoch=plan.epoch,
                 pus=placement.pus,
-                owned=tuple(tuple(placement.vnodes_of(pu)) for pu in placement.pus),
+                owned=tuple(
+                    tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
+                    for pu in placement.pus
+                ),
                 state_root=str(cfg.pipeline_dir),
                 backend=cfg.backend,
                 terminal=i == len(self.pipeline.fragments) - 1,
+                actions=tuple(actions.slot(pu) for pu in placement.pus),
             )
             if i > 0:
                 stream = stream.withColumn(
                     "kind", F.when(F.col("kind") == "out", F.lit("rec")).otherwise(F.col("kind"))
                 ).withColumn("src", F.lit(0))
-            stream = self._stage(stream, placement, spec, "key" if i > 0 else frag.key)
+            stream = self._stage(stream, placement, actions, spec, "key" if i > 0 else frag.key)
         rows = stream.select("kind", "info").collect()
-        return [{"kind": r.kind, **json.loads(r.info)} if r.kind == "stat" else
-                {"kind": r.kind, "text": r.info} for r in rows]
+        return [
+            {"kind": r.kind, **json.loads(r.info)}
+            if r.kind == "stat"
+            else {"kind": r.kind, "text": r.info}
+            for r in rows
+        ]
 
     def _source_offset(self, epoch: int) -> dict[str, Any]:
         path = self.config.pipeline_dir / "checkpoint" / "offsets" / str(epoch)
@@ -322,15 +396,16 @@ class PipelineRunner:
             mapping_versions={n: p.version for n, p in plan.placements.items()},
             malformed_samples=malformed[:5],
         )
+        self.executor.committed(epoch, stats)
         self.last_epoch = epoch
         self.control.report_epoch(report)
         if malformed:
-            log.warning("epoch %d: %d malformed records, e.g. %s", epoch, len(malformed), malformed[0])
+            log.warning(
+                "epoch %d: %d malformed records, e.g. %s", epoch, len(malformed), malformed[0]
+            )
         if self._on_epoch is not None:
             self._on_epoch(report)
-        log.info(
-            "epoch %d committed: %d rows in %.3fs", epoch, report.rows, report.duration_s
-        )
+        log.info("epoch %d committed: %d rows in %.3fs", epoch, report.rows, report.duration_s)
 
     # -- the loop ------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -358,6 +433,9 @@ class PipelineRunner:
         cfg = self.config
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
         self.placements = self._load_placements()
+        self.executor = self._make_executor()
+        self.placements_store.save(self.placements)  # a restart may have reconciled an operation
+        self.executor.placements_saved()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()

@@ -52,9 +52,7 @@ def clickstream(vnodes: int = DEFAULT_VNODES) -> Pipeline:
             ),
         ),
         prepare=_prepare_clickstream,
-        description=(
-            "events → by user: events, bytes, sessions → by page: views and unique users"
-        ),
+        description=("events → by user: events, bytes, sessions → by page: views and unique users"),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,9 @@ class FragmentPlacement:
             raise ValueError(f"{self.fragment}: duplicate parallel units {self.pus}")
         stray = set(self.mapping) - set(self.pus)
         if stray:
-            raise ValueError(f"{self.fragment}: vnodes mapped to PUs {sorted(stray)} not in {self.pus}")
+            raise ValueError(
+                f"{self.fragment}: vnodes mapped to PUs {sorted(stray)} not in {self.pus}"
+            )
 
     @classmethod
     def initial(cls, fragment: str, vnodes: int, pus: list[int]) -> FragmentPlacement:
@@ -76,16 +78,62 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 @dataclass(frozen=True)
+class SlotActions:
+    """What one PU's task does at an epoch besides folding its records (all idempotent)."""
+
+    seal: tuple[int, ...] = ()  # vnodes to seal (Collect starts)
+    drop: tuple[int, ...] = ()  # vnodes whose range to delete (Drop)
+    ingest: tuple[str, ...] = ()  # export files to verify and ingest (Acquire)
+    replay_files: tuple[str, ...] = ()  # hold queue files to apply before the epoch's records
+    replay_vnodes: tuple[int, ...] = ()  # ... only the rows of these vnodes
+    hold_path: str | None = None  # where this epoch's held rows routed here are appended
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SlotActions:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@dataclass(frozen=True)
+class FragmentActions:
+    held: dict[int, int] = field(default_factory=dict)  # vnode -> the PU holding its records
+    slots: dict[int, SlotActions] = field(default_factory=dict)  # PU -> its actions
+
+    def slot(self, pu: int) -> SlotActions:
+        return self.slots.get(pu, SlotActions())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "held": {str(v): pu for v, pu in self.held.items()},
+            "slots": {str(pu): a.to_json() for pu, a in self.slots.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FragmentActions:
+        return cls(
+            {int(v): pu for v, pu in data.get("held", {}).items()},
+            {int(pu): SlotActions.from_json(a) for pu, a in data.get("slots", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
 class EpochPlan:
-    """The placements an epoch runs with."""
+    """The placements an epoch runs with, and what each PU does besides folding records."""
 
     epoch: int
     placements: dict[str, FragmentPlacement]
+    actions: dict[str, FragmentActions] = field(default_factory=dict)
+
+    def fragment_actions(self, name: str) -> FragmentActions:
+        return self.actions.get(name, FragmentActions())
 
     def to_json(self) -> dict[str, Any]:
         return {
             "epoch": self.epoch,
             "placements": {name: p.to_json() for name, p in self.placements.items()},
+            "actions": {name: a.to_json() for name, a in self.actions.items()},
         }
 
     @classmethod
@@ -93,6 +141,7 @@ class EpochPlan:
         return cls(
             data["epoch"],
             {n: FragmentPlacement.from_json(p) for n, p in data["placements"].items()},
+            {n: FragmentActions.from_json(a) for n, a in data.get("actions", {}).items()},
         )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lmdb
 
@@ -88,6 +88,9 @@ class _Env:
                 raise
             # Committing a write transaction that changed nothing does no I/O.
             txn.commit()
+        except lmdb.Error as exc:
+            # Callers handle StateStoreError, not each backend's exceptions.
+            raise StateStoreError(f"LMDB store {self.env.path()}: {exc}") from exc
         finally:
             with self.lock:
                 self.active -= 1
@@ -172,6 +175,9 @@ def _open_env(path: Path, readonly: bool) -> _Env:
     except lmdb.Error as exc:
         env.close()
         raise StateStoreError(f"{path} is not a complete LMDB state store: {exc}") from exc
+    # A task killed mid-read leaves its reader slot behind, and a stale slot pins the pages of
+    # its snapshot forever (the file then only grows): free the slots of dead processes.
+    env.reader_check()
     return _Env(env=env, dbs=dbs, pid=os.getpid())
 
 
@@ -228,7 +234,8 @@ class LmdbStore(StateStore):
         e = self._env()
         with e.txn(db=e.dbs["entries"]) as txn:
             get = txn.get
-            return [get(k) for k in keys]
+            # buffers=False (the default): values are bytes, never memoryviews.
+            return cast("list[bytes | None]", [get(k) for k in keys])
 
     def scan(self, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         e = self._env()
@@ -239,7 +246,7 @@ class LmdbStore(StateStore):
             positioned = cursor.set_range(start) if start else cursor.first()
             if not positioned:
                 return
-            for key, value in cursor.iternext():
+            for key, value in cast("Iterator[tuple[bytes, bytes]]", cursor.iternext()):
                 if end is not None and key >= end:
                     return
                 yield key, value
@@ -257,7 +264,7 @@ class LmdbStore(StateStore):
             return None
         e = self._env()
         with e.txn(db=e.dbs["outputs"]) as txn:
-            return txn.get(OUTPUT_KEY.pack(epoch))
+            return cast("bytes | None", txn.get(OUTPUT_KEY.pack(epoch)))
 
     def sealed_vnodes(self) -> set[int]:
         e = self._env()
@@ -342,7 +349,7 @@ def _delete_range(txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | Non
     while True:
         # After deleting the last record the cursor is unpositioned and key() is b"", which
         # cannot be a real key (LMDB refuses empty keys).
-        key = cursor.key()
+        key = cast(bytes, cursor.key())
         if not key or (end is not None and key >= end):
             return deleted
         cursor.delete()
@@ -366,5 +373,5 @@ def _write_outputs(txn: lmdb.Transaction, db: Any, epoch: int, outputs: bytes | 
     keep_from = OUTPUT_KEY.pack(max(epoch - 1, 0))
     cursor = txn.cursor(db=db)
     if cursor.first():
-        while cursor.key() and cursor.key() < keep_from:
+        while (key := cast(bytes, cursor.key())) and key < keep_from:
             cursor.delete()

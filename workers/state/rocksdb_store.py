@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 from rocksdict import (
     AccessType,
@@ -81,6 +82,17 @@ def _options() -> Options:
     return opts
 
 
+# rocksdict's stubs type keys and values as any scalar; in raw mode they are bytes.
+def _multi_get(rdict: Rdict, keys: list[bytes]) -> list[bytes | None]:
+    return cast("list[bytes | None]", rdict.get(cast("list[Any]", keys)))
+
+
+def _items(
+    rdict: Rdict, start: bytes | None = None, read_opts: ReadOptions | None = None
+) -> Iterator[tuple[bytes, bytes]]:
+    return cast("Iterator[tuple[bytes, bytes]]", rdict.items(from_key=start, read_opt=read_opts))
+
+
 class RocksStore(StateStore):
     backend = "rocksdb"
 
@@ -144,6 +156,12 @@ class RocksStore(StateStore):
             raise StateStoreError(f"state store {self.path} is open readonly")
         return self._rdict()
 
+    def _write(self, db: Rdict, batch: WriteBatch) -> None:
+        try:
+            db.write(batch, self._write_opts)
+        except Exception as exc:  # rocksdict raises bare Exception
+            raise StateStoreError(f"RocksDB store {self.path}: write failed: {exc}") from exc
+
     # -- reads -------------------------------------------------------------------------------
     def applied_epoch(self) -> int:
         raw = self._side("meta").get(APPLIED_EPOCH_KEY)
@@ -153,7 +171,7 @@ class RocksStore(StateStore):
         if not keys:
             return []
         # One MultiGet: a single consistent view of the keys.
-        return self._rdict().get(keys)
+        return _multi_get(self._rdict(), keys)
 
     def scan(self, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         position = start
@@ -171,7 +189,7 @@ class RocksStore(StateStore):
         read_opts = ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
-        items = self._rdict().items(from_key=start, read_opt=read_opts)
+        items = _items(self._rdict(), start, read_opts)
         try:
             out: list[tuple[bytes, bytes]] = []
             for item in items:
@@ -187,7 +205,7 @@ class RocksStore(StateStore):
     def vnode_stats(self) -> dict[int, VnodeStats]:
         return {
             VNODE_PREFIX.unpack(k)[0]: VnodeStats(*STATS.unpack(v))
-            for k, v in self._side("stats").items()
+            for k, v in _items(self._side("stats"))
         }
 
     def epoch_outputs(self, epoch: int) -> bytes | None:
@@ -196,7 +214,7 @@ class RocksStore(StateStore):
         return self._side("outputs").get(OUTPUT_KEY.pack(epoch))
 
     def sealed_vnodes(self) -> set[int]:
-        return {VNODE_PREFIX.unpack(k)[0] for k, _ in self._side("sealed").items()}
+        return {VNODE_PREFIX.unpack(k)[0] for k, _ in _items(self._side("sealed"))}
 
     # -- writes ------------------------------------------------------------------------------
     def commit_epoch(
@@ -212,7 +230,7 @@ class RocksStore(StateStore):
             vnodes = sorted(plan.vnodes)
             vnode_keys = [VNODE_PREFIX.pack(v) for v in vnodes]
             if vnode_keys:
-                sealed = self._cf["sealed"].get(vnode_keys)
+                sealed = _multi_get(self._cf["sealed"], vnode_keys)
                 touched = [v for v, s in zip(vnodes, sealed, strict=True) if s is not None]
                 if touched:
                     raise VnodeSealed(
@@ -225,7 +243,7 @@ class RocksStore(StateStore):
                 batch.delete(key)
             if vnode_keys:
                 stats_cf = self._cfh["stats"]
-                current = self._cf["stats"].get(vnode_keys)
+                current = _multi_get(self._cf["stats"], vnode_keys)
                 for vnode, key, raw in zip(vnodes, vnode_keys, current, strict=True):
                     old = VnodeStats(*STATS.unpack(raw)) if raw is not None else None
                     new = apply_stats_delta(old, plan.stats_delta[vnode])
@@ -239,12 +257,12 @@ class RocksStore(StateStore):
             # Point deletes of the (at most two) stale outputs rather than a range tombstone per
             # epoch, which would pile up in a column family read at every replay.
             keep_from = OUTPUT_KEY.pack(max(epoch - 1, 0))
-            for key, _ in self._cf["outputs"].items():
+            for key, _ in _items(self._cf["outputs"]):
                 if key >= keep_from:
                     break
                 batch.delete(key, outputs_cf)
             batch.put(APPLIED_EPOCH_KEY, EPOCH.pack(epoch), self._cfh["meta"])
-            db.write(batch, self._write_opts)
+            self._write(db, batch)
             return True
 
     def seal(self, vnodes: Iterable[int]) -> None:
@@ -264,7 +282,7 @@ class RocksStore(StateStore):
                     batch.put(VNODE_PREFIX.pack(vnode), b"", handle)
                 else:
                     batch.delete(VNODE_PREFIX.pack(vnode), handle)
-            db.write(batch, self._write_opts)
+            self._write(db, batch)
 
     def export_vnode(self, vnode: int) -> VnodeExport:
         check_vnodes([vnode])
@@ -285,7 +303,7 @@ class RocksStore(StateStore):
                 batch.put(key, STATS.pack(stats.keys, stats.bytes), self._cfh["stats"])
             else:
                 batch.delete(key, self._cfh["stats"])
-            db.write(batch, self._write_opts)
+            self._write(db, batch)
 
     def drop_vnode(self, vnode: int) -> int:
         check_vnodes([vnode])
@@ -297,7 +315,7 @@ class RocksStore(StateStore):
             key = VNODE_PREFIX.pack(vnode)
             batch.delete(key, self._cfh["stats"])
             batch.delete(key, self._cfh["sealed"])
-            db.write(batch, self._write_opts)
+            self._write(db, batch)
             return deleted
 
     def _delete_vnode_into(self, batch: WriteBatch, vnode: int) -> int:
@@ -309,7 +327,7 @@ class RocksStore(StateStore):
         read_opts = ReadOptions()
         if end is not None:
             read_opts.set_iterate_upper_bound(end)
-        keys = self._rdict().keys(from_key=start, read_opt=read_opts)
+        keys = cast("Iterator[bytes]", self._rdict().keys(from_key=start, read_opt=read_opts))
         try:
             if end is not None:
                 count = sum(1 for _ in keys)

@@ -62,7 +62,9 @@ class RunnerProcess:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"runner did not finish in {timeout}s:\n{self.log_tail()}") from None
+            raise AssertionError(
+                f"runner did not finish in {timeout}s:\n{self.log_tail()}"
+            ) from None
         assert code == 0, f"runner exited with {code}:\n{self.log_tail()}"
         return code
 
@@ -73,7 +75,9 @@ class RunnerProcess:
             self.proc.wait(timeout=30)
 
 
-def start_runner(state_dir: Path, pipeline: str, *args: str, log_name: str = "runner") -> RunnerProcess:
+def start_runner(
+    state_dir: Path, pipeline: str, *args: str, log_name: str = "runner"
+) -> RunnerProcess:
     log_path = state_dir / f"{log_name}-{int(time.time() * 1000)}.log"
     state_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[2]"}
@@ -106,11 +110,15 @@ def assert_matches_oracle(state_dir: Path, pipeline: str, expected: OracleResult
         rows = exported(state_dir, pipeline, frag.name)
         actual = {k: r["value"] for k, r in rows.items()}
         problems = compare(expected.state[frag.name], actual)
-        assert not problems, f"{pipeline}/{frag.name} differs from the oracle:\n" + "\n".join(problems)
+        assert not problems, f"{pipeline}/{frag.name} differs from the oracle:\n" + "\n".join(
+            problems
+        )
         mapping = placements[frag.name].mapping
         for key, row in rows.items():
             vnode = vnode_of(key, frag.vnodes)
-            assert row["vnode"] == vnode, f"{key!r} stored under vnode {row['vnode']}, hashes to {vnode}"
+            assert row["vnode"] == vnode, (
+                f"{key!r} stored under vnode {row['vnode']}, hashes to {vnode}"
+            )
             assert row["pu"] == mapping[vnode], (
                 f"{key!r} (vnode {vnode}) is on PU {row['pu']}, the mapping says {mapping[vnode]}"
             )

@@ -62,7 +62,7 @@ def _value(tmp_path: Path, backend: str, operator, key: str):
 def test_count_folds_and_a_replayed_epoch_changes_nothing(tmp_path: Path, backend: str) -> None:
     op = Count()
     batch = _records(["a", "b", "a", "c", "a"])
-    outputs, stats = _run(_spec(tmp_path, op, 0, backend), batch)
+    outputs, _ = _run(_spec(tmp_path, op, 0, backend), batch)
     assert dict(zip(outputs["key"].to_pylist(), outputs["count"].to_pylist())) == {
         "a": 3, "b": 1, "c": 1
     }  # fmt: skip

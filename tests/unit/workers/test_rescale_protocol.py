@@ -1,0 +1,252 @@
+"""Model tests of the live protocol: random interleavings of epochs, exports, steps, cancels and
+crashes (mid-epoch and between epochs), checking invariants I1–I6 against an oracle."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.workers.rescale_sim import FRAGMENT, Crash, SimRunner, oracle
+from workers.hashing import vnode_of
+from workers.rescale.orchestrator import Orchestrator
+from workers.rescale.planner import plan_request
+from workers.rescale.request import ClusterView, FragmentView, RescheduleRequest
+
+VNODES = 16
+KEYS = [f"k{i}" for i in range(120)]
+CHANGES = {
+    "scale_out": {"added_parallel_units": [2, 3]},
+    "scale_in": {"removed_parallel_units": [1]},
+    "migrate": {"added_parallel_units": [2], "removed_parallel_units": [0]},
+}
+
+
+def epoch_records(epoch: int, per_epoch: int = 40) -> list[tuple[str, int]]:
+    """The source: deterministic per epoch, so a re-run epoch reads the same records."""
+    rng = random.Random(epoch)
+    return [(rng.choice(KEYS), epoch * 1000 + i) for i in range(per_epoch)]
+
+
+class Channel:
+    def __init__(self, sim: SimRunner) -> None:
+        self.sim = sim
+
+    def submit(self, kind: str, payload: dict[str, Any]) -> int:
+        return self.sim.control.submit(kind, payload)
+
+    def progress(self, operation: str) -> dict[str, Any] | None:
+        return self.sim.control.progress(operation)
+
+    def command_status(self, command_id: int) -> tuple[str, str] | None:
+        return self.sim.control.command_status(command_id)
+
+
+def make_plan(sim: SimRunner, change: str, request_extra: dict[str, Any]):
+    placement = sim.placements[FRAGMENT]
+    load = {}
+    for rows in sim.state_by_store().values():
+        for vnode, _ in rows.values():
+            keys, size = load.get(vnode, (0, 0))
+            load[vnode] = (keys + 1, size + 10)
+    cluster = ClusterView(
+        pu_worker={pu: "w" for pu in range(4)},
+        worker_alive={"w": True},
+        fragments={FRAGMENT: FragmentView(FRAGMENT, True, placement.pus, placement.mapping, load)},
+    )
+    request = RescheduleRequest.parse({"reschedules": {FRAGMENT: CHANGES[change]}, **request_extra})
+    return plan_request(request, cluster)
+
+
+class Harness:
+    """Feeds epochs, checks I4 after each, and restarts the runner on demand."""
+
+    def __init__(self, root: Path, initial: list[int]) -> None:
+        self.root = root
+        self.initial = initial
+        self.sim = SimRunner(root, vnodes=VNODES, pus=4, initial=initial)
+        self.epoch = 0
+        self.fed: list[tuple[str, int]] = []
+        self.rng = random.Random(7)
+
+    def restart(self) -> None:
+        self.sim = SimRunner(self.root, vnodes=VNODES, pus=4, initial=self.initial)
+
+    def run_epoch(self, crash_after: int | None = None) -> None:
+        records = epoch_records(self.epoch)
+        try:
+            result = self.sim.run_epoch(self.epoch, records, crash_after=crash_after, rng=self.rng)
+        except Crash:
+            self.restart()  # the runner died mid-epoch; Spark re-runs the same epoch
+            result = self.sim.run_epoch(self.epoch, records, rng=self.rng)
+        self.fed += records
+        self.epoch += 1
+        self.check_isolation(result.plan)
+
+    def check_isolation(self, plan) -> None:
+        """I4: every key of a vnode not held this epoch is up to date right after the epoch."""
+        expected = oracle(self.fed)
+        held = set(plan.fragment_actions(FRAGMENT).held)
+        held |= {
+            v
+            for op in self.sim.executor.ops.values()
+            for s in op.steps.values()
+            if s.acquire_epoch is not None
+            and s.acquire_epoch > self.epoch - 1
+            and s.collect_epoch is not None
+            and s.collect_epoch <= self.epoch - 1
+            for v in s.spec.vnodes
+        }
+        # read each key where the mapping says it lives: between Acquire and Drop the source
+        # still holds a sealed, no longer writable copy (I1 is about writable state)
+        mapping = plan.placements[FRAGMENT].mapping
+        stores = self.sim.state_by_store()
+        for key, value in expected.items():
+            vnode = vnode_of(key, VNODES)
+            if vnode not in held:
+                actual = stores.get(mapping[vnode], {}).get(key, (None, None))[1]
+                assert actual == value, f"I4: {key} lags after epoch {self.epoch - 1}"
+
+
+def check_final(h: Harness, plan, op_id: str) -> dict[str, Any]:
+    sim = h.sim
+    progress = sim.control.progress(op_id)
+    assert progress is not None and progress["status"] in ("completed", "cancelled"), progress
+    placement = sim.placements[FRAGMENT]
+    stores = sim.state_by_store()
+    seen: dict[str, int] = {}
+    vnode_home: dict[int, int] = {}
+    for pu, rows in stores.items():
+        for key, (vnode, _) in rows.items():
+            assert key not in seen, f"I1: {key} in stores of PU {seen[key]} and PU {pu}"
+            seen[key] = pu
+            assert vnode_home.setdefault(vnode, pu) == pu, f"I1: vnode {vnode} in two stores"
+            assert placement.mapping[vnode] == pu, (
+                f"I1/I5: vnode {vnode} on PU {pu}, mapping says {placement.mapping[vnode]}"
+            )
+    assert set(placement.mapping) <= set(placement.pus)
+    actual = {k: v for rows in stores.values() for k, (_, v) in rows.items()}
+    assert actual == oracle(h.fed), "I2/I3: final state differs from the oracle"
+    fp = plan.fragments[FRAGMENT]
+    if progress["status"] == "completed":
+        assert placement.mapping == fp.mapping_after
+        assert placement.pus == fp.pus_after
+    else:  # I5: completed moves stay, and the audit (progress) says which
+        moved = {v for s in progress["steps"] if s["phase"] == "done" for v in s["vnodes"]}
+        for vnode in range(VNODES):
+            expected = fp.mapping_after[vnode] if vnode in moved else fp.mapping_before[vnode]
+            assert placement.mapping[vnode] == expected
+    return progress
+
+
+def drive(h: Harness, orch: Orchestrator, script: list[str]) -> None:
+    for action in script:
+        if action == "epoch":
+            h.run_epoch()
+        elif action.startswith("crash"):
+            h.run_epoch(crash_after=int(action[5:]))
+        elif action == "export":
+            h.sim.executor.run_exports()
+        elif action == "tick":
+            orch.channel = Channel(h.sim)
+            orch.tick()
+        elif action == "cancel":
+            orch.cancel()
+        elif action == "restart":
+            h.restart()
+    for _ in range(200):  # then let it run to its end
+        orch.channel = Channel(h.sim)
+        if orch.tick()["status"] in ("completed", "cancelled"):
+            break
+        h.sim.executor.run_exports()
+        h.run_epoch()
+    h.run_epoch()
+    h.run_epoch()
+
+
+ACTIONS = st.sampled_from(
+    ["epoch", "epoch", "export", "tick", "tick", "restart", "crash0", "crash1", "crash2", "cancel"]
+)
+
+
+@settings(
+    max_examples=int(os.environ.get("RESCALER_MODEL_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    change=st.sampled_from(sorted(CHANGES)),
+    vnodes_per_step=st.integers(1, 16),
+    in_flight=st.integers(1, 4),
+    script=st.lists(ACTIONS, max_size=30),
+)
+def test_any_interleaving_keeps_every_invariant(
+    change: str, vnodes_per_step: int, in_flight: int, script: list[str]
+) -> None:
+    root = Path(tempfile.mkdtemp(prefix="rescale-model-"))
+    try:
+        h = Harness(root, initial=[0, 1])
+        for _ in range(3):
+            h.run_epoch()
+        plan = make_plan(
+            h.sim,
+            change,
+            {"granularity": {"vnodes_per_step": vnodes_per_step, "steps_in_flight": in_flight}},
+        )
+        orch = Orchestrator(Channel(h.sim), "op1", plan)
+        orch.start()
+        drive(h, orch, script)
+        check_final(h, plan, "op1")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_uninterrupted_operation_completes_with_the_planned_mapping(
+    tmp_path: Path, change: str
+) -> None:
+    h = Harness(tmp_path, initial=[0, 1])
+    for _ in range(3):
+        h.run_epoch()
+    plan = make_plan(h.sim, change, {"granularity": "fluid"})
+    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    drive(h, orch, [])
+    progress = check_final(h, plan, "op1")
+    assert progress["status"] == "completed"
+    assert progress["vnodes_moved"] == len(plan.fragments[FRAGMENT].moves) > 0
+    delays = [s["acquire_epoch"] - s["collect_epoch"] for s in progress["steps"]]
+    assert max(delays) <= 2, f"fluid steps must hold their keys at most 2 epochs, held {delays}"
+
+
+def test_cancel_keeps_completed_moves_and_finishes_the_step_in_flight(tmp_path: Path) -> None:
+    h = Harness(tmp_path, initial=[0, 1])
+    for _ in range(3):
+        h.run_epoch()
+    plan = make_plan(h.sim, "scale_out", {"granularity": "fluid"})
+    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    drive(
+        h, orch, ["tick", "epoch", "export", "epoch", "tick", "epoch", "epoch", "cancel", "epoch"]
+    )
+    progress = check_final(h, plan, "op1")
+    assert progress["status"] == "cancelled"
+    done = [s for s in progress["steps"] if s["phase"] == "done"]
+    assert 0 < len(done) < len(plan.steps)
+    assert all(s["phase"] in ("done", "cancelled") for s in progress["steps"])
+
+
+def test_stop_start_restores_every_key_to_its_new_owner(tmp_path: Path) -> None:
+    h = Harness(tmp_path, initial=[0, 1])
+    for _ in range(4):
+        h.run_epoch()
+    plan = make_plan(h.sim, "scale_out", {"strategy": "stop_start"})
+    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    drive(h, orch, ["tick", "crash1"])
+    progress = check_final(h, plan, "op1")
+    assert progress["status"] == "completed" and progress["phase"] == "restored"

@@ -1,0 +1,61 @@
+"""Why a rescale is refused or fails. Each refusal has a stable machine-readable ``code``."""
+
+from __future__ import annotations
+
+
+class RescaleError(Exception):
+    """Base class: a rescale that cannot be carried out, with the reason."""
+
+    code = "rescale_error"
+
+
+class MalformedRequest(RescaleError):
+    code = "malformed_request"
+
+
+class UnknownFragment(RescaleError):
+    code = "unknown_fragment"
+
+
+class NotStateful(RescaleError):
+    code = "fragment_not_stateful"
+
+
+class UnknownParallelUnit(RescaleError):
+    code = "unknown_parallel_unit"
+
+
+class DeadWorker(RescaleError):
+    code = "parallel_unit_on_dead_worker"
+
+
+class AlreadyInFragment(RescaleError):
+    code = "parallel_unit_already_in_fragment"
+
+
+class NotInFragment(RescaleError):
+    code = "parallel_unit_not_in_fragment"
+
+
+class RemovesEveryUnit(RescaleError):
+    code = "removes_every_parallel_unit"
+
+
+class AddedAndRemoved(RescaleError):
+    code = "parallel_unit_added_and_removed"
+
+
+class FragmentBusy(RescaleError):
+    code = "fragment_busy"
+
+
+class NothingToDo(RescaleError):
+    code = "nothing_to_do"
+
+
+class UnknownOperation(RescaleError):
+    code = "unknown_operation"
+
+
+class OperationFailed(RescaleError):
+    code = "operation_failed"

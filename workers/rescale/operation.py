@@ -1,0 +1,172 @@
+"""An operation's durable state on the runner's side: its steps and the epoch of each phase.
+
+A step's phases, in order (DESIGN §3):
+
+``pending``    issued, not started;
+``collecting`` held from ``collect_epoch``: its records go to the hold queue, the source's copy is
+               sealed and being exported;
+``exported``   every vnode's export is written and verified (key count and checksum);
+``acquiring``  the target ingests the exports and replays the hold queue at ``acquire_epoch``,
+               from which the vnodes route to the target (the mapping version moves forward);
+``acquired``   that epoch has committed;
+``dropping``   the source deletes the vnodes' ranges at ``drop_epoch``;
+``done``       that epoch has committed;
+``cancelled``  never started (the operation was cancelled first).
+
+The epochs are what makes this safe to repeat: the plan of an epoch is a pure function of them,
+so a re-run of an epoch after a crash acts exactly as the first run did.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.pipeline.placement import write_json_atomic
+from workers.rescale.planner import StepSpec
+
+STEP_PHASES = (
+    "pending", "collecting", "exported", "acquiring", "acquired", "dropping", "done", "cancelled",
+)  # fmt: skip
+IN_FLIGHT = {"collecting", "exported", "acquiring", "acquired", "dropping"}
+FINAL_STATUSES = {"completed", "cancelled", "failed"}
+
+
+@dataclass
+class StepState:
+    spec: StepSpec
+    phase: str = "pending"
+    collect_epoch: int | None = None
+    acquire_epoch: int | None = None
+    drop_epoch: int | None = None
+    exports: dict[int, dict[str, Any]] = field(default_factory=dict)  # vnode -> manifest
+    hold_rows: dict[int, int] = field(default_factory=dict)  # vnode -> records held
+    keys_moved: int = 0
+    bytes_moved: int = 0
+    timings: dict[str, float] = field(default_factory=dict)  # phase -> unix time entered
+    error: str = ""
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        self.timings[phase] = time.time()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["spec"] = self.spec.to_json()
+        data["exports"] = {str(v): m for v, m in self.exports.items()}
+        data["hold_rows"] = {str(v): n for v, n in self.hold_rows.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepState:
+        data = dict(data)
+        data["spec"] = StepSpec.from_json(data["spec"])
+        data["exports"] = {int(v): m for v, m in data.get("exports", {}).items()}
+        data["hold_rows"] = {int(v): n for v, n in data.get("hold_rows", {}).items()}
+        return cls(**data)
+
+    def progress(self) -> dict[str, Any]:
+        """What the control plane shows of this step."""
+        return {
+            "step": self.spec.id,
+            "fragment": self.spec.fragment,
+            "source": self.spec.source,
+            "target": self.spec.target,
+            "vnodes": list(self.spec.vnodes),
+            "phase": self.phase,
+            "collect_epoch": self.collect_epoch,
+            "acquire_epoch": self.acquire_epoch,
+            "drop_epoch": self.drop_epoch,
+            "keys_moved": self.keys_moved,
+            "bytes_moved": self.bytes_moved,
+            "hold_queue": sum(self.hold_rows.values()),
+            "per_vnode": {
+                str(v): {
+                    "keys": self.exports.get(v, {}).get("keys"),
+                    "bytes": self.exports.get(v, {}).get("bytes"),
+                    "hold_queue": self.hold_rows.get(v, 0),
+                }
+                for v in self.spec.vnodes
+            },
+            "timings": self.timings,
+            "error": self.error,
+        }
+
+
+@dataclass
+class OperationState:
+    """One rescale operation as the runner executes it."""
+
+    id: str
+    strategy: str  # "live" or "stop_start"
+    # fragment -> {"added": [...], "removed": [...], "pus_after": [...], "mapping_after": [...]}
+    fragments: dict[str, dict[str, Any]]
+    status: str = "running"  # running, completed, cancelled, failed
+    steps: dict[int, StepState] = field(default_factory=dict)
+    cancel_requested: bool = False
+    finish_requested: bool = False
+    begun_epoch: int | None = None
+    finished_epoch: int | None = None
+    phase: str = "begun"  # stop-start: begun, snapshotted, cleared, restored
+    error: str = ""
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def in_flight(self) -> list[StepState]:
+        return [s for s in self.steps.values() if s.phase in IN_FLIGHT]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["steps"] = {str(i): s.to_json() for i, s in self.steps.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OperationState:
+        data = dict(data)
+        data["steps"] = {int(i): StepState.from_json(s) for i, s in data.get("steps", {}).items()}
+        return cls(**data)
+
+    def progress(self) -> dict[str, Any]:
+        steps = sorted(self.steps.values(), key=lambda s: s.spec.id)
+        return {
+            "operation": self.id,
+            "strategy": self.strategy,
+            "status": self.status,
+            "phase": self.phase,
+            "cancel_requested": self.cancel_requested,
+            "begun_epoch": self.begun_epoch,
+            "finished_epoch": self.finished_epoch,
+            "steps": [s.progress() for s in steps],
+            "vnodes_moved": sum(len(s.spec.vnodes) for s in steps if s.phase == "done"),
+            "keys_moved": sum(s.keys_moved for s in steps),
+            "bytes_moved": sum(s.bytes_moved for s in steps),
+            "error": self.error,
+        }
+
+
+class OperationStore:
+    """``<pipeline>/rescale/op-<id>/state.json`` per operation."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root) / "rescale"
+
+    def op_dir(self, op_id: str) -> Path:
+        return self.root / f"op-{op_id}"
+
+    def save(self, op: OperationState) -> None:
+        write_json_atomic(self.op_dir(op.id) / "state.json", op.to_json())
+
+    def load_all(self) -> dict[str, OperationState]:
+        ops: dict[str, OperationState] = {}
+        if not self.root.is_dir():
+            return ops
+        for path in sorted(self.root.glob("op-*/state.json")):
+            op = OperationState.from_json(json.loads(path.read_text("utf-8")))
+            ops[op.id] = op
+        return ops

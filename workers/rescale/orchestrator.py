@@ -1,0 +1,162 @@
+"""Driving one operation from outside the runner: begin it, issue its steps paced by the
+granularity, wait for their phases, time out a stuck step, honour cancel, finish.
+
+It talks to the runner only through an :class:`OperationChannel` (commands in, progress out), so
+the same logic runs against the file-based control of the data plane (tests, the CLI) and against
+Postgres in a Celery task. It keeps no state of its own that the runner's progress cannot rebuild:
+an orchestrator that dies can be replaced by a new one for the same operation, which re-sends
+(idempotently) whatever the runner has not acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from workers.rescale.planner import Plan, StepSpec
+from workers.rescale.request import Granularity
+
+DONE_PHASES = {"done", "cancelled"}
+
+
+class OperationChannel(Protocol):
+    def submit(self, kind: str, payload: dict[str, Any]) -> int: ...
+
+    def progress(self, operation: str) -> dict[str, Any] | None: ...
+
+    def command_status(self, command_id: int) -> tuple[str, str] | None: ...
+
+
+def begin_payload(operation: str, plan: Plan) -> dict[str, Any]:
+    return {
+        "operation": operation,
+        "strategy": plan.request.strategy,
+        "fragments": {
+            name: {
+                "added": list(plan.request.changes[name].added),
+                "removed": list(plan.request.changes[name].removed),
+                "pus_after": list(fp.pus_after),
+                "mapping_after": list(fp.mapping_after),
+            }
+            for name, fp in plan.fragments.items()
+        },
+    }
+
+
+@dataclass
+class Orchestrator:
+    channel: OperationChannel
+    operation: str
+    plan: Plan
+    step_timeout_s: float = 300.0
+    clock: Callable[[], float] = time.monotonic
+    _started: float | None = None
+    _last_change: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _refused: str = ""
+    _begin_command: int | None = None
+    _finish_sent: bool = False
+
+    @property
+    def granularity(self) -> Granularity:
+        return self.plan.request.granularity
+
+    def start(self) -> None:
+        """Begin the operation (idempotent: the runner ignores a second begin)."""
+        self._started = self.clock()
+        self._begin_command = self.channel.submit(
+            "rescale.begin", begin_payload(self.operation, self.plan)
+        )
+
+    def cancel(self) -> None:
+        self.channel.submit("rescale.cancel", {"operation": self.operation})
+
+    def tick(self) -> dict[str, Any]:
+        """Issue what may start now; returns {"status", "progress", "error"}."""
+        if self._started is None:
+            self.start()
+        assert self._started is not None
+        if self._begin_command is not None:
+            ack = self.channel.command_status(self._begin_command)
+            if ack is not None and ack[0] == "failed" and "already begun" not in ack[1]:
+                return {"status": "failed", "progress": None, "error": f"runner refused: {ack[1]}"}
+        progress = self.channel.progress(self.operation)
+        if progress is None:
+            return {"status": "starting", "progress": None, "error": ""}
+        if progress["status"] in ("completed", "cancelled", "failed"):
+            return {
+                "status": progress["status"],
+                "progress": progress,
+                "error": progress.get("error", ""),
+            }
+        if self.plan.request.strategy != "live":
+            return {"status": "running", "progress": progress, "error": ""}
+        steps = {s["step"]: s for s in progress["steps"]}
+        stuck = self._stuck(steps)
+        if stuck:
+            if not progress["cancel_requested"]:
+                self.cancel()
+            return {"status": "cancelling", "progress": progress, "error": stuck}
+        if progress["cancel_requested"]:
+            return {"status": "cancelling", "progress": progress, "error": ""}
+        in_flight = sum(1 for s in steps.values() if s["phase"] not in DONE_PHASES)
+        issued_bytes = sum(s.bytes for s in self.plan.steps if s.id in steps)
+        for spec in self.plan.steps:
+            if spec.id in steps:
+                continue
+            if in_flight >= self.granularity.steps_in_flight or not self._rate_allows(issued_bytes):
+                break
+            self._issue(spec)
+            in_flight += 1
+            issued_bytes += spec.bytes
+        done = all(
+            spec.id in steps and steps[spec.id]["phase"] == "done" for spec in self.plan.steps
+        )
+        if done and not self._finish_sent:
+            self.channel.submit("rescale.finish", {"operation": self.operation})
+            self._finish_sent = True
+        return {"status": "running", "progress": progress, "error": ""}
+
+    def _issue(self, spec: StepSpec) -> None:
+        self.channel.submit("rescale.step", {"operation": self.operation, "step": spec.to_json()})
+
+    def _rate_allows(self, issued_bytes: int) -> bool:
+        rate = self.granularity.bytes_per_second
+        if rate is None or issued_bytes == 0:
+            return True
+        assert self._started is not None
+        return issued_bytes <= rate * (self.clock() - self._started)
+
+    def _stuck(self, steps: dict[int, dict[str, Any]]) -> str:
+        now = self.clock()
+        for step_id, step in steps.items():
+            phase = step["phase"]
+            seen = self._last_change.get(step_id)
+            if seen is None or seen[0] != phase:
+                self._last_change[step_id] = (phase, now)
+            elif phase not in DONE_PHASES and now - seen[1] > self.step_timeout_s:
+                return (
+                    f"step {step_id} stuck in phase {phase!r} for {now - seen[1]:.0f}s "
+                    f"(timeout {self.step_timeout_s:.0f}s): cancelling the operation"
+                )
+        return ""
+
+    def run(
+        self,
+        *,
+        poll_s: float = 0.2,
+        timeout_s: float = 3600.0,
+        on_tick: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Tick until the operation ends; returns the last tick's result."""
+        deadline = self.clock() + timeout_s
+        while True:
+            result = self.tick()
+            if on_tick is not None:
+                on_tick(result)
+            if result["status"] in ("completed", "cancelled", "failed"):
+                return result
+            if self.clock() > deadline:
+                return {**result, "status": "timeout", "error": f"not finished after {timeout_s}s"}
+            time.sleep(poll_s)
