@@ -76,6 +76,19 @@ def main(
     export.add_argument("--fragment", required=True)
     export.add_argument("--state-dir", type=Path)
     export.add_argument("--output", "-o", type=Path, help="default: standard output")
+    resc = sub.add_parser("rescale", help="scale out, scale in or migrate a running pipeline")
+    resc.add_argument("--pipeline", required=True, choices=sorted(BUILTINS))
+    resc.add_argument("--fragment", required=True, action="append", help="repeat for several")
+    resc.add_argument("--add", default="", help="parallel units to add, e.g. 2,3")
+    resc.add_argument("--remove", default="", help="parallel units to remove, e.g. 1")
+    resc.add_argument("--strategy", default="live", choices=["live", "stop_start"])
+    resc.add_argument(
+        "--granularity", default="fluid", help="fluid, batched, all_at_once, or a JSON object"
+    )
+    resc.add_argument("--weighted", action="store_true", help="balance measured bytes too")
+    resc.add_argument("--dry-run", action="store_true", help="print the plan, move nothing")
+    resc.add_argument("--state-dir", type=Path)
+    resc.add_argument("--operation", help="operation id (default: a new one)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -93,6 +106,8 @@ def main(
             last = run_with_signals(config, control)
             print(f"stopped after epoch {last}", file=sys.stderr)
             return 0
+        if args.command == "rescale":
+            return rescale_main(args)
         return export_main(args)
     except ConfigError as exc:
         parser.error(str(exc))
@@ -115,3 +130,60 @@ def export_main(args: argparse.Namespace) -> int:
         return 1
     print(f"exported {n} keys of {args.pipeline}/{args.fragment}", file=sys.stderr)
     return 0
+
+
+def _units(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def rescale_main(args: argparse.Namespace) -> int:
+    import json
+
+    from workers.config import default_state_dir
+    from workers.rescale.errors import RescaleError
+    from workers.rescale.local import plan_local, rescale
+    from workers.rescale.request import RescheduleRequest
+
+    granularity: Any = args.granularity
+    if granularity.startswith("{"):
+        granularity = json.loads(granularity)
+    body = {
+        "reschedules": {
+            frag: {
+                "added_parallel_units": _units(args.add),
+                "removed_parallel_units": _units(args.remove),
+            }
+            for frag in args.fragment
+        },
+        "strategy": args.strategy,
+        "granularity": granularity,
+        "dry_run": args.dry_run,
+        "weighted": args.weighted,
+    }
+    pipeline_dir = (args.state_dir or default_state_dir()) / args.pipeline
+    try:
+        request = RescheduleRequest.parse(body)
+        if args.dry_run:
+            print(json.dumps(plan_local(pipeline_dir, request).to_json(), indent=2))
+            return 0
+
+        def show(tick: dict[str, Any]) -> None:
+            progress = tick.get("progress") or {}
+            steps = progress.get("steps", [])
+            done = sum(1 for s in steps if s["phase"] == "done")
+            print(
+                f"\r{tick['status']:<10} steps done {done}/{len(steps)}  "
+                f"keys moved {progress.get('keys_moved', 0):>10}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        result = rescale(pipeline_dir, request, operation=args.operation, on_tick=show)
+    except (RescaleError, FileNotFoundError) as exc:
+        code = getattr(exc, "code", "error")
+        print(f"refused ({code}): {exc}", file=sys.stderr)
+        return 2
+    print(file=sys.stderr)
+    print(json.dumps({k: v for k, v in result.items() if k != "progress"}))
+    return 0 if result["status"] == "completed" else 1

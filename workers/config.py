@@ -50,6 +50,7 @@ class RunnerConfig:
     max_files_per_epoch: int = 64
     spark_ui: bool = True
     heartbeat_interval_s: float = 2.0
+    max_query_restarts: int = 3  # consecutive failures of the streaming query before giving up
     spark_conf: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:

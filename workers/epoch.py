@@ -75,7 +75,8 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     options = pa.ipc.IpcWriteOptions(compression="lz4")
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def _from_ipc(data: bytes) -> pa.Table:
@@ -134,7 +135,7 @@ def apply_records(
         out_seq.extend([last_seq[key]] * len(outputs))
     names = ["key", *(n for n, _ in operator.output_fields)]
     types = [pa.string(), *(ARROW_TYPES[t] for _, t in operator.output_fields)]
-    columns = list(zip(*out_rows)) if out_rows else [[] for _ in names]
+    columns: list[tuple[Any, ...]] = list(zip(*out_rows)) if out_rows else [() for _ in names]
     arrays = [pa.array(list(col), typ) for col, typ in zip(columns, types)]
     arrays.insert(1, pa.array(out_seq, pa.int64()))
     outputs_table = pa.Table.from_arrays(arrays, names=[names[0], "seq", *names[1:]])
@@ -167,7 +168,8 @@ def _as_output_batches(schema: pa.Schema, kind: str, outputs: pa.Table) -> list[
             arrays.append(pa.nulls(n, pa.string()))
         else:
             arrays.append(outputs.column(field.name).cast(field.type))
-    return pa.Table.from_arrays(arrays, schema=schema).to_batches()
+    batches: list[pa.RecordBatch] = pa.Table.from_arrays(arrays, schema=schema).to_batches()
+    return batches
 
 
 def _info_row(schema: pa.Schema, kind: str, info: dict[str, Any]) -> pa.RecordBatch:
@@ -237,10 +239,10 @@ def run_task(
     schema = output_schema(spec.operator)
     pu = spec.pus[slot]
     actions = spec.slot_actions(slot)
-    batches = list(batches)
+    received = list(batches)
     held = None
-    if batches:
-        table = pa.Table.from_batches(batches)
+    if received:
+        table = pa.Table.from_batches(received)
         kinds = table.column("kind")
         is_rec = pc.equal(kinds, "rec")
         is_held = pc.equal(kinds, "held")

@@ -72,7 +72,8 @@ class KeyedOperator(ABC):
         return state
 
     def encode(self, state: Any) -> bytes:
-        return bytes([self.state_version]) + msgpack.packb(state, use_bin_type=True)
+        packed: bytes = msgpack.packb(state, use_bin_type=True)
+        return bytes([self.state_version]) + packed
 
     def decode(self, data: bytes) -> Any:
         if data[0] != self.state_version:

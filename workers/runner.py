@@ -53,6 +53,11 @@ class RunnerError(Exception):
     """The runner cannot start or continue; the message says what to do."""
 
 
+class StopRequested(Exception):
+    """Raised at the start of a micro-batch after a stop: the batch changes nothing and Spark
+    does not commit it, so the next start re-runs it from its logged offsets."""
+
+
 def build_spark(config: RunnerConfig, app_name: str) -> Any:
     """A SparkSession configured for epoch jobs (one task per PU, no partition coalescing)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -118,6 +123,8 @@ class PipelineRunner:
         self.last_epoch = -1
         self.status = "starting"
         self._stop = threading.Event()
+        self._batch_lock = threading.Lock()
+        self._in_batch = False
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
 
@@ -250,15 +257,15 @@ class PipelineRunner:
         pus = {n: p.pus for n, p in self.placements.items()}
         actions = self.executor.plan(epoch)
         self.placements_store.save(self.placements)
+        if versions != {n: p.version for n, p in self.placements.items()} or pus != {
+            n: p.pus for n, p in self.placements.items()
+        }:
+            self.control.register(self.topology())  # before any operation reports its end
         self.executor.placements_saved()
         plan = EpochPlan(epoch, dict(self.placements), actions)
         self.placements_store.save_plan(plan)
         for command_id, status, detail in acks:
             self.control.ack_command(command_id, status, detail)
-        if versions != {n: p.version for n, p in self.placements.items()} or pus != {
-            n: p.pus for n, p in self.placements.items()
-        }:
-            self.control.register(self.topology())
         return plan
 
     def _stage(
@@ -305,25 +312,19 @@ class PipelineRunner:
         from pyspark.sql import functions as F
 
         cfg = self.config
-        good = df.where(F.col("_malformed").isNull()).drop("_malformed")
         first = self.pipeline.fragments[0]
-        records = self.pipeline.prepare(good).select(
-            F.lit("rec").alias("kind"),
-            F.col(first.key),
+        # one pass over the source: malformed rows ride along (kind "malformed") instead of
+        # being split off into a second branch, which would make Spark read the source twice
+        prepared = self.pipeline.prepare(df)
+        bad = F.col("_malformed").isNotNull()
+        stream = prepared.select(
+            F.when(bad, F.lit("malformed")).otherwise(F.lit("rec")).alias("kind"),
+            F.when(bad, F.lit(None)).otherwise(F.col(first.key)).alias(first.key),
             "seq",
             *first.operator.columns,
-            F.col("src"),
-            F.lit(None).cast("string").alias("info"),
-        )
-        malformed = df.where(F.col("_malformed").isNotNull()).select(
-            F.lit("malformed").alias("kind"),
-            F.lit(None).cast("string").alias(first.key),
-            "seq",
-            *[F.lit(None).alias(c) for c in first.operator.columns],
-            F.lit(0).alias("src"),
+            F.when(bad, F.lit(0)).otherwise(F.col("src")).alias("src"),
             F.col("_malformed").alias("info"),
         )
-        stream = records.unionByName(malformed, allowMissingColumns=True)
         for i, frag in enumerate(self.pipeline.fragments):
             placement = plan.placements[frag.name]
             actions = plan.fragment_actions(frag.name)
@@ -358,11 +359,22 @@ class PipelineRunner:
         path = self.config.pipeline_dir / "checkpoint" / "offsets" / str(epoch)
         try:
             lines = path.read_text("utf-8").splitlines()
-            return json.loads(lines[-1])
+            offset: dict[str, Any] = json.loads(lines[-1])
+            return offset
         except (OSError, ValueError, IndexError):
             return {}
 
     def _on_batch(self, df: Any, epoch: int) -> None:
+        with self._batch_lock:
+            if self._stop.is_set():
+                raise StopRequested(f"stopped before epoch {epoch}")
+            self._in_batch = True
+        try:
+            self._run_batch(df, epoch)
+        finally:
+            self._in_batch = False
+
+    def _run_batch(self, df: Any, epoch: int) -> None:
         started = time.perf_counter()
         try:
             plan = self._plan(epoch)
@@ -444,31 +456,59 @@ class PipelineRunner:
         heart.start()
         self._beat()
         try:
-            if not self._done():
-                self.query = (
-                    self._source_stream()
-                    .writeStream.foreachBatch(self._on_batch)
-                    .option("checkpointLocation", str(cfg.pipeline_dir / "checkpoint"))
-                    .trigger(processingTime=f"{cfg.trigger_interval_s} seconds")
-                    .queryName(f"rescaler_{self.pipeline.name}")
-                    .start()
+            failures = 0
+            while not self._done():
+                self._error = None
+                self.query = self._start_query()
+                failure = self._watch_query()
+                if failure is None:
+                    break
+                failures += 1
+                if failures > cfg.max_query_restarts:
+                    raise RunnerError(
+                        f"the streaming query failed {failures} times in a row; last: {failure}"
+                    ) from self._error
+                # re-running an epoch is always safe (atomic commits, recorded plans): a
+                # transient failure (an overloaded host, a lost executor) must not end the run
+                log.error(
+                    "the streaming query failed (%s); restarting it (%d/%d)",
+                    failure,
+                    failures,
+                    cfg.max_query_restarts,
                 )
-                while not self._done():
-                    if self._error is not None:
-                        raise self._error
-                    if not self.query.isActive:
-                        exc = self.query.exception()
-                        raise RunnerError(f"the streaming query stopped: {exc}")
-                    time.sleep(0.1)
+                time.sleep(min(2.0**failures, 30.0))
         finally:
             self.status = "stopping"
             self._stop.set()
             if self.query is not None and self.query.isActive:
+                # no epoch is in flight here (or the runner is failing): a batch that starts
+                # now sees the stop flag and changes nothing
                 self.query.stop()
             self.status = "stopped"
             self._beat()
             self.spark.stop()
         return self.last_epoch
+
+    def _start_query(self) -> Any:
+        cfg = self.config
+        return (
+            self._source_stream()
+            .writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(cfg.pipeline_dir / "checkpoint"))
+            .trigger(processingTime=f"{cfg.trigger_interval_s} seconds")
+            .queryName(f"rescaler_{self.pipeline.name}")
+            .start()
+        )
+
+    def _watch_query(self) -> str | None:
+        """Wait until done (None) or until the query fails (its error)."""
+        while not self._done() or self._in_batch:
+            if not self.query.isActive:
+                if self._stop.is_set():
+                    return None  # the batch after the stop refused to start: a clean stop
+                return str(self._error or self.query.exception())
+            time.sleep(0.1)
+        return None
 
     def _committed_epoch(self) -> int:
         commits = self.config.pipeline_dir / "checkpoint" / "commits"

@@ -14,16 +14,21 @@ def _prepare_wordcount(df: Any) -> Any:
     # lines -> words; splitting on single spaces keeps Spark and the oracle in exact agreement
     from pyspark.sql import functions as F
 
-    words = df.select("seq", F.posexplode(F.split("line", WORD_SEPARATOR)).alias("pos", "word"))
+    words = df.select(
+        "seq",
+        "_malformed",
+        F.posexplode_outer(F.split("line", WORD_SEPARATOR)).alias("pos", "word"),
+    )
     # src marks one record per source line, so the runner can count source rows per epoch
     words = words.withColumn("src", (F.col("pos") == 0).cast("int"))
-    return words.where(F.col("word") != "").drop("pos")
+    # a malformed line has no words: posexplode_outer keeps it as one row for the report
+    return words.where(F.col("_malformed").isNotNull() | (F.col("word") != "")).drop("pos")
 
 
 def _prepare_clickstream(df: Any) -> Any:
     from pyspark.sql import functions as F
 
-    return df.select("seq", "user", "page", "ts", "bytes", F.lit(1).alias("src"))
+    return df.select("seq", "user", "page", "ts", "bytes", "_malformed", F.lit(1).alias("src"))
 
 
 def wordcount(vnodes: int = DEFAULT_VNODES) -> Pipeline:

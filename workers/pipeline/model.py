@@ -50,9 +50,9 @@ class Pipeline:
     name: str
     source_kind: str  # "lines" or "events": the shape of the source's records
     fragments: tuple[Fragment, ...]
-    # source DataFrame (seq, fields..., _malformed is already split off) -> the first fragment's
-    # input: seq, its key column, its operator's columns, and ``src`` (1 on exactly one record
-    # per source row: how the runner counts source rows)
+    # source DataFrame (seq, fields..., _malformed) -> the first fragment's input: seq, its key
+    # column, its operator's columns, ``_malformed`` (every malformed source row kept as exactly
+    # one row) and ``src`` (1 on exactly one record per good source row: how rows are counted)
     prepare: Callable[[Any], Any]
     description: str = ""
     sink: str = "sink"

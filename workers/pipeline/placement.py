@@ -93,7 +93,14 @@ class SlotActions:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SlotActions:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        return cls(
+            seal=tuple(data.get("seal", ())),
+            drop=tuple(data.get("drop", ())),
+            ingest=tuple(data.get("ingest", ())),
+            replay_files=tuple(data.get("replay_files", ())),
+            replay_vnodes=tuple(data.get("replay_vnodes", ())),
+            hold_path=data.get("hold_path"),
+        )
 
 
 @dataclass(frozen=True)

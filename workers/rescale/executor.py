@@ -61,6 +61,10 @@ class RescaleExecutor:
         self.worker_pus = set(worker_pus)
         self.store = OperationStore(self.dir)
         self.ops = self.store.load_all()
+        settled = settled_operations(self.dir)
+        self._unreported_final = {
+            o.id for o in self.ops.values() if o.final and o.id not in settled
+        }
         self._report = report or (lambda progress: None)
         self._background = background_exports
         self._lock = threading.RLock()
@@ -77,11 +81,18 @@ class RescaleExecutor:
     def _save(self, op: OperationState) -> None:
         with self._lock:
             self.store.save(op)
+            if op.final and op.id not in settled_operations(self.dir):
+                # not before the placement it ends with is durable (see placements_saved)
+                self._unreported_final.add(op.id)
+                return
             progress = op.progress()
+        self._send(progress)
+
+    def _send(self, progress: dict[str, Any]) -> None:
         try:
             self._report(progress)
         except Exception:  # progress is a notification; the state file is the truth
-            log.exception("reporting progress of operation %s failed", op.id)
+            log.exception("reporting progress of operation %s failed", progress["operation"])
 
     # -- commands ----------------------------------------------------------------------------
     def handle(self, command: Command) -> str:
@@ -263,11 +274,29 @@ class RescaleExecutor:
                 self._set_placement(name, pus, mapping)
 
     def placements_saved(self) -> None:
-        """The runner saved the placements: final operations' effects are now durable."""
+        """The runner saved the placements: final operations' effects are now durable, and
+        their final status can be reported."""
         with self._lock:
+            settled = settled_operations(self.dir)
             for op in self.ops.values():
-                if op.final:
+                if op.final and op.id not in settled:
                     mark_settled(self.dir, op.id)
+                    self._clean_up(op)
+            report = [self.ops[i].progress() for i in sorted(self._unreported_final)]
+            self._unreported_final.clear()
+        for progress in report:
+            self._send(progress)
+
+    def _clean_up(self, op: OperationState) -> None:
+        """Exports and hold queues of a settled operation are spent: its state file stays as the
+        record of what it did. One operation per fragment at a time, so every hold queue file of
+        its fragments up to its last epoch is its own."""
+        shutil.rmtree(self.store.op_dir(op.id) / "exports", ignore_errors=True)
+        last = op.finished_epoch if op.finished_epoch is not None else -1
+        for name in op.fragments:
+            for path in (self.dir / "rescale" / "holdq" / name).glob("pu-*/epoch-*.arrow"):
+                if int(path.stem.split("-")[1]) <= last:
+                    path.unlink(missing_ok=True)
 
     def _release(
         self, op: OperationState, name: str, pus: list[int], mapping: list[int]

@@ -29,8 +29,15 @@ from workers.pipeline.placement import write_json_atomic
 from workers.rescale.planner import StepSpec
 
 STEP_PHASES = (
-    "pending", "collecting", "exported", "acquiring", "acquired", "dropping", "done", "cancelled",
-)  # fmt: skip
+    "pending",
+    "collecting",
+    "exported",
+    "acquiring",
+    "acquired",
+    "dropping",
+    "done",
+    "cancelled",
+)
 IN_FLIGHT = {"collecting", "exported", "acquiring", "acquired", "dropping"}
 FINAL_STATUSES = {"completed", "cancelled", "failed"}
 
@@ -137,6 +144,7 @@ class OperationState:
         return {
             "operation": self.id,
             "strategy": self.strategy,
+            "fragments": sorted(self.fragments),
             "status": self.status,
             "phase": self.phase,
             "cancel_requested": self.cancel_requested,

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workers.rescale.planner import Plan, StepSpec
 from workers.rescale.request import Granularity
 
 DONE_PHASES = {"done", "cancelled"}
+# a step counts against steps_in_flight while its vnodes' records wait; once acquired it only
+# cleans up the source's copy, and the next step may start
+HOLDING_PHASES = {"pending", "collecting", "exported", "acquiring"}
 
 
 class OperationChannel(Protocol):
@@ -52,9 +55,8 @@ class Orchestrator:
     plan: Plan
     step_timeout_s: float = 300.0
     clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time  # compared with the runner's phase-entry times
     _started: float | None = None
-    _last_change: dict[int, tuple[str, float]] = field(default_factory=dict)
-    _refused: str = ""
     _begin_command: int | None = None
     _finish_sent: bool = False
 
@@ -100,7 +102,7 @@ class Orchestrator:
             return {"status": "cancelling", "progress": progress, "error": stuck}
         if progress["cancel_requested"]:
             return {"status": "cancelling", "progress": progress, "error": ""}
-        in_flight = sum(1 for s in steps.values() if s["phase"] not in DONE_PHASES)
+        in_flight = sum(1 for s in steps.values() if s["phase"] in HOLDING_PHASES)
         issued_bytes = sum(s.bytes for s in self.plan.steps if s.id in steps)
         for spec in self.plan.steps:
             if spec.id in steps:
@@ -129,15 +131,17 @@ class Orchestrator:
         return issued_bytes <= rate * (self.clock() - self._started)
 
     def _stuck(self, steps: dict[int, dict[str, Any]]) -> str:
-        now = self.clock()
-        for step_id, step in steps.items():
+        """A step whose phase has not changed for longer than the time-out, by the runner's own
+        record of when it entered the phase (so a replacement orchestrator sees it too)."""
+        now = self.wall()
+        for step_id, step in sorted(steps.items()):
             phase = step["phase"]
-            seen = self._last_change.get(step_id)
-            if seen is None or seen[0] != phase:
-                self._last_change[step_id] = (phase, now)
-            elif phase not in DONE_PHASES and now - seen[1] > self.step_timeout_s:
+            since = step.get("timings", {}).get(phase)
+            if phase in DONE_PHASES or since is None:
+                continue
+            if now - since > self.step_timeout_s:
                 return (
-                    f"step {step_id} stuck in phase {phase!r} for {now - seen[1]:.0f}s "
+                    f"step {step_id} stuck in phase {phase!r} for {now - since:.0f}s "
                     f"(timeout {self.step_timeout_s:.0f}s): cancelling the operation"
                 )
         return ""

@@ -105,7 +105,23 @@ class FragmentPlan:
             "bytes_moved": sum(m.bytes for m in self.moves),
             "balance_before": self.balance(self.mapping_before, self.pus_before),
             "balance_after": self.balance(self.mapping_after, self.pus_after),
+            "mapping_before": list(self.mapping_before),
+            "mapping_after": list(self.mapping_after),
+            "load": {str(v): list(kb) for v, kb in self.load.items()},
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FragmentPlan:
+        return cls(
+            fragment=data["fragment"],
+            kind=data["kind"],
+            pus_before=tuple(data["parallel_units_before"]),
+            pus_after=tuple(data["parallel_units_after"]),
+            mapping_before=tuple(data["mapping_before"]),
+            mapping_after=tuple(data["mapping_after"]),
+            moves=tuple(Move(**m) for m in data["moves"]),
+            load={int(v): (kb[0], kb[1]) for v, kb in data.get("load", {}).items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,16 @@ class Plan:
             "steps": [s.to_json() for s in self.steps],
             "estimated_duration_s": round(self.estimate_s, 3),
         }
+
+    @classmethod
+    def from_json(cls, request: RescheduleRequest, data: dict[str, Any]) -> Plan:
+        """The plan as ``to_json`` stored it (the request is stored beside it)."""
+        return cls(
+            request=request,
+            fragments={n: FragmentPlan.from_json(f) for n, f in data["fragments"].items()},
+            steps=tuple(StepSpec.from_json(s) for s in data["steps"]),
+            estimate_s=data["estimated_duration_s"],
+        )
 
 
 def target_counts(current: dict[int, int], pus_after: list[int], vnodes: int) -> dict[int, int]:

@@ -36,10 +36,15 @@ class Granularity:
             raise errors.MalformedRequest("granularity.vnodes_per_step must be at least 1")
         if self.steps_in_flight < 1:
             raise errors.MalformedRequest("granularity.steps_in_flight must be at least 1")
-        for name in ("max_keys_per_step", "max_bytes_per_step", "bytes_per_second"):
+        for name in ("max_keys_per_step", "max_bytes_per_step"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise errors.MalformedRequest(f"granularity.{name} must be positive when given")
+        # below one byte per second an operation would never finish (and its estimate overflows)
+        if self.bytes_per_second is not None and not 1 <= self.bytes_per_second < float("inf"):
+            raise errors.MalformedRequest(
+                "granularity.bytes_per_second must be at least 1 (bytes per second) when given"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,7 +61,7 @@ class Granularity:
             return PRESETS[data]
         if not isinstance(data, dict):
             raise errors.MalformedRequest("granularity must be an object or a preset name")
-        allowed = {
+        allowed: dict[str, type | tuple[type, ...]] = {
             "vnodes_per_step": int,
             "max_keys_per_step": int,
             "max_bytes_per_step": int,
@@ -68,10 +73,11 @@ class Granularity:
             raise errors.MalformedRequest(
                 f"unknown granularity field(s) {sorted(unknown)}; allowed: {sorted(allowed)}"
             )
+        optional = {"max_keys_per_step", "max_bytes_per_step", "bytes_per_second"}
         for name, value in data.items():
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, allowed[name])
-            ):
+            if value is None and name in optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, allowed[name]):
                 raise errors.MalformedRequest(f"granularity.{name} must be a number, not {value!r}")
         return cls(**data)
 

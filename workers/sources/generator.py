@@ -72,8 +72,9 @@ class GeneratorConfig:
 @lru_cache(maxsize=8)
 def _zipf_cdf(n: int, s: float) -> np.ndarray:
     weights = 1.0 / np.power(np.arange(1, n + 1, dtype=np.float64), s)
-    cdf = np.cumsum(weights)
-    return cdf / cdf[-1]
+    cdf: np.ndarray = np.cumsum(weights)
+    normalized: np.ndarray = cdf / cdf[-1]
+    return normalized
 
 
 @lru_cache(maxsize=8)

@@ -92,8 +92,10 @@ def parse_line(kind: str, text: str) -> tuple[dict[str, Any] | None, str | None]
     """(record, None) for a good line, (None, reason) for a malformed one."""
     try:
         record = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"invalid JSON: {exc.msg}"
+    except ValueError as exc:  # e.g. a number too large to parse
+        return None, f"invalid JSON: {exc}"
     problem = _check(kind, record)
     return (None, problem) if problem else (record, None)
 

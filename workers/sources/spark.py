@@ -74,7 +74,8 @@ class GeneratorSource(DataSource):
         return GENERATOR
 
     def schema(self) -> str:
-        return _ddl(GeneratorConfig.from_options(self.options).schema) + ", `_malformed` string"
+        config = GeneratorConfig.from_options(dict(self.options))
+        return _ddl(config.schema) + ", `_malformed` string"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return GeneratorStreamReader(dict(self.options))

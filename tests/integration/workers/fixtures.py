@@ -82,9 +82,19 @@ def start_runner(
     state_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[2]"}
     cmd = [
-        sys.executable, "-m", "workers", "run", "--pipeline", pipeline,
-        "--state-dir", str(state_dir), "--no-spark-ui", "--trigger-interval", "0", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "workers",
+        "run",
+        "--pipeline",
+        pipeline,
+        "--state-dir",
+        str(state_dir),
+        "--no-spark-ui",
+        "--trigger-interval",
+        "0",
+        *args,
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -115,7 +125,7 @@ def assert_matches_oracle(state_dir: Path, pipeline: str, expected: OracleResult
         )
         mapping = placements[frag.name].mapping
         for key, row in rows.items():
-            vnode = vnode_of(key, frag.vnodes)
+            vnode = vnode_of(key, len(mapping))
             assert row["vnode"] == vnode, (
                 f"{key!r} stored under vnode {row['vnode']}, hashes to {vnode}"
             )

@@ -77,9 +77,13 @@ class SimRunner:
         }
         self.placements = placements
         self.executor = RescaleExecutor(
-            root, placements, backend=backend, worker_pus=set(range(pus)),
-            report=lambda p: self.control.report_progress("sim", p), background_exports=False,
-        )  # fmt: skip
+            root,
+            placements,
+            backend=backend,
+            worker_pus=set(range(pus)),
+            report=lambda p: self.control.report_progress("sim", p),
+            background_exports=False,
+        )
         self.placement_store.save(self.placements)
         self.executor.placements_saved()
         self.operator = SeqChain()
@@ -133,13 +137,19 @@ class SimRunner:
                 }
             )
         spec = TaskSpec(
-            fragment=FRAGMENT, operator=self.operator, epoch=epoch, pus=placement.pus,
+            fragment=FRAGMENT,
+            operator=self.operator,
+            epoch=epoch,
+            pus=placement.pus,
             owned=tuple(
-                tuple(v for v in placement.vnodes_of(pu) if v not in actions.held) for pu in placement.pus
+                tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
+                for pu in placement.pus
             ),
-            state_root=str(self.root), backend=self.backend, terminal=True,
+            state_root=str(self.root),
+            backend=self.backend,
+            terminal=True,
             actions=tuple(actions.slot(pu) for pu in placement.pus),
-        )  # fmt: skip
+        )
         order = list(per_slot)
         (rng or random).shuffle(order)  # tasks finish in any order
         stats: list[dict[str, Any]] = []

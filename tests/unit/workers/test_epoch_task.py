@@ -64,8 +64,10 @@ def test_count_folds_and_a_replayed_epoch_changes_nothing(tmp_path: Path, backen
     batch = _records(["a", "b", "a", "c", "a"])
     outputs, _ = _run(_spec(tmp_path, op, 0, backend), batch)
     assert dict(zip(outputs["key"].to_pylist(), outputs["count"].to_pylist())) == {
-        "a": 3, "b": 1, "c": 1
-    }  # fmt: skip
+        "a": 3,
+        "b": 1,
+        "c": 1,
+    }
     replayed, stats2 = _run(_spec(tmp_path, op, 0, backend), batch)
     assert replayed.to_pydict() == outputs.to_pydict(), "a replay re-emits the recorded outputs"
     assert '"replay": true' in stats2[0]

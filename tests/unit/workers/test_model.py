@@ -186,8 +186,12 @@ def test_oracles_compute_by_hand_examples() -> None:
     result = clickstream(iter(events))
     assert result.state["page_stats"] == {"p": {"views": 3, "unique_users": 2}}
     assert result.state["user_activity"]["u"] == {
-        "events": 2, "bytes": 3, "sessions": 2, "last_ts": 5_000, "pages": 1
-    }  # fmt: skip
+        "events": 2,
+        "bytes": 3,
+        "sessions": 2,
+        "last_ts": 5_000,
+        "pages": 1,
+    }
     assert result.malformed == 1
 
 

@@ -7,6 +7,7 @@ import multiprocessing as mp
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -466,7 +467,7 @@ def test_lmdb_allows_writers_in_two_processes(tmp_path: Path) -> None:
         assert r.get_many([k(7, b"child"), k(8, b"parent")]) == [b"from-child", b"p"]
 
 
-def _read_in_forked_child(store: StateStore, path: str, out: mp.Queue[object]) -> None:
+def _read_in_forked_child(store: StateStore, path: str, out: Connection) -> None:
     # Both a store inherited through fork and a fresh open must get this process's own env.
     try:
         fresh = open_store("lmdb", Path(path), readonly=True)
@@ -475,17 +476,32 @@ def _read_in_forked_child(store: StateStore, path: str, out: mp.Queue[object]) -
         store.close()
     except Exception as exc:
         result = repr(exc)
-    out.put(result)
+    out.send(result)
+    out.close()
 
 
 def _fork_and_read(store: StateStore, path: Path) -> object:
+    # A pipe, not a Queue: a Queue starts a feeder thread in the child. And a child that hangs
+    # (forking a process with other threads can deadlock it) is killed, so the suite never waits
+    # on it at exit.
     fork = mp.get_context("fork")
-    out: mp.Queue[object] = fork.Queue()
-    proc = fork.Process(target=_read_in_forked_child, args=(store, str(path), out))
+    receiver, sender = fork.Pipe(duplex=False)
+    proc = fork.Process(target=_read_in_forked_child, args=(store, str(path), sender))
     proc.start()
-    proc.join(CHILD_TIMEOUT)
-    assert proc.exitcode == 0
-    return out.get(timeout=5)
+    sender.close()
+    try:
+        assert receiver.poll(CHILD_TIMEOUT), (
+            f"the forked child answered nothing in {CHILD_TIMEOUT}s"
+        )
+        result = receiver.recv()
+        proc.join(CHILD_TIMEOUT)
+        assert proc.exitcode == 0
+        return result
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+        receiver.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -1,0 +1,207 @@
+"""Live and stop-start rescales of running pipelines on real Spark (local[2]), against the oracle."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.workers.fixtures import RunnerProcess, assert_matches_oracle, start_runner
+from workers.control import LocalControl
+from workers.oracle import expected_from_generator
+from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.placement import PlacementStore
+from workers.rescale.local import LocalChannel, plan_local, rescale
+from workers.rescale.orchestrator import Orchestrator
+from workers.rescale.request import RescheduleRequest
+from workers.sources.generator import GeneratorConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+VNODES = 32
+ROWS = 4_000
+KEYS = 3_000
+BATCHED = {"vnodes_per_step": 4, "steps_in_flight": 2}
+
+
+@pytest.fixture(autouse=True)
+def _small_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    # four PUs on the local worker, 32 vnodes: room to scale 1..4 and quick steps
+    monkeypatch.setenv("RESCALER_PARALLEL_UNITS", "4")
+    monkeypatch.setenv("RESCALER_VNODES", str(VNODES))
+
+
+def launch(state: Path, pipeline: str, log_name: str = "runner") -> RunnerProcess:
+    runner = start_runner(
+        state, pipeline, "--rows-per-epoch", str(ROWS), "--key-space", str(KEYS), log_name=log_name
+    )
+    runner.wait_for(lambda: len(runner.epochs()) >= 2, 240, "two committed epochs")
+    return runner
+
+
+def request(
+    pipeline: str, change: dict[str, list[int]], strategy: str, granularity: Any
+) -> RescheduleRequest:
+    return RescheduleRequest.parse(
+        {
+            "reschedules": {f.name: change for f in get_pipeline(pipeline).fragments},
+            "strategy": strategy,
+            "granularity": granularity,
+        }
+    )
+
+
+def stop(runner: RunnerProcess) -> None:
+    LocalControl(runner.control_dir).submit("stop")
+    runner.wait_exit()
+
+
+def check_oracle(state: Path, pipeline: str, runner: RunnerProcess) -> None:
+    end = runner.epochs()[-1]["source_offset"]["offset"]
+    config = GeneratorConfig(kind=get_pipeline(pipeline).source_kind, key_space=KEYS)
+    assert_matches_oracle(state, pipeline, expected_from_generator(pipeline, config, end))
+
+
+def pus_of(state: Path, pipeline: str) -> dict[str, tuple[int, ...]]:
+    placements = PlacementStore(state / pipeline).load()
+    assert placements is not None
+    return {name: p.pus for name, p in placements.items()}
+
+
+def run_op(
+    state: Path, pipeline: str, change: dict[str, list[int]], strategy: str
+) -> dict[str, Any]:
+    result = rescale(state / pipeline, request(pipeline, change, strategy, BATCHED), timeout_s=600)
+    assert result["status"] == "completed", result
+    return result["progress"]
+
+
+@pytest.mark.parametrize("strategy", ["live", "stop_start"])
+@pytest.mark.parametrize("pipeline", ["wordcount", "clickstream"])
+def test_scale_out_scale_in_and_migrate_keep_exact_state(
+    tmp_path: Path, pipeline: str, strategy: str
+) -> None:
+    runner = launch(tmp_path, pipeline)
+    frags = [f.name for f in get_pipeline(pipeline).fragments]
+
+    run_op(tmp_path, pipeline, {"added_parallel_units": [2, 3]}, strategy)
+    assert all(pus == (0, 1, 2, 3) for pus in pus_of(tmp_path, pipeline).values())
+    run_op(tmp_path, pipeline, {"removed_parallel_units": [1, 2, 3]}, strategy)
+    assert all(pus == (0,) for pus in pus_of(tmp_path, pipeline).values())
+    progress = run_op(
+        tmp_path, pipeline, {"added_parallel_units": [3], "removed_parallel_units": [0]}, strategy
+    )
+    assert all(pus == (3,) for pus in pus_of(tmp_path, pipeline).values())
+    if strategy == "live":
+        assert progress["vnodes_moved"] == VNODES * len(frags)
+        assert all(s["keys_moved"] > 0 for s in progress["steps"])
+    stop(runner)
+    epochs = runner.epochs()
+    assert [e["epoch"] for e in epochs] == list(range(len(epochs))), "no epoch lost or repeated"
+    check_oracle(tmp_path, pipeline, runner)
+
+
+def test_dry_run_refusals_and_plan(tmp_path: Path) -> None:
+    runner = launch(tmp_path, "wordcount")
+    pipeline_dir = tmp_path / "wordcount"
+    plan = plan_local(
+        pipeline_dir, request("wordcount", {"added_parallel_units": [2, 3]}, "live", "fluid")
+    )
+    body = plan.to_json()["fragments"]["word_count"]
+    assert body["vnodes_moved"] == VNODES // 2
+    assert body["balance_after"]["vnodes_per_pu"] == {"0": 8, "1": 8, "2": 8, "3": 8}
+    assert plan.estimate_s > 0
+    from workers.rescale import errors
+
+    cases = [
+        ({"added_parallel_units": [9]}, errors.UnknownParallelUnit),
+        ({"added_parallel_units": [1]}, errors.AlreadyInFragment),
+        ({"removed_parallel_units": [3]}, errors.NotInFragment),
+        ({"removed_parallel_units": [0, 1]}, errors.RemovesEveryUnit),
+    ]
+    for change, error in cases:
+        with pytest.raises(error):
+            plan_local(pipeline_dir, request("wordcount", change, "live", "fluid"))
+    stop(runner)
+
+
+def test_cancel_keeps_finished_moves_and_one_owner_per_vnode(tmp_path: Path) -> None:
+    pipeline = "clickstream"
+    runner = launch(tmp_path, pipeline)
+    req = request(pipeline, {"added_parallel_units": [2, 3]}, "live", "fluid")
+    orch = Orchestrator(
+        LocalChannel(LocalControl(runner.control_dir)),
+        "cancel-me",
+        plan_local(tmp_path / pipeline, req),
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        tick = orch.tick()
+        steps = (tick["progress"] or {}).get("steps", [])
+        if sum(s["phase"] == "done" for s in steps) >= 2:
+            break
+        time.sleep(0.2)
+    orch.cancel()
+    result = orch.run(timeout_s=300)
+    assert result["status"] == "cancelled", result
+    progress = result["progress"]
+    moved = {
+        (s["fragment"], v) for s in progress["steps"] if s["phase"] == "done" for v in s["vnodes"]
+    }
+    assert 2 <= len(moved) < VNODES * 2
+    assert all(s["phase"] in ("done", "cancelled") for s in progress["steps"])
+    stop(runner)
+    placements = PlacementStore(tmp_path / pipeline).load()
+    assert placements is not None
+    for name, placement in placements.items():
+        assert set(placement.mapping) <= set(placement.pus)
+        for vnode, pu in enumerate(placement.mapping):
+            assert (pu in (2, 3)) == ((name, vnode) in moved), f"{name} vnode {vnode} on PU {pu}"
+    check_oracle(tmp_path, pipeline, runner)  # assert_matches_oracle checks each key's owner (I1)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "strategy"),
+    [("wordcount", "live"), ("clickstream", "live"), ("clickstream", "stop_start")],
+)
+def test_kill_9_of_the_runner_mid_operation_then_restart(
+    tmp_path: Path, pipeline: str, strategy: str
+) -> None:
+    runner = launch(tmp_path, pipeline)
+    granularity = "fluid" if strategy == "live" else BATCHED
+    req = request(pipeline, {"added_parallel_units": [2, 3]}, strategy, granularity)
+    orch = Orchestrator(
+        LocalChannel(LocalControl(runner.control_dir)),
+        "survivor",
+        plan_local(tmp_path / pipeline, req),
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        tick = orch.tick()
+        steps = (tick["progress"] or {}).get("steps", [])
+        if strategy == "stop_start" and tick["progress"] is not None:
+            break
+        if sum(s["phase"] == "done" for s in steps) >= 1 and any(
+            s["phase"] not in ("done", "pending") for s in steps
+        ):
+            break  # some steps done, one in flight
+        time.sleep(0.05)
+    runner.kill()
+    restarted = start_runner(
+        tmp_path,
+        pipeline,
+        "--rows-per-epoch",
+        str(ROWS),
+        "--key-space",
+        str(KEYS),
+        log_name="restart",
+    )
+    result = orch.run(timeout_s=600)
+    assert result["status"] == "completed", result
+    stop(restarted)
+    state = json.loads((tmp_path / pipeline / "placement.json").read_text())
+    assert all(tuple(p["pus"]) == (0, 1, 2, 3) for p in state.values())
+    check_oracle(tmp_path, pipeline, restarted)

@@ -1,0 +1,232 @@
+"""The reschedule request parser, validation, and the planner's guarantees."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workers.pipeline.placement import FragmentPlacement
+from workers.rescale import errors
+from workers.rescale.planner import Plan, plan_fragment, plan_request, split_steps, target_counts
+from workers.rescale.request import (
+    ClusterView,
+    FragmentChange,
+    FragmentView,
+    Granularity,
+    RescheduleRequest,
+    validate,
+)
+
+
+def view(
+    pus: list[int], vnodes: int = 64, load: dict | None = None, busy: str | None = None
+) -> FragmentView:
+    p = FragmentPlacement.initial("f", vnodes, pus)
+    return FragmentView("f", True, p.pus, p.mapping, load or {}, busy)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "text"),
+    [
+        ([], "malformed_request", "JSON object"),
+        ({"reschedules": {}}, "malformed_request", "non-empty object"),
+        (
+            {"reschedules": {"f": {"added_parallel_units": [1]}}, "extra": 1},
+            "malformed_request",
+            "unknown field",
+        ),
+        ({"reschedules": {"f": {"added": [1]}}}, "malformed_request", "unknown field"),
+        (
+            {"reschedules": {"f": {"added_parallel_units": "1"}}},
+            "malformed_request",
+            "list of parallel unit ids",
+        ),
+        ({"reschedules": {"f": {"added_parallel_units": [True]}}}, "malformed_request", "integers"),
+        ({"reschedules": {"f": {"added_parallel_units": [1, 1]}}}, "malformed_request", "twice"),
+        ({"reschedules": {"f": {}}}, "nothing_to_do", "adds and removes nothing"),
+        (
+            {"reschedules": {"f": {"added_parallel_units": [1], "removed_parallel_units": [1]}}},
+            "parallel_unit_added_and_removed",
+            "both added and removed",
+        ),
+        (
+            {"reschedules": {"f": {"added_parallel_units": [1]}}, "strategy": "fast"},
+            "malformed_request",
+            "strategy",
+        ),
+        (
+            {"reschedules": {"f": {"added_parallel_units": [1]}}, "dry_run": "yes"},
+            "malformed_request",
+            "true or false",
+        ),
+        (
+            {"reschedules": {"f": {"added_parallel_units": [1]}}, "granularity": "slow"},
+            "malformed_request",
+            "preset",
+        ),
+        (
+            {
+                "reschedules": {"f": {"added_parallel_units": [1]}},
+                "granularity": {"vnodes_per_step": 0},
+            },
+            "malformed_request",
+            "at least 1",
+        ),
+        (
+            {
+                "reschedules": {"f": {"added_parallel_units": [1]}},
+                "granularity": {"vnodes_per_step": "2"},
+            },
+            "malformed_request",
+            "must be a number",
+        ),
+    ],
+)
+def test_malformed_requests_are_refused_with_a_code_and_reason(
+    body: object, code: str, text: str
+) -> None:
+    with pytest.raises(errors.RescaleError) as info:
+        RescheduleRequest.parse(body)
+    assert info.value.code == code
+    assert text in str(info.value)
+
+
+def test_request_round_trips_through_json() -> None:
+    body = {
+        "reschedules": {"f": {"added_parallel_units": [2], "removed_parallel_units": [0]}},
+        "strategy": "stop_start",
+        "granularity": {"vnodes_per_step": 4, "bytes_per_second": 1e6},
+        "dry_run": True,
+    }
+    request = RescheduleRequest.parse(body)
+    assert RescheduleRequest.parse(request.to_json()) == request
+    assert request.changes["f"].kind == "migrate"
+    assert Granularity.parse("all_at_once").vnodes_per_step == 1 << 16
+
+
+def _cluster(frag: FragmentView, alive: bool = True) -> ClusterView:
+    return ClusterView({0: "a", 1: "a", 2: "b", 3: "b"}, {"a": True, "b": alive}, {"f": frag})
+
+
+@pytest.mark.parametrize(
+    ("change", "cluster_kwargs", "error"),
+    [
+        ({"added_parallel_units": [9]}, {}, errors.UnknownParallelUnit),
+        ({"added_parallel_units": [2]}, {"alive": False}, errors.DeadWorker),
+        ({"added_parallel_units": [0]}, {}, errors.AlreadyInFragment),
+        ({"removed_parallel_units": [3]}, {}, errors.NotInFragment),
+        ({"removed_parallel_units": [0, 1]}, {}, errors.RemovesEveryUnit),
+    ],
+)
+def test_validation_refusals(change: dict, cluster_kwargs: dict, error: type) -> None:
+    request = RescheduleRequest.parse({"reschedules": {"f": change}})
+    with pytest.raises(error):
+        validate(request, _cluster(view([0, 1]), **cluster_kwargs))
+
+
+def test_busy_fragment_and_unknown_fragment_are_refused() -> None:
+    with pytest.raises(errors.FragmentBusy, match="op7"):
+        validate(
+            RescheduleRequest.parse({"reschedules": {"f": {"added_parallel_units": [2]}}}),
+            _cluster(view([0, 1], busy="op7")),
+        )
+    with pytest.raises(errors.UnknownFragment, match="stateful fragments: f"):
+        validate(
+            RescheduleRequest.parse({"reschedules": {"g": {"added_parallel_units": [2]}}}),
+            _cluster(view([0, 1])),
+        )
+
+
+@given(
+    vnodes=st.integers(1, 300),
+    before=st.lists(st.integers(0, 7), min_size=1, max_size=6, unique=True),
+    added=st.lists(st.integers(8, 12), max_size=4, unique=True),
+    remove_count=st.integers(0, 5),
+)
+def test_plans_move_the_fewest_vnodes_and_balance_within_one(
+    vnodes: int, before: list[int], added: list[int], remove_count: int
+) -> None:
+    removed = before[: min(remove_count, len(before) - (0 if added else 1))]
+    if not added and not removed:
+        return
+    frag = view(before, vnodes)
+    plan = plan_fragment(frag, FragmentChange(tuple(added), tuple(removed)))
+    counts = Counter(plan.mapping_after)
+    after = [pu for pu in before if pu not in removed] + added
+    assert set(counts) <= set(after)
+    sizes = [counts.get(pu, 0) for pu in after]
+    assert max(sizes) - min(sizes) <= 1, "every PU within one vnode of the mean"
+    # the minimum: every vnode of a removed PU, plus each kept PU's excess over its quota
+    quota = target_counts(Counter(frag.mapping), after, vnodes)
+    held = Counter(frag.mapping)
+    minimum = sum(held[pu] for pu in removed) + sum(max(0, held[pu] - quota[pu]) for pu in after)
+    assert len(plan.moves) == minimum
+    for move in plan.moves:
+        assert (
+            frag.mapping[move.vnode] == move.source
+            and plan.mapping_after[move.vnode] == move.target
+        )
+
+
+def test_weighted_plan_evens_out_bytes_with_the_same_number_of_moves() -> None:
+    load = {v: (1, 1000 if v < 8 else 10) for v in range(64)}  # hot keys in one range
+    frag = view([0, 1], 64, load)
+    plain = plan_fragment(frag, FragmentChange(added=(2, 3)))
+    weighted = plan_fragment(frag, FragmentChange(added=(2, 3)), weighted=True)
+    assert len(plain.moves) == len(weighted.moves)
+    spread = lambda p: p.balance(p.mapping_after, p.pus_after)["max_bytes_over_mean"]  # noqa: E731
+    assert spread(weighted) < spread(plain)
+
+
+def test_steps_respect_vnode_key_and_byte_caps() -> None:
+    frag = view([0], 32, {v: (100, 1000) for v in range(32)})
+    moves = list(plan_fragment(frag, FragmentChange(added=(1, 2))).moves)
+    for granularity, most in [
+        (Granularity(vnodes_per_step=4), 4),
+        (Granularity(vnodes_per_step=100, max_keys_per_step=250), 2),
+        (Granularity(vnodes_per_step=100, max_bytes_per_step=999), 1),
+    ]:
+        steps = split_steps(moves, granularity)
+        assert all(len(s.vnodes) <= most for s in steps)
+        assert sorted(v for s in steps for v in s.vnodes) == sorted(m.vnode for m in moves)
+        assert len({(s.source, s.target) for s in steps[:2]}) == 2, "pairs interleave"
+
+
+def test_plan_json_round_trip_and_estimate() -> None:
+    frag = view([0, 1], 16, {v: (10, 10_000) for v in range(16)})
+    request = RescheduleRequest.parse(
+        {
+            "reschedules": {"f": {"added_parallel_units": [2]}},
+            "granularity": {"bytes_per_second": 1000},
+        }
+    )
+    plan = plan_request(request, _cluster(frag), bytes_per_s=1e9, epoch_s=0.5)
+    assert plan.estimate_s >= 50_000 / 1000, "the rate cap bounds the estimate"
+    assert Plan.from_json(request, plan.to_json()).to_json() == plan.to_json()
+
+
+@pytest.mark.parametrize(
+    "granularity",
+    [
+        {"steps_in_flight": None},
+        {"vnodes_per_step": None},
+        {"bytes_per_second": 5e-324},
+        {"bytes_per_second": 0.5},
+        {"bytes_per_second": float("inf")},
+    ],
+)
+def test_granularity_gaps_found_by_the_api_fuzz_are_refused(granularity: dict) -> None:
+    with pytest.raises(errors.MalformedRequest):
+        RescheduleRequest.parse(
+            {"reschedules": {"f": {"added_parallel_units": [1]}}, "granularity": granularity}
+        )
+    optional = {"max_keys_per_step": None, "max_bytes_per_step": None, "bytes_per_second": None}
+    assert (
+        RescheduleRequest.parse(
+            {"reschedules": {"f": {"added_parallel_units": [1]}}, "granularity": optional}
+        ).granularity
+        == Granularity()
+    )
