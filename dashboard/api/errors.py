@@ -1,0 +1,118 @@
+"""Every refusal of the API as ``{"code": "...", "detail": "..."}`` with a 4xx status.
+
+``code`` is stable and machine-readable (automation branches on it); ``detail`` is the reason in
+words a person can act on. The protocol's refusals (``workers.rescale.errors.RescaleError`` and
+the control plane's ``OperationError``) carry their own code; DRF's exceptions keep theirs
+(``not_authenticated``, ``permission_denied``, ``not_found``...), except a body that is not valid
+JSON, which is ``malformed_request`` like any other malformed body. Validation errors of query
+parameters are ``invalid_parameters`` with the per-parameter messages in ``errors``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from workers.rescale import errors as rescale_errors
+
+# A refusal's HTTP status by its code; every other RescaleError code is a 400 (the request
+# cannot be carried out as written).
+STATUS_BY_CODE: dict[str, int] = {
+    "fragment_busy": status.HTTP_409_CONFLICT,
+    "operation_final": status.HTTP_409_CONFLICT,
+    "unknown_operation": status.HTTP_404_NOT_FOUND,
+}
+
+# DRF's own codes renamed to the API's words.
+RENAMED_CODES = {"parse_error": "malformed_request"}
+
+
+class ApiError(exceptions.APIException):
+    """A refusal raised by the API layer itself, with its code, reason and status."""
+
+    def __init__(self, code: str, detail: str, status_code: int = 400) -> None:
+        super().__init__(detail=detail, code=code)
+        self.status_code = status_code
+        self.error_code = code
+
+
+def not_found(code: str, detail: str) -> ApiError:
+    return ApiError(code, detail, status.HTTP_404_NOT_FOUND)
+
+
+def status_for(exc: rescale_errors.RescaleError) -> int:
+    return STATUS_BY_CODE.get(exc.code, status.HTTP_400_BAD_REQUEST)
+
+
+def _flatten(detail: Any) -> str:
+    """One readable sentence out of DRF's nested validation messages."""
+    if isinstance(detail, dict):
+        return "; ".join(f"{key}: {_flatten(value)}" for key, value in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_flatten(item) for item in detail)
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's ``EXCEPTION_HANDLER``: the error body of every refusal, whatever raised it."""
+    if isinstance(exc, rescale_errors.RescaleError):
+        return Response({"code": exc.code, "detail": str(exc)}, status=status_for(exc))
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "not found")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    response = drf_exception_handler(exc, context)
+    if response is None or not isinstance(exc, exceptions.APIException):
+        return response  # not a refusal: a bug, left for Django to report as one
+    if isinstance(exc, ApiError):
+        body: dict[str, Any] = {"code": exc.error_code, "detail": str(exc.detail)}
+    elif isinstance(exc, exceptions.ValidationError):
+        errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        body = {"code": "invalid_parameters", "detail": _flatten(exc.detail), "errors": errors}
+    else:
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        body = {"code": RENAMED_CODES.get(code, code), "detail": _flatten(exc.detail)}
+    response.data = body
+    return response
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every 4xx answer."""
+
+    code = serializers.CharField(help_text="Stable, machine-readable reason (see docs/api.md).")
+    detail = serializers.CharField(help_text="The reason in words.")
+    # DRF's metaclass moves declared fields off the class: Serializer.errors is untouched
+    errors = serializers.DictField(  # type: ignore[assignment]
+        required=False,
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Only with code invalid_parameters: the messages per parameter.",
+    )
+
+
+_DESCRIPTIONS = {
+    400: "Refused: the request cannot be carried out as written (see code).",
+    401: "Not authenticated: send `Authorization: Token <key>` or log in.",
+    403: "Authenticated, but not allowed (needs the operations.reschedule permission).",
+    404: "No such object.",
+    406: "No representation in the accepted media type.",
+    409: "Conflicts with the state of the cluster (fragment_busy, operation_final).",
+    415: "Request body media type not supported (send application/json).",
+}
+
+
+def error_responses(*codes: int, media_type: str | None = None) -> dict[Any, OpenApiResponse]:
+    """The documented error answers of an endpoint, each with the error body (in
+    ``media_type`` only, when the endpoint's other renderers never render errors)."""
+    return {
+        (code if media_type is None else (code, media_type)): OpenApiResponse(
+            response=ErrorSerializer, description=_DESCRIPTIONS[code]
+        )
+        for code in codes
+    }

@@ -1,0 +1,91 @@
+"""Query-string filters of the API's lists (django-filter; documented in the schema)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import django_filters
+from django import forms
+from django.db.models import QuerySet
+from django_filters.fields import IsoDateTimeField
+
+from rescaler.operations.models import AuditEvent, RescaleOperation
+
+
+class UtcDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, in UTC: Postgres refuses offsets beyond ±15:59 that Python accepts."""
+
+    def to_python(self, value: Any) -> dt.datetime | None:
+        parsed: dt.datetime | None = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(dt.UTC)
+        except OverflowError:
+            raise forms.ValidationError("the time is out of range", code="invalid") from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
+
+
+class OperationFilter(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(
+        choices=RescaleOperation.Status.choices, help_text="One or more statuses (repeat it)."
+    )
+    fragment = django_filters.CharFilter(
+        method="filter_fragment", help_text="Operations that change this fragment."
+    )
+    pipeline = django_filters.CharFilter(field_name="pipeline__name")
+    requester = django_filters.CharFilter(
+        field_name="requested_by__username", help_text="Username of who asked."
+    )
+    strategy = django_filters.ChoiceFilter(choices=[("live", "live"), ("stop_start", "stop_start")])
+    created_after = UtcDateTimeFilter(
+        field_name="created_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
+    )
+    created_before = UtcDateTimeFilter(
+        field_name="created_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
+    )
+
+    class Meta:
+        model = RescaleOperation
+        fields: list[str] = []
+
+    def filter_fragment(
+        self, queryset: QuerySet[RescaleOperation], name: str, value: str
+    ) -> QuerySet[RescaleOperation]:
+        return queryset.filter(fragments__contains=[value])
+
+
+class AuditFilter(django_filters.FilterSet):
+    actor = django_filters.CharFilter(
+        field_name="actor_name", help_text='A username, or "orchestrator", "runner".'
+    )
+    action = django_filters.CharFilter(help_text="Exact action, e.g. operation.requested.")
+    action_prefix = django_filters.CharFilter(
+        field_name="action", lookup_expr="startswith", help_text='e.g. "step." or "operation."'
+    )
+    object_type = django_filters.CharFilter(help_text="rescale_operation, rescale_step, ...")
+    object_id = django_filters.CharFilter(
+        method="filter_object_id",
+        help_text="An object id; for an operation's uid, its steps' events are included.",
+    )
+    at_after = UtcDateTimeFilter(
+        field_name="at", lookup_expr="gte", help_text="ISO 8601, inclusive."
+    )
+    at_before = UtcDateTimeFilter(
+        field_name="at", lookup_expr="lt", help_text="ISO 8601, exclusive."
+    )
+
+    class Meta:
+        model = AuditEvent
+        fields: list[str] = []
+
+    def filter_object_id(
+        self, queryset: QuerySet[AuditEvent], name: str, value: str
+    ) -> QuerySet[AuditEvent]:
+        return queryset.filter(object_id=value) | queryset.filter(
+            object_type="rescale_step", object_id__startswith=f"{value}/"
+        )

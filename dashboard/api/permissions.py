@@ -1,0 +1,25 @@
+"""Who may do what: reading needs a login; starting or cancelling a rescale needs a permission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+RESCHEDULE_PERMISSION = "operations.reschedule"
+
+
+class CanReschedule(BasePermission):
+    """Unsafe methods (POST) need ``operations.reschedule``; reads pass through.
+
+    Used after ``IsAuthenticated``, so an anonymous caller gets 401 before this is asked.
+    """
+
+    message = f"starting or cancelling a rescale needs the {RESCHEDULE_PERMISSION} permission"
+    code = "permission_denied"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        return bool(request.user and request.user.has_perm(RESCHEDULE_PERMISSION))

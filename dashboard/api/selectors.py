@@ -1,0 +1,393 @@
+"""Read-side queries of the API: the cluster information, operations with their events, one key.
+
+Each function answers one endpoint in a fixed, small number of queries (no query per row), so
+``GET cluster`` costs the same with 2 PUs or 64 and 16 vnodes or 4096.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models.functions import JSONObject
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from dashboard.api.errors import ApiError, not_found
+from rescaler.cluster.models import EpochMetric, Fragment, Pipeline, VnodeMapping, Worker
+from rescaler.operations.models import (
+    AuditEvent,
+    OperationFragment,
+    RescaleOperation,
+    RescaleStep,
+)
+from rescaler.operations.selectors import runner_alive
+from workers.hashing import vnode_of
+from workers.pipeline.model import PipelineError
+from workers.readout import ReadoutError, read_key
+from workers.state import DEFAULT_BACKEND
+
+# where the records of a vnode go while a step moves it (docs/rescale.md, "Live")
+ROUTING_BY_PHASE = {
+    "planned": "source",
+    "pending": "source",
+    "collecting": "hold_queue",
+    "exported": "hold_queue",
+    "acquiring": "target",
+    "acquired": "target",
+    "dropping": "target",
+    "done": "target",
+    "cancelled": "source",
+}
+# LMDB refuses keys longer than 511 bytes; a store key is the 2-byte vnode plus the user key
+LMDB_MAX_KEY_BYTES = 511 - 2
+
+
+def _age_s(at: Any) -> float | None:
+    return round((timezone.now() - at).total_seconds(), 3) if at is not None else None
+
+
+# -- cluster -------------------------------------------------------------------------------------
+def _pu_numbers(path: str) -> ArrayAgg:
+    """The PU numbers reached through ``path``, sorted; [] when there are none."""
+    return ArrayAgg(
+        f"{path}__number",
+        order_by=f"{path}__number",
+        filter=Q(**{f"{path}__isnull": False}),
+        default=Value([]),
+    )
+
+
+def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
+    """Workers and their PUs, PU → worker, and per fragment its PUs, mapping and load.
+
+    Three queries whatever the size of the cluster (each of the large ones is a few ms): the
+    pipelines with their latest epoch, the workers with their PUs, and the fragments with their
+    PUs, current mapping and the operation in progress on them.
+    """
+    latest_epoch = EpochMetric.objects.filter(pipeline=OuterRef("pk")).order_by("-epoch")
+    pipelines = list(
+        (Pipeline.objects.all() if pipeline is None else Pipeline.objects.filter(name=pipeline))
+        .annotate(
+            latest_epoch=Subquery(
+                latest_epoch.values(
+                    json=JSONObject(
+                        epoch="epoch", rows="rows", malformed="malformed",
+                        duration_s="duration_s", committed_at="committed_at", per_pu="per_pu",
+                    )
+                )[:1]
+            )
+        )
+    )  # fmt: skip
+    if pipeline is not None and not pipelines:
+        raise not_found("unknown_pipeline", f"no pipeline named {pipeline!r} has registered")
+    ids = [p.id for p in pipelines]
+    alive = {p.id: runner_alive(p) for p in pipelines}
+    names = {p.id: p.name for p in pipelines}
+    latest = {p.id: p.latest_epoch for p in pipelines if p.latest_epoch}
+
+    workers = list(
+        Worker.objects.filter(pipeline_id__in=ids)
+        .annotate(pu_numbers=_pu_numbers("parallel_units"))
+        .order_by("name")
+    )
+    current_mapping = VnodeMapping.objects.filter(
+        fragment=OuterRef("pk"), version=OuterRef("mapping_version")
+    )
+    active_operation = OperationFragment.objects.filter(fragment=OuterRef("pk"), active=True)
+    fragments = list(
+        Fragment.objects.filter(pipeline_id__in=ids)
+        .annotate(
+            pu_numbers=_pu_numbers("parallel_units"),
+            mapping_pus=Subquery(current_mapping.values("pus")[:1]),
+            busy_with=Subquery(active_operation.values("operation__uid")[:1]),
+        )
+        .order_by("pipeline_id", "position")
+    )
+
+    fragments_of_pu: dict[int, list[str]] = defaultdict(list)
+    for frag in fragments:
+        for number in frag.pu_numbers:
+            fragments_of_pu[number].append(frag.name)
+    parallel_units: dict[str, dict[str, Any]] = {}
+    worker_rows = []
+    for worker in workers:
+        worker_alive = worker.alive and alive[worker.pipeline_id]
+        for number in worker.pu_numbers:
+            parallel_units[str(number)] = {
+                "worker": worker.name,
+                "alive": worker_alive,
+                "fragments": fragments_of_pu.get(number, []),
+            }
+        worker_rows.append(
+            {
+                "name": worker.name,
+                "pipeline": names[worker.pipeline_id],
+                "alive": worker_alive,
+                "last_seen": worker.last_seen,
+                "parallel_units": list(worker.pu_numbers),
+            }
+        )
+    parallel_units = dict(sorted(parallel_units.items(), key=lambda item: int(item[0])))
+
+    return {
+        "pipelines": [_pipeline_row(p, alive[p.id], latest.get(p.id)) for p in pipelines],
+        "workers": worker_rows,
+        "parallel_units": parallel_units,
+        "fragments": [
+            _fragment_row(f, names[f.pipeline_id], latest.get(f.pipeline_id)) for f in fragments
+        ],
+    }
+
+
+def _pipeline_row(p: Pipeline, alive: bool, epoch: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "status": p.status,
+        "runner_alive": alive,
+        "last_epoch": p.last_epoch,
+        "heartbeat_at": p.heartbeat_at,
+        "heartbeat_age_s": _age_s(p.heartbeat_at),
+        "spark": p.spark or {},
+        "last_epoch_metric": None
+        if epoch is None
+        else {
+            "epoch": epoch["epoch"],
+            "rows": epoch["rows"],
+            "malformed": epoch["malformed"],
+            "duration_s": epoch["duration_s"],
+            # JSONObject gives the time as Postgres writes it in JSON (ISO 8601)
+            "committed_at": parse_datetime(epoch["committed_at"]),
+        },
+    }
+
+
+def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dict[str, Any]:
+    """One fragment's row; ``frag`` carries the annotations of ``cluster_info``."""
+    pus: list[int] = list(frag.pu_numbers)
+    mapping_pus: list[int] | None = frag.mapping_pus
+    per_pu: dict[int, dict[str, Any]] = {}
+
+    def row(pu: int) -> dict[str, Any]:
+        if pu not in per_pu:
+            per_pu[pu] = {"parallel_unit": pu, "vnodes": 0, "keys": 0, "bytes": 0,
+                          "epoch_rows": 0, "epoch_keys": 0, "epoch_bytes": 0}  # fmt: skip
+        return per_pu[pu]
+
+    for pu in pus:
+        row(pu)
+    load = frag.vnode_load or {}
+    for vnode, pu in enumerate(mapping_pus or []):
+        entry = row(pu)
+        entry["vnodes"] += 1
+        keys_bytes = load.get(str(vnode))
+        if keys_bytes:
+            entry["keys"] += keys_bytes[0]
+            entry["bytes"] += keys_bytes[1]
+    if epoch is not None:
+        for reported in epoch["per_pu"] or []:
+            if reported.get("fragment") == frag.name:
+                entry = row(reported["pu"])
+                entry["epoch_rows"] += reported.get("rows", 0)
+                entry["epoch_keys"] += reported.get("keys", 0)
+                entry["epoch_bytes"] += reported.get("bytes", 0)
+    loads = [per_pu[pu] for pu in sorted(per_pu)]
+    return {
+        "name": frag.name,
+        "pipeline": pipeline,
+        "kind": frag.kind,
+        "position": frag.position,
+        "region": frag.region,
+        "key": frag.key,
+        "operator": frag.operator,
+        "upstream": frag.upstream,
+        "vnodes": frag.vnodes,
+        "parallel_units": pus,
+        "busy_with": frag.busy_with,
+        "mapping": None
+        if mapping_pus is None
+        else {"version": frag.mapping_version, "pus": mapping_pus},
+        "load": {
+            "epoch": epoch["epoch"] if epoch is not None else None,
+            "keys": sum(e["keys"] for e in loads),
+            "bytes": sum(e["bytes"] for e in loads),
+            "per_parallel_unit": loads,
+        },
+    }
+
+
+# -- operations ----------------------------------------------------------------------------------
+def operation_list() -> QuerySet[RescaleOperation]:
+    """Operations, newest first, without their large JSON (plan, progress), with step counts."""
+    return (
+        RescaleOperation.objects.select_related("pipeline", "requested_by", "cancel_requested_by")
+        .defer("plan", "progress")
+        .annotate(
+            steps_total=Count("steps"),
+            steps_done=Count("steps", filter=Q(steps__phase="done")),
+        )
+        .order_by("-created_at", "-id")
+    )
+
+
+def operation_get(*, uid: str) -> RescaleOperation:
+    """One operation with its steps; ``unknown_operation`` (404) if there is none."""
+    op = (
+        RescaleOperation.objects.select_related("pipeline", "requested_by", "cancel_requested_by")
+        .prefetch_related(Prefetch("steps", queryset=RescaleStep.objects.order_by("number")))
+        .annotate(
+            steps_total=Count("steps"),
+            steps_done=Count("steps", filter=Q(steps__phase="done")),
+        )
+        .filter(uid=uid)
+        .first()
+    )
+    if op is None:
+        raise not_found("unknown_operation", f"no rescale operation {uid!r}")
+    return op
+
+
+def operation_events(*, operation: RescaleOperation) -> QuerySet[AuditEvent]:
+    """The audit events of the operation and of its steps, oldest first."""
+    return AuditEvent.objects.filter(
+        Q(object_type="rescale_operation", object_id=operation.uid)
+        | Q(object_type="rescale_step", object_id__startswith=f"{operation.uid}/")
+    ).order_by("at", "id")
+
+
+def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
+    """Per vnode of the operation: its step, source, target, phase and where its records go."""
+    rows = []
+    for step in operation.steps.all():
+        for vnode in step.vnodes:
+            figures = (step.per_vnode or {}).get(str(vnode)) or {}
+            rows.append(
+                {
+                    "fragment": step.fragment,
+                    "vnode": vnode,
+                    "step": step.number,
+                    "source": step.source_pu,
+                    "target": step.target_pu,
+                    "phase": step.phase,
+                    "routing": ROUTING_BY_PHASE.get(step.phase, "source"),
+                    "keys": figures.get("keys"),
+                    "bytes": figures.get("bytes"),
+                    "hold_queue": figures.get("hold_queue", 0),
+                }
+            )
+    return sorted(rows, key=lambda r: (r["fragment"], r["vnode"]))
+
+
+# -- one key -------------------------------------------------------------------------------------
+def fragment_get(*, name: str, pipeline: str | None = None) -> Fragment:
+    """A fragment by name (and pipeline, when two pipelines have one of that name)."""
+    candidates = Fragment.objects.select_related("pipeline").filter(name=name)
+    if pipeline is not None:
+        candidates = candidates.filter(pipeline__name=pipeline)
+    rows = list(candidates[:2])
+    if not rows:
+        where = f" in pipeline {pipeline!r}" if pipeline else ""
+        known = ", ".join(
+            sorted(
+                Fragment.objects.filter(kind=Fragment.Kind.STATEFUL).values_list("name", flat=True)
+            )
+        )
+        raise not_found(
+            "unknown_fragment",
+            f"no fragment {name!r}{where}; stateful fragments: {known or 'none'}",
+        )
+    if len(rows) > 1:
+        raise ApiError(
+            "ambiguous_fragment",
+            f"several pipelines have a fragment {name!r}; say which with ?pipeline=NAME",
+        )
+    return rows[0]
+
+
+def state_backend() -> str:
+    """The state store backend the runner uses (it reads the same variable)."""
+    return os.environ.get("RESCALER_STATE_BACKEND", DEFAULT_BACKEND)
+
+
+def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
+    """Where a key lives, whether a migration is moving it, and its current state."""
+    if fragment.kind != Fragment.Kind.STATEFUL or not fragment.vnodes:
+        stateful = fragment.kind == Fragment.Kind.STATEFUL
+        why = "it registered no vnode count" if stateful else "it has no keyed state"
+        raise not_found(
+            "fragment_not_stateful",
+            f"fragment {fragment.name!r} is a {fragment.kind} fragment: {why}",
+        )
+    backend = state_backend()
+    if backend == "lmdb" and len(key.encode("utf-8")) > LMDB_MAX_KEY_BYTES:
+        raise ApiError(
+            "key_too_long",
+            f"the key is {len(key.encode('utf-8'))} bytes; a state store key is at most "
+            f"{LMDB_MAX_KEY_BYTES} bytes, so no state can exist for it",
+        )
+    pipeline = fragment.pipeline.name
+    # the control plane's view first: what the mapping in Postgres says
+    vnode = vnode_of(key, fragment.vnodes)
+    mapping = (
+        VnodeMapping.objects.filter(fragment=fragment, version=fragment.mapping_version)
+        .values_list("pus", flat=True)
+        .first()
+    )
+    owner = mapping[vnode] if mapping and vnode < len(mapping) else None
+    answer: dict[str, Any] = {
+        "pipeline": pipeline,
+        "fragment": fragment.name,
+        "key": key,
+        "vnode": vnode,
+        "parallel_unit": owner,
+        "mapping_version": fragment.mapping_version,
+        "exists": False,
+        "value": None,
+        "state_error": None,
+        "migration": _migration_of(fragment, vnode),
+    }
+    # then the stores: the runner applies a new mapping before it reports it, so the state
+    # directory may be one version ahead of Postgres, and it is where the value is
+    try:
+        state = read_key(Path(settings.STATE_DIR), pipeline, fragment.name, key, backend=backend)
+    except (ReadoutError, PipelineError) as exc:
+        answer["state_error"] = str(exc)
+        return answer
+    answer.update(
+        vnode=state.vnode,
+        parallel_unit=state.pu,
+        mapping_version=state.mapping_version,
+        exists=state.exists,
+        value=state.value,
+    )
+    return answer
+
+
+def _migration_of(fragment: Fragment, vnode: int) -> dict[str, Any] | None:
+    """The step of an active operation that moves this vnode, if there is one."""
+    step = (
+        RescaleStep.objects.filter(
+            operation__pipeline_id=fragment.pipeline_id,
+            fragment=fragment.name,
+            vnodes__contains=[vnode],
+        )
+        .exclude(operation__status__in=RescaleOperation.FINAL)
+        .select_related("operation")
+        .order_by("-operation__created_at")
+        .first()
+    )
+    if step is None:
+        return None
+    return {
+        "operation": step.operation.uid,
+        "step": step.number,
+        "source": step.source_pu,
+        "target": step.target_pu,
+        "phase": step.phase,
+        "routing": ROUTING_BY_PHASE.get(step.phase, "source"),
+    }

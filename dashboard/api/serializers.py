@@ -1,0 +1,394 @@
+"""What the API reads and writes, and the OpenAPI schema of both.
+
+The reschedule request body is parsed by ``workers.rescale.request.RescheduleRequest.parse``
+(through ``operation_request``), the one place its rules live; ``RescheduleSerializer``
+only describes it for the schema (and so for schemathesis and client generators).
+
+Fields named ``source`` (a PU) shadow ``Field.source`` for the type checker only: DRF's
+metaclass moves declared fields off the class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from dashboard.api import selectors
+from rescaler.cluster.models import Pipeline
+from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
+from workers.rescale.request import PRESETS, STRATEGIES
+
+# -- the reschedule request (schema only) --------------------------------------------------------
+GRANULARITY_OBJECT: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "vnodes_per_step": {"type": "integer", "minimum": 1, "default": 1},
+        "max_keys_per_step": {"type": "integer", "minimum": 1, "nullable": True},
+        "max_bytes_per_step": {"type": "integer", "minimum": 1, "nullable": True},
+        "steps_in_flight": {"type": "integer", "minimum": 1, "default": 1},
+        "bytes_per_second": {
+            "type": "number",
+            "minimum": 0,
+            "exclusiveMinimum": True,
+            "nullable": True,
+        },
+    },
+}
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "enum": sorted(PRESETS)},
+            GRANULARITY_OBJECT,
+        ],
+        "nullable": True,
+        "description": "How the move is cut into steps and paced: a preset "
+        "(fluid: 1 vnode per step, 1 in flight; batched: 8 and 2; all_at_once) or an object; "
+        "null or absent: 1 vnode per step, 1 in flight.",
+    }
+)
+class GranularityField(serializers.JSONField):
+    pass
+
+
+class FragmentChangeSerializer(serializers.Serializer):
+    added_parallel_units = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="PU numbers to add."
+    )
+    removed_parallel_units = serializers.ListField(
+        child=serializers.IntegerField(), required=False, help_text="PU numbers to remove."
+    )
+
+
+class RescheduleSerializer(serializers.Serializer):
+    """Only added: scale out; only removed: scale in; as many added as removed: migrate."""
+
+    reschedules = serializers.DictField(
+        child=FragmentChangeSerializer(),
+        help_text="Per stateful fragment (by name), the PUs to add and to remove.",
+    )
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="live", required=False)
+    granularity = GranularityField(required=False)
+    dry_run = serializers.BooleanField(
+        default=False, required=False, help_text="Return the plan without acting."
+    )
+    weighted = serializers.BooleanField(
+        default=False,
+        required=False,
+        help_text="Balance measured bytes per PU too, not only vnode counts (cures skew).",
+    )
+
+
+# -- the plan (dry run; stored on each operation) -----------------------------------------------
+class GranularitySerializer(serializers.Serializer):
+    vnodes_per_step = serializers.IntegerField()
+    max_keys_per_step = serializers.IntegerField(allow_null=True)
+    max_bytes_per_step = serializers.IntegerField(allow_null=True)
+    steps_in_flight = serializers.IntegerField()
+    bytes_per_second = serializers.FloatField(allow_null=True)
+
+
+class MoveSerializer(serializers.Serializer):
+    fragment = serializers.CharField()
+    vnode = serializers.IntegerField()
+    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
+    target = serializers.IntegerField()
+    keys = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+
+
+class BalanceSerializer(serializers.Serializer):
+    vnodes_per_pu = serializers.DictField(child=serializers.IntegerField())
+    bytes_per_pu = serializers.DictField(child=serializers.IntegerField())
+    max_vnodes_minus_min = serializers.IntegerField()
+    max_bytes_over_mean = serializers.FloatField(allow_null=True)
+
+
+class FragmentPlanSerializer(serializers.Serializer):
+    fragment = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["scale_out", "scale_in", "migrate"])
+    parallel_units_before = serializers.ListField(child=serializers.IntegerField())
+    parallel_units_after = serializers.ListField(child=serializers.IntegerField())
+    moves = MoveSerializer(many=True)
+    vnodes_moved = serializers.IntegerField()
+    keys_moved = serializers.IntegerField()
+    bytes_moved = serializers.IntegerField()
+    balance_before = BalanceSerializer()
+    balance_after = BalanceSerializer()
+    mapping_before = serializers.ListField(child=serializers.IntegerField())
+    mapping_after = serializers.ListField(child=serializers.IntegerField())
+    load = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        help_text='Measured load per vnode: {"<vnode>": [keys, bytes]}.',
+    )
+
+
+class StepSpecSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    fragment = serializers.CharField()
+    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
+    target = serializers.IntegerField()
+    vnodes = serializers.ListField(child=serializers.IntegerField())
+    keys = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+
+
+class PlanSerializer(serializers.Serializer):
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES))
+    granularity = GranularitySerializer()
+    fragments = serializers.DictField(child=FragmentPlanSerializer())
+    steps = StepSpecSerializer(many=True)
+    estimated_duration_s = serializers.FloatField()
+
+
+@extend_schema_field(PlanSerializer)
+class PlanField(serializers.JSONField):
+    """The plan as the planner wrote it, passed through."""
+
+
+@extend_schema_field(GranularitySerializer)
+class StoredGranularityField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(RescheduleSerializer)
+class StoredRequestField(serializers.JSONField):
+    pass
+
+
+# -- operations ----------------------------------------------------------------------------------
+class OperationSerializer(serializers.ModelSerializer):
+    pipeline: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="Who asked."
+    )
+    cancel_requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True, help_text="Who asked to cancel."
+    )
+    request = StoredRequestField(read_only=True)
+    granularity = StoredGranularityField(read_only=True)
+    fragments = serializers.ListField(child=serializers.CharField(), read_only=True)
+    duration_s = serializers.FloatField(read_only=True, allow_null=True)
+    steps_total = serializers.IntegerField(read_only=True)
+    steps_done = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = RescaleOperation
+        fields = [
+            "uid", "pipeline", "status", "strategy", "granularity", "fragments", "request",
+            "requested_by", "cancel_requested_by", "created_at", "started_at", "finished_at",
+            "duration_s", "outcome", "error_code", "vnodes_moved", "keys_moved", "bytes_moved",
+            "steps_total", "steps_done",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class StepSerializer(serializers.ModelSerializer):
+    per_vnode = serializers.JSONField(
+        read_only=True, help_text='{"<vnode>": {"keys", "bytes", "hold_queue"}} from the runner.'
+    )
+    timings = serializers.DictField(
+        child=serializers.FloatField(), read_only=True, help_text="phase -> unix time entered."
+    )
+    vnodes = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+
+    class Meta:
+        model = RescaleStep
+        fields = [
+            "number", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
+            "keys_moved", "bytes_moved", "hold_queue", "collect_epoch", "acquire_epoch",
+            "drop_epoch", "per_vnode", "timings", "error", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class VnodePhaseSerializer(serializers.Serializer):
+    fragment = serializers.CharField()
+    vnode = serializers.IntegerField()
+    step = serializers.IntegerField()
+    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
+    target = serializers.IntegerField()
+    phase = serializers.CharField()
+    routing = serializers.ChoiceField(
+        choices=["source", "hold_queue", "target"],
+        help_text="Where the vnode's records go now: its source PU, the step's hold queue, "
+        "or its target PU.",
+    )
+    keys = serializers.IntegerField(allow_null=True)
+    bytes = serializers.IntegerField(allow_null=True)
+    hold_queue = serializers.IntegerField()
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor_name = serializers.CharField(
+        help_text='Who acted: a username, or the component ("orchestrator", "runner").'
+    )
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id", "at", "actor_name", "action", "object_type", "object_id", "before", "after"
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class OperationDetailSerializer(OperationSerializer):
+    plan = PlanField(read_only=True)
+    progress = serializers.JSONField(read_only=True, help_text="The runner's last report.")
+    steps = StepSerializer(many=True, read_only=True)
+    vnodes = serializers.SerializerMethodField()
+    events = serializers.SerializerMethodField()
+
+    class Meta(OperationSerializer.Meta):
+        fields = [*OperationSerializer.Meta.fields, "plan", "progress", "steps", "vnodes", "events"]
+        read_only_fields = fields
+
+    @extend_schema_field(VnodePhaseSerializer(many=True))
+    def get_vnodes(self, op: RescaleOperation) -> list[Any]:
+        return list(VnodePhaseSerializer(selectors.operation_vnodes(operation=op), many=True).data)
+
+    @extend_schema_field(AuditEventSerializer(many=True))
+    def get_events(self, op: RescaleOperation) -> list[Any]:
+        return list(AuditEventSerializer(selectors.operation_events(operation=op), many=True).data)
+
+
+# -- cluster information -------------------------------------------------------------------------
+class EpochSummarySerializer(serializers.Serializer):
+    epoch = serializers.IntegerField()
+    rows = serializers.IntegerField()
+    malformed = serializers.IntegerField()
+    duration_s = serializers.FloatField()
+    committed_at = serializers.DateTimeField()
+
+
+class PipelineInfoSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=Pipeline.Status.choices)
+    runner_alive = serializers.BooleanField(
+        help_text="Running, with a heartbeat newer than RESCALER_HEARTBEAT_STALE_S."
+    )
+    last_epoch = serializers.IntegerField(help_text="-1 until the first epoch commits.")
+    heartbeat_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_age_s = serializers.FloatField(allow_null=True)
+    spark = serializers.DictField(child=serializers.JSONField())
+    last_epoch_metric = EpochSummarySerializer(allow_null=True)
+
+
+class WorkerInfoSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    pipeline = serializers.CharField()
+    alive = serializers.BooleanField()
+    last_seen = serializers.DateTimeField(allow_null=True)
+    parallel_units = serializers.ListField(child=serializers.IntegerField())
+
+
+class ParallelUnitInfoSerializer(serializers.Serializer):
+    worker = serializers.CharField()
+    alive = serializers.BooleanField()
+    fragments = serializers.ListField(
+        child=serializers.CharField(), help_text="The fragments running on this PU."
+    )
+
+
+class MappingSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    pus = serializers.ListField(
+        child=serializers.IntegerField(), help_text="pus[vnode] = the PU that owns the vnode."
+    )
+
+
+class PuLoadSerializer(serializers.Serializer):
+    parallel_unit = serializers.IntegerField()
+    vnodes = serializers.IntegerField(help_text="Vnodes the mapping gives this PU.")
+    keys = serializers.IntegerField(help_text="Keys held (last per-vnode report).")
+    bytes = serializers.IntegerField(help_text="Bytes of state held (last per-vnode report).")
+    epoch_rows = serializers.IntegerField(help_text="Records processed in the last epoch.")
+    epoch_keys = serializers.IntegerField(help_text="Keys in the store after the last epoch.")
+    epoch_bytes = serializers.IntegerField(help_text="Store bytes after the last epoch.")
+
+
+class FragmentLoadSerializer(serializers.Serializer):
+    epoch = serializers.IntegerField(allow_null=True, help_text="The epoch of the epoch_* figures.")
+    keys = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+    per_parallel_unit = PuLoadSerializer(many=True)
+
+
+class FragmentInfoSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    pipeline = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["source", "stateful", "sink"])
+    position = serializers.IntegerField()
+    region = serializers.IntegerField()
+    key = serializers.CharField(allow_blank=True)
+    operator = serializers.CharField(allow_blank=True)
+    upstream = serializers.CharField(allow_blank=True)
+    vnodes = serializers.IntegerField(allow_null=True)
+    parallel_units = serializers.ListField(child=serializers.IntegerField())
+    busy_with = serializers.CharField(
+        allow_null=True, help_text="The operation in progress on this fragment, if any."
+    )
+    mapping = MappingSerializer(allow_null=True, help_text="Null for a fragment without state.")
+    load = FragmentLoadSerializer()
+
+
+class ClusterSerializer(serializers.Serializer):
+    pipelines = PipelineInfoSerializer(many=True)
+    workers = WorkerInfoSerializer(many=True)
+    parallel_units = serializers.DictField(
+        child=ParallelUnitInfoSerializer(), help_text="PU number -> its worker and fragments."
+    )
+    fragments = FragmentInfoSerializer(many=True)
+
+
+class ClusterQuerySerializer(serializers.Serializer):
+    pipeline = serializers.CharField(
+        required=False, allow_blank=True, help_text="Only this pipeline (empty: all)."
+    )
+
+
+# -- one key -------------------------------------------------------------------------------------
+class KeyQuerySerializer(serializers.Serializer):
+    pipeline = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="Needed only when two pipelines have a fragment of that name.",
+    )
+
+
+class KeyMigrationSerializer(serializers.Serializer):
+    operation = serializers.CharField()
+    step = serializers.IntegerField()
+    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
+    target = serializers.IntegerField()
+    phase = serializers.CharField()
+    routing = serializers.ChoiceField(choices=["source", "hold_queue", "target"])
+
+
+class KeyStateSerializer(serializers.Serializer):
+    pipeline = serializers.CharField()
+    fragment = serializers.CharField()
+    key = serializers.CharField()
+    vnode = serializers.IntegerField()
+    parallel_unit = serializers.IntegerField(
+        allow_null=True, help_text="The PU that owns the key's vnode."
+    )
+    mapping_version = serializers.IntegerField()
+    exists = serializers.BooleanField(help_text="Whether the key has state.")
+    value = serializers.JSONField(allow_null=True, help_text="The operator's state of the key.")
+    state_error = serializers.CharField(
+        allow_null=True,
+        help_text="Why the state directory could not be read (then exists is false and vnode, "
+        "parallel_unit and mapping_version come from Postgres).",
+    )
+    migration = KeyMigrationSerializer(
+        allow_null=True, help_text="The step of an active operation moving this key's vnode."
+    )

@@ -1,0 +1,252 @@
+"""The REST API's views: each validates its input, calls one service or selector, serializes.
+
+Refusals are raised, never built here: ``dashboard.api.errors.exception_handler`` turns them into
+``{"code", "detail"}`` with the right 4xx status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.decorators import api_view
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.reverse import reverse as api_reverse
+from rest_framework.views import APIView
+
+from dashboard.api import selectors
+from dashboard.api.csv import CSVRenderer, audit_csv
+from dashboard.api.errors import error_responses, not_found
+from dashboard.api.filters import AuditFilter, OperationFilter
+from dashboard.api.pagination import Pagination
+from dashboard.api.permissions import CanReschedule
+from dashboard.api.serializers import (
+    AuditEventSerializer,
+    ClusterQuerySerializer,
+    ClusterSerializer,
+    KeyQuerySerializer,
+    KeyStateSerializer,
+    OperationDetailSerializer,
+    OperationSerializer,
+    PlanSerializer,
+    RescheduleSerializer,
+)
+from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.services import operation_cancel, operation_request
+
+
+def _path_text(value: str, what: str) -> str:
+    """A path segment as text Postgres can compare (it refuses NUL characters)."""
+    if "\x00" in value:
+        raise not_found(f"unknown_{what}", f"no {what} with a NUL character in its name")
+    return value
+
+
+@extend_schema(exclude=True)
+@api_view(["GET"])
+def api_root(request: Request, format: str | None = None) -> Response:
+    """The endpoints of the API (see /api/docs/ for the schema)."""
+    return Response(
+        {
+            "cluster": api_reverse("api:cluster", request=request, format=format),
+            "reschedules": api_reverse("api:reschedules", request=request, format=format),
+            "audit": api_reverse("api:audit", request=request, format=format),
+            "schema": request.build_absolute_uri(reverse("schema")),
+            "docs": request.build_absolute_uri(reverse("swagger-ui")),
+        }
+    )
+
+
+class ClusterView(APIView):
+    """Workers, PUs, fragments, mappings and load (DESIGN §2, GetClusterInfo)."""
+
+    @extend_schema(
+        operation_id="cluster_retrieve",
+        parameters=[ClusterQuerySerializer],
+        responses={200: ClusterSerializer, **error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        query = ClusterQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        info = selectors.cluster_info(pipeline=query.validated_data.get("pipeline") or None)
+        return Response(ClusterSerializer(info).data)
+
+
+RESCHEDULE_EXAMPLES = [
+    OpenApiExample(
+        "scale out, dry run",
+        value={
+            "reschedules": {"word_count": {"added_parallel_units": [2, 3]}},
+            "strategy": "live",
+            "granularity": "fluid",
+            "dry_run": True,
+        },
+        request_only=True,
+    ),
+    OpenApiExample(
+        "migrate, batched",
+        value={
+            "reschedules": {
+                "word_count": {"added_parallel_units": [2], "removed_parallel_units": [0]}
+            },
+            "granularity": {"vnodes_per_step": 4, "steps_in_flight": 2},
+            "weighted": True,
+        },
+        request_only=True,
+    ),
+]
+
+
+class RescheduleListView(generics.ListAPIView):
+    """Rescale operations: list them, or request one (a dry run only plans)."""
+
+    permission_classes = [IsAuthenticated, CanReschedule]
+    parser_classes = [JSONParser]
+    serializer_class = OperationSerializer
+    filterset_class = OperationFilter
+    pagination_class = Pagination
+
+    def get_queryset(self) -> Any:
+        return selectors.operation_list()
+
+    @extend_schema(
+        operation_id="reschedules_list",
+        summary="List rescale operations",
+        description="Newest first, paginated, without plans (GET reschedules/{uid} has them).",
+        responses={200: OperationSerializer(many=True), **error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="reschedules_create",
+        summary="Request a rescale (or plan one with dry_run)",
+        description="Scale out, scale in or migrate PUs of one or more stateful fragments. "
+        "Everything is checked before anything moves. Needs the operations.reschedule "
+        "permission. A dry run answers 200 with the plan; otherwise 202 with the operation.",
+        request=RescheduleSerializer,
+        examples=RESCHEDULE_EXAMPLES,
+        responses={
+            200: OpenApiResponse(PlanSerializer, description="A dry run: the plan."),
+            202: OpenApiResponse(
+                OperationDetailSerializer,
+                description="Accepted: the operation, queued for the orchestrator. The Location "
+                "header is its URL.",
+            ),
+            **error_responses(400, 401, 403, 409, 415),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        result = operation_request(user=request.user, body=request.data)
+        if not isinstance(result, RescaleOperation):
+            return Response(result.to_json(), status=status.HTTP_200_OK)
+        op = selectors.operation_get(uid=result.uid)
+        location = api_reverse("api:reschedule-detail", kwargs={"uid": op.uid}, request=request)
+        return Response(
+            OperationDetailSerializer(op).data,
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": location},
+        )
+
+
+class RescheduleDetailView(APIView):
+    """One operation: plan, steps, per-vnode phases, counters and its audit events."""
+
+    @extend_schema(
+        operation_id="reschedules_retrieve",
+        responses={200: OperationDetailSerializer, **error_responses(401, 404)},
+    )
+    def get(self, request: Request, uid: str) -> Response:
+        op = selectors.operation_get(uid=_path_text(uid, "operation"))
+        return Response(OperationDetailSerializer(op).data)
+
+
+class RescheduleCancelView(APIView):
+    """Cancel an operation: steps in flight finish, no new step starts (docs/rescale.md)."""
+
+    permission_classes = [IsAuthenticated, CanReschedule]
+
+    @extend_schema(
+        operation_id="reschedules_cancel",
+        request=None,
+        responses={
+            202: OpenApiResponse(
+                OperationDetailSerializer, description="Cancelling (or already cancelling)."
+            ),
+            **error_responses(401, 403, 404, 409),
+        },
+    )
+    def post(self, request: Request, uid: str) -> Response:
+        op = selectors.operation_get(uid=_path_text(uid, "operation"))
+        operation_cancel(user=request.user, operation=op)
+        return Response(
+            OperationDetailSerializer(selectors.operation_get(uid=op.uid)).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+class FragmentKeyView(APIView):
+    """One key of a stateful fragment: vnode, owner PU, migration phase and current state."""
+
+    @extend_schema(
+        operation_id="fragments_keys_retrieve",
+        parameters=[
+            KeyQuerySerializer,
+            OpenApiParameter("fragment", OpenApiTypes.STR, OpenApiParameter.PATH),
+            OpenApiParameter("key", OpenApiTypes.STR, OpenApiParameter.PATH),
+        ],
+        responses={200: KeyStateSerializer, **error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request, fragment: str, key: str) -> Response:
+        query = KeyQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        frag = selectors.fragment_get(
+            name=_path_text(fragment, "fragment"),
+            pipeline=query.validated_data.get("pipeline") or None,
+        )
+        return Response(KeyStateSerializer(selectors.key_state(fragment=frag, key=key)).data)
+
+
+class AuditListView(generics.ListAPIView):
+    """The audit log, newest first; ``?format=csv`` streams every matching event as CSV."""
+
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditFilter
+    pagination_class = Pagination
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+    queryset = AuditEvent.objects.order_by("-at", "-id")
+
+    @extend_schema(
+        operation_id="audit_list",
+        responses={
+            (200, "application/json"): AuditEventSerializer(many=True),
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="With ?format=csv (or Accept: text/csv): every matching event, "
+                "unpaginated, columns id, at, actor_name, action, object_type, object_id, before, "
+                "after (JSON).",
+            ),
+            **error_responses(400, 401, 404, 406, media_type="application/json"),
+        },
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        if request.accepted_renderer.format == "csv":
+            events = self.filter_queryset(self.get_queryset())
+            response = StreamingHttpResponse(audit_csv(events), content_type="text/csv")
+            response["Content-Disposition"] = 'attachment; filename="audit.csv"'
+            return response
+        return super().get(request, *args, **kwargs)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        # a refusal is JSON whatever was asked for: a client parses {"code", "detail"} one way
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)

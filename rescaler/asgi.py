@@ -1,0 +1,32 @@
+"""ASGI entry point: HTTP to Django, websockets to the dashboard's consumers.
+
+``daphne rescaler.asgi:application``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rescaler.settings.local")
+
+# Set Django up before importing consumers: they import models.
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
+
+from dashboard.routing import websocket_urlpatterns
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        # The origin check stops another site's page from opening a websocket with the user's
+        # session cookie; the auth stack puts that user in the scope for the consumer to check.
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

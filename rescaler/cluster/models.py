@@ -1,0 +1,160 @@
+"""Cluster metadata: pipelines, workers, parallel units, fragments and their vnode mappings.
+
+Postgres is the source of truth the dashboard and the API read, and the channel between the
+control plane and the runner: the runner registers its topology and reports every epoch here,
+and reads the commands queued for it here (``RunnerCommand``).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Pipeline(models.Model):
+    class Status(models.TextChoices):
+        STARTING = "starting"
+        RUNNING = "running"
+        STOPPING = "stopping"
+        STOPPED = "stopped"
+
+    name = models.CharField(max_length=64, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.STARTING)
+    last_epoch = models.BigIntegerField(default=-1)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    spark = models.JSONField(default=dict, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Worker(models.Model):
+    """A compute host of the data plane (a Spark executor; in local mode the one local JVM)."""
+
+    name = models.CharField(max_length=128, unique=True)
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="workers")
+    alive = models.BooleanField(default=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ParallelUnit(models.Model):
+    """One slot of compute, numbered globally, on one worker."""
+
+    number = models.PositiveIntegerField(unique=True)
+    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="parallel_units")
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"PU {self.number}"
+
+
+class Fragment(models.Model):
+    class Kind(models.TextChoices):
+        SOURCE = "source"
+        STATEFUL = "stateful"
+        SINK = "sink"
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="fragments")
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    position = models.PositiveSmallIntegerField(default=0)  # dataflow order
+    region = models.PositiveSmallIntegerField(default=0)
+    vnodes = models.PositiveIntegerField(null=True, blank=True)
+    key = models.CharField(max_length=64, blank=True)
+    operator = models.CharField(max_length=128, blank=True)
+    upstream = models.CharField(max_length=64, blank=True)
+    # the fragment × PU matrix: which PUs this fragment runs on
+    parallel_units = models.ManyToManyField(ParallelUnit, related_name="fragments", blank=True)
+    mapping_version = models.PositiveIntegerField(default=0)
+    # latest per-vnode load reported by the runner: {"<vnode>": [keys, bytes]}
+    vnode_load = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pipeline", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["pipeline", "name"], name="fragment_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline.name}/{self.name}"
+
+
+class VnodeMapping(models.Model):
+    """One version of a stateful fragment's vnode → PU mapping (``pus[vnode]`` = PU number)."""
+
+    fragment = models.ForeignKey(Fragment, on_delete=models.CASCADE, related_name="mappings")
+    version = models.PositiveIntegerField()
+    pus = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["fragment", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["fragment", "version"], name="mapping_unique_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fragment} mapping v{self.version}"
+
+
+class EpochMetric(models.Model):
+    """What one committed epoch did, as the runner reported it."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="epochs")
+    epoch = models.BigIntegerField()
+    rows = models.BigIntegerField()
+    malformed = models.BigIntegerField(default=0)
+    malformed_samples = models.JSONField(default=list, blank=True)
+    duration_s = models.FloatField()
+    committed_at = models.DateTimeField()
+    source_offset = models.JSONField(default=dict, blank=True)
+    per_pu = models.JSONField(default=list, blank=True)
+    mapping_versions = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pipeline", "-epoch"]
+        constraints = [models.UniqueConstraint(fields=["pipeline", "epoch"], name="epoch_unique")]
+        indexes = [models.Index(fields=["pipeline", "-committed_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline} epoch {self.epoch}"
+
+
+class RunnerCommand(models.Model):
+    """An instruction for the runner, taken at its next epoch boundary."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        FAILED = "failed"
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="commands")
+    kind = models.CharField(max_length=32)
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    detail = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    acked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["pipeline", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.pipeline} ({self.status})"

@@ -1,0 +1,159 @@
+"""Services of the cluster domain: what the runner reports, and what operators ask of it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from rescaler.cluster.models import (
+    EpochMetric,
+    Fragment,
+    ParallelUnit,
+    Pipeline,
+    RunnerCommand,
+    VnodeMapping,
+    Worker,
+)
+from rescaler.events import publish
+from workers.control import EpochReport, Topology
+
+# keep the newest epochs per pipeline; older rows are deleted as new ones arrive
+EPOCH_RETENTION = 5_000
+
+
+class ClusterError(Exception):
+    """Base class of the cluster domain's refusals."""
+
+
+class PipelineNotFound(ClusterError):
+    """No runner has registered a pipeline of that name."""
+
+
+@transaction.atomic
+def topology_register(*, topology: Topology) -> Pipeline:
+    """Create or refresh a pipeline's workers, PUs, fragments, matrix and mapping versions."""
+    pipeline, _ = Pipeline.objects.update_or_create(
+        name=topology.pipeline,
+        defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
+    )
+    pus: dict[int, ParallelUnit] = {}
+    for worker_name, numbers in topology.workers.items():
+        worker, _ = Worker.objects.update_or_create(
+            name=worker_name,
+            defaults={"pipeline": pipeline, "alive": True, "last_seen": timezone.now()},
+        )
+        for number in numbers:
+            pu, _ = ParallelUnit.objects.update_or_create(
+                number=number, defaults={"worker": worker}
+            )
+            pus[number] = pu
+    for position, (name, info) in enumerate(topology.fragments.items()):
+        fragment, _ = Fragment.objects.update_or_create(
+            pipeline=pipeline,
+            name=name,
+            defaults={
+                "kind": info["kind"],
+                "position": position,
+                "region": info.get("region", 0),
+                "vnodes": info.get("vnodes"),
+                "key": info.get("key", ""),
+                "operator": info.get("operator", ""),
+                "upstream": info.get("upstream", ""),
+            },
+        )
+        fragment.parallel_units.set([pus[n] for n in info.get("pus", []) if n in pus])
+        if "mapping" in info:
+            mapping_record(fragment=fragment, version=info["version"], pus=info["mapping"])
+    return pipeline
+
+
+def mapping_record(*, fragment: Fragment, version: int, pus: list[int]) -> None:
+    """Record a mapping version (once) and make it the fragment's current one if newer."""
+    VnodeMapping.objects.get_or_create(fragment=fragment, version=version, defaults={"pus": pus})
+    if version > fragment.mapping_version:
+        fragment.mapping_version = version
+        fragment.save(update_fields=["mapping_version"])
+
+
+def epoch_record(*, report: EpochReport) -> EpochMetric:
+    """Store an epoch's report (a re-run epoch replaces its row) and tell the dashboard."""
+    with transaction.atomic():
+        pipeline = Pipeline.objects.select_for_update().get(name=report.pipeline)
+        metric, _ = EpochMetric.objects.update_or_create(
+            pipeline=pipeline,
+            epoch=report.epoch,
+            defaults={
+                "rows": report.rows,
+                "malformed": report.malformed,
+                "malformed_samples": report.malformed_samples,
+                "duration_s": report.duration_s,
+                "committed_at": dt.datetime.fromtimestamp(report.committed_at, tz=dt.UTC),
+                "source_offset": report.source_offset,
+                "per_pu": [vars(p) for p in report.per_pu],
+                "mapping_versions": report.mapping_versions,
+            },
+        )
+        pipeline.last_epoch = max(pipeline.last_epoch, report.epoch)
+        pipeline.status = Pipeline.Status.RUNNING
+        pipeline.save(update_fields=["last_epoch", "status"])
+        for name, vnodes in report.per_vnode.items():
+            Fragment.objects.filter(pipeline=pipeline, name=name).update(
+                vnode_load={str(v): list(kb) for v, kb in vnodes.items()}
+            )
+        if report.epoch % 100 == 0:
+            EpochMetric.objects.filter(
+                pipeline=pipeline, epoch__lt=report.epoch - EPOCH_RETENTION
+            ).delete()
+    publish("cluster", "epoch.committed", epoch_summary(metric))
+    return metric
+
+
+def epoch_summary(metric: EpochMetric) -> dict[str, Any]:
+    return {
+        "pipeline": metric.pipeline.name,
+        "epoch": metric.epoch,
+        "rows": metric.rows,
+        "malformed": metric.malformed,
+        "duration_s": metric.duration_s,
+        "committed_at": metric.committed_at.isoformat(),
+        "per_pu": metric.per_pu,
+        "mapping_versions": metric.mapping_versions,
+    }
+
+
+def runner_heartbeat(*, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+    now = timezone.now()
+    updated = Pipeline.objects.filter(name=pipeline).update(
+        # GREATEST: a heartbeat that raced a newer epoch report never moves last_epoch back
+        heartbeat_at=now,
+        status=status,
+        spark=spark,
+        last_epoch=Greatest(F("last_epoch"), Value(epoch)),
+    )
+    if updated:
+        Worker.objects.filter(pipeline__name=pipeline).update(
+            last_seen=now, alive=status != "stopped"
+        )
+
+
+def command_submit(
+    *, pipeline: str, kind: str, payload: dict[str, Any] | None = None, user: Any = None
+) -> RunnerCommand:
+    try:
+        target = Pipeline.objects.get(name=pipeline)
+    except Pipeline.DoesNotExist:
+        raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
+    return RunnerCommand.objects.create(
+        pipeline=target, kind=kind, payload=payload or {}, created_by=user
+    )
+
+
+def command_ack(*, command_id: int, status: str, detail: str = "") -> None:
+    RunnerCommand.objects.filter(id=command_id).update(
+        status=status, detail=detail, acked_at=timezone.now()
+    )

@@ -1,0 +1,183 @@
+"""Rescale operations, their steps, and the append-only audit log of every mutation."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+def new_operation_uid() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class RescaleOperation(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"  # accepted, waiting for the orchestrator
+        RUNNING = "running"
+        CANCELLING = "cancelling"
+        COMPLETED = "completed"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    FINAL = (Status.COMPLETED, Status.CANCELLED, Status.FAILED)
+
+    # the id the runner knows the operation by
+    uid = models.CharField(max_length=32, unique=True, default=new_operation_uid, editable=False)
+    pipeline = models.ForeignKey(
+        "cluster.Pipeline", on_delete=models.PROTECT, related_name="operations"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="rescale_operations",
+    )
+    request = models.JSONField()  # the request as parsed (workers.rescale.request)
+    strategy = models.CharField(max_length=16)
+    granularity = models.JSONField(default=dict)
+    plan = models.JSONField(default=dict)
+    fragments = models.JSONField(default=list)  # fragment names, for filtering
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    outcome = models.TextField(blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    progress = models.JSONField(default=dict, blank=True)  # the runner's last report
+    vnodes_moved = models.PositiveIntegerField(default=0)
+    keys_moved = models.BigIntegerField(default=0)
+    bytes_moved = models.BigIntegerField(default=0)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    # an orchestrator holds this lease while it drives the operation; another may take over
+    # once it expires (a killed Celery worker)
+    lease_owner = models.CharField(max_length=128, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("reschedule", "Can start and cancel rescale operations")]
+        indexes = [models.Index(fields=["status", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"operation {self.uid} ({self.status})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at
+        if end is None:
+            from django.utils import timezone
+
+            end = timezone.now()
+        return (end - self.started_at).total_seconds()
+
+
+class OperationFragment(models.Model):
+    """The fragments an operation works on. While it is active, no other operation may take
+    the same fragment: the partial unique constraint makes that a database rule."""
+
+    operation = models.ForeignKey(
+        RescaleOperation, on_delete=models.CASCADE, related_name="fragment_locks"
+    )
+    fragment = models.ForeignKey("cluster.Fragment", on_delete=models.CASCADE, related_name="+")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fragment"],
+                condition=models.Q(active=True),
+                name="one_active_operation_per_fragment",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation.uid} holds {self.fragment}" + (
+            "" if self.active else " (released)"
+        )
+
+
+class RescaleStep(models.Model):
+    operation = models.ForeignKey(RescaleOperation, on_delete=models.CASCADE, related_name="steps")
+    number = models.PositiveIntegerField()
+    fragment = models.CharField(max_length=64)
+    source_pu = models.PositiveIntegerField()
+    target_pu = models.PositiveIntegerField()
+    vnodes = models.JSONField()
+    phase = models.CharField(max_length=16, default="planned")
+    keys = models.BigIntegerField(default=0)  # as planned (interrogated)
+    bytes = models.BigIntegerField(default=0)
+    keys_moved = models.BigIntegerField(default=0)
+    bytes_moved = models.BigIntegerField(default=0)
+    hold_queue = models.BigIntegerField(default=0)
+    collect_epoch = models.BigIntegerField(null=True, blank=True)
+    acquire_epoch = models.BigIntegerField(null=True, blank=True)
+    drop_epoch = models.BigIntegerField(null=True, blank=True)
+    per_vnode = models.JSONField(default=dict, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["operation", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "number"], name="step_unique_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.number} of {self.operation.uid}: {self.phase}"
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def update(self, **kwargs: Any) -> int:
+        raise PermissionError("the audit log is append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise PermissionError("the audit log is append-only")
+
+
+class AuditEvent(models.Model):
+    """Who did what to which object, with the state before and after. Never changed."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150)  # the username, or "runner", "orchestrator"
+    action = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}:{self.object_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise PermissionError("the audit log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise PermissionError("the audit log is append-only")

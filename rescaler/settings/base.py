@@ -1,0 +1,216 @@
+"""Settings shared by every environment. Values that differ between machines come from the
+environment (see README.md, "Configuration"); local/test/production adjust what they must.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rescaler.dbsetup import DEFAULT_DATABASE_URL
+from rescaler.preflight import DEFAULT_REDIS_URL
+
+from .env import (
+    database_config,
+    env_bool,
+    env_float,
+    env_list,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+
+DEBUG = env_bool("DEBUG", False)
+# Overridden per environment; production reads it with no default.
+SECRET_KEY = env_str("SECRET_KEY", "")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- the services -------------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL", DEFAULT_DATABASE_URL)
+DATABASES = {"default": database_config(DATABASE_URL)}
+REDIS_URL = env_str("REDIS_URL", DEFAULT_REDIS_URL)
+
+# --- the data plane -----------------------------------------------------------------------------
+# Spark master URL for the pipeline runner: local[N] by default, spark://host:7077 on a cluster.
+SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
+# Root of the state stores, hold queues and checkpoints; shared by the runner and Spark workers.
+STATE_DIR = Path(env_str("STATE_DIR", str(VAR_DIR / "state")))
+# The runner is reported down when its last heartbeat is older than this.
+RESCALER_HEARTBEAT_STALE_S = env_float("RESCALER_HEARTBEAT_STALE_S", 30.0)
+# A step whose phase has not changed for this long makes the orchestrator cancel the operation.
+RESCALER_STEP_TIMEOUT_S = env_float("RESCALER_STEP_TIMEOUT_S", 300.0)
+# One Celery run drives an operation this long, then re-queues itself (no message stays
+# unacknowledged for long); its lease lets another worker take over once it expires.
+RESCALER_DRIVE_BUDGET_S = env_float("RESCALER_DRIVE_BUDGET_S", 60.0)
+RESCALER_LEASE_S = env_float("RESCALER_LEASE_S", 15.0)
+
+# --- Django -------------------------------------------------------------------------------------
+INSTALLED_APPS = [
+    # daphne first: its runserver serves ASGI (websockets) in development.
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    # whitenoise's runserver_nostatic before staticfiles, so static files are served one way.
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "rescaler.cluster",
+    "rescaler.operations",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rescaler.urls"
+WSGI_APPLICATION = "rescaler.wsgi.application"
+ASGI_APPLICATION = "rescaler.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- websockets ---------------------------------------------------------------------------------
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    },
+}
+
+# --- Celery (read by rescaler/celery.py with namespace="CELERY") --------------------------------
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
+# Tests give each Celery worker a queue of its own so no other worker takes their tasks.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_RESULT_EXPIRES = 24 * 3600
+CELERY_TASK_TRACK_STARTED = True
+# A task is acknowledged after it ran, and redelivered if its worker dies mid-way: an operation
+# step must survive a killed worker (invariant I6). Tasks must therefore be safe to repeat.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# One task at a time per process: a long step must not sit behind another in a prefetch buffer.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Explicit limits: a stuck task is interrupted (soft: SoftTimeLimitExceeded, to clean up) and
+# then killed (hard), never left holding a worker forever.
+CELERY_TASK_SOFT_TIME_LIMIT = int(env_float("CELERY_TASK_SOFT_TIME_LIMIT", 300))
+CELERY_TASK_TIME_LIMIT = int(env_float("CELERY_TASK_TIME_LIMIT", 360))
+# With acks_late on Redis, an unacknowledged task is redelivered after the visibility timeout;
+# it must be longer than any task's run time, or a running task would be started twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_SEND_TASK_EVENTS = False
+
+# --- REST API -----------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    # Token first: its WWW-Authenticate header makes an anonymous request a 401 (with session
+    # auth first DRF answers 403, which would not tell a client to authenticate).
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # every refusal as {"code", "detail"} with a 4xx (docs/api.md, "Errors")
+    "EXCEPTION_HANDLER": "dashboard.api.errors.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Rescaler API",
+    "DESCRIPTION": "Rescale keyed stateful streaming pipelines while they run.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from the sidecar package: the dashboard works without internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # request bodies get their own components (the reschedule request is not an operation)
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "ENUM_NAME_OVERRIDES": {
+        "OperationStatusEnum": "rescaler.operations.models.RescaleOperation.Status",
+        "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
+    },
+}
+
+# /metrics (Prometheus): unauthenticated by default, as scrapers on an internal network expect;
+# set it to 1 to require a token (`Authorization: Token <key>`) or a logged-in session.
+RESCALER_METRICS_REQUIRE_AUTH = env_bool("RESCALER_METRICS_REQUIRE_AUTH", False)
+
+# --- logging ------------------------------------------------------------------------------------
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # Django's request log repeats what daphne already prints.
+        "django.request": {"level": "ERROR"},
+    },
+}

@@ -1,0 +1,30 @@
+"""Settings for pytest (pytest-django creates and drops ``test_<name>`` on the real Postgres)."""
+
+from __future__ import annotations
+
+from .base import *
+from .env import env_str, redis_url_with_db
+
+SECRET_KEY = "test-only-not-a-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+
+# Hashing strength is not under test; MD5 makes each login in a test microseconds, not 0.3 s.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Tests use their own Redis database (1 unless TEST_REDIS_URL says otherwise), so a running
+# scripts/dev (database 0) neither consumes test tasks nor sees test websocket events.
+REDIS_URL = env_str("TEST_REDIS_URL", redis_url_with_db(REDIS_URL, 1))
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_ALWAYS_EAGER = False  # tests that want eager execution override it
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    },
+}
+
+# Serve static files from the finders: tests never run collectstatic.
+WHITENOISE_AUTOREFRESH = True
+WHITENOISE_USE_FINDERS = True

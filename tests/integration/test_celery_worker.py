@@ -1,0 +1,106 @@
+"""A real Celery worker process, on the real Redis broker and the pytest-django Postgres database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from rescaler.tasks import probe
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+REPO = Path(__file__).resolve().parents[2]
+RESULT_TIMEOUT_S = 90
+
+
+def _test_database_url() -> str:
+    """DATABASE_URL of the database pytest-django created (test_<name>), for the worker."""
+    server = urlsplit(str(settings.DATABASE_URL))
+    name = connection.settings_dict["NAME"]
+    return urlunsplit((server.scheme, server.netloc, f"/{name}", server.query, ""))
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    # The worker leads its own process group: end it and anything it forked, and only that.
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def celery_worker(
+    redis_service: str, transactional_db: None, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    """A worker consuming a queue of its own, so no other worker can take the test's task."""
+    queue = f"pytest-{uuid.uuid4().hex[:10]}"
+    name = f"{queue}@%h"
+    log_path = tmp_path / "celery-worker.log"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "rescaler.settings.test",
+        "DATABASE_URL": _test_database_url(),
+        "TEST_REDIS_URL": str(settings.REDIS_URL),
+    }
+    command = [
+        sys.executable, "-m", "celery", "-A", "rescaler", "worker",
+        "--pool", "solo", "--concurrency", "1", "--loglevel", "info",
+        "--hostname", name, "--queues", queue,
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield {"process": process, "queue": queue, "log": log_path}
+    finally:
+        _stop(process)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_runs_the_probe_against_the_test_database(
+    celery_worker: dict[str, Any],
+) -> None:
+    # Committed (transaction=True), so the worker's own connection sees it.
+    get_user_model().objects.create_user(username="probe-user", password="unused")
+
+    result = probe.apply_async(queue=celery_worker["queue"])
+
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while not result.ready():
+        process = celery_worker["process"]
+        if process.poll() is not None:
+            pytest.fail(
+                f"the worker exited with {process.returncode}:\n"
+                + celery_worker["log"].read_text()[-4000:]
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"no result within {RESULT_TIMEOUT_S} s; worker log:\n"
+                + celery_worker["log"].read_text()[-4000:]
+            )
+        time.sleep(0.2)
+
+    answer = result.get(timeout=5)
+    assert answer["hostname"].startswith(celery_worker["queue"] + "@")
+    assert answer["database"] == connection.settings_dict["NAME"]
+    assert answer["select_1"] == 1
+    assert answer["users"] == 1

@@ -1,0 +1,298 @@
+"""The whole system: rescales requested over the REST API, driven by a real Celery worker, carried
+out by a real pipeline runner (Spark local[2]) reporting to Postgres; state checked by the oracle."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db import connection
+from rest_framework.test import APIClient
+
+from rescaler.cluster.models import EpochMetric, Pipeline
+from rescaler.cluster.services import command_submit
+from tests.integration.workers.fixtures import assert_matches_oracle
+from workers.oracle import expected_from_generator
+from workers.sources.generator import GeneratorConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[2]
+KEYS = 3_000
+ROWS = 4_000
+
+
+def _test_database_url() -> str:
+    server = urlsplit(str(settings.DATABASE_URL))
+    name = connection.settings_dict["NAME"]
+    return urlunsplit((server.scheme, server.netloc, f"/{name}", server.query, ""))
+
+
+class Processes:
+    """The runner and Celery workers of one test, on its database, queue and state directory."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "rescaler.settings.test",
+            "DATABASE_URL": _test_database_url(),
+            "TEST_REDIS_URL": str(settings.REDIS_URL),
+            "CELERY_TASK_DEFAULT_QUEUE": self.queue,
+            "STATE_DIR": str(tmp / "state"),
+            "SPARK_MASTER": "local[2]",
+            "RESCALER_PARALLEL_UNITS": "4",
+            "RESCALER_VNODES": "32",
+            "RESCALER_LEASE_S": "5",
+            "RESCALER_DRIVE_BUDGET_S": "20",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *command: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def runner(self) -> subprocess.Popen[bytes]:
+        return self.start(
+            "runner",
+            sys.executable,
+            "manage.py",
+            "run_pipeline",
+            "--pipeline",
+            "wordcount",
+            "--rows-per-epoch",
+            str(ROWS),
+            "--key-space",
+            str(KEYS),
+            "--trigger-interval",
+            "0",
+            "--no-spark-ui",
+        )
+
+    def worker(self, name: str) -> subprocess.Popen[bytes]:
+        return self.start(
+            name,
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "rescaler",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "info",
+            "--hostname",
+            f"{name}-{self.queue}@%h",
+            "--queues",
+            self.queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        )
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")[-4000:]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+
+
+@pytest.fixture
+def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Iterator[Processes]:
+    procs = Processes(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+@pytest.fixture
+def operator_client() -> APIClient:
+    user = get_user_model().objects.create_user("operator", password="x")
+    user.user_permissions.add(Permission.objects.get(codename="reschedule"))
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def wait_until(
+    predicate: Any, timeout: float, what: str, procs: Processes, watch: tuple[str, ...]
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        for name in watch:
+            proc = procs.procs[name]
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"{name} exited with {proc.returncode} before {what}:\n{procs.log(name)}"
+                )
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {n}\n{procs.log(n)}" for n in watch)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+
+def request_op(client: APIClient, change: dict[str, list[int]], granularity: Any) -> str:
+    response = client.post(
+        "/api/v1/reschedules",
+        {"reschedules": {"word_count": change}, "strategy": "live", "granularity": granularity},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    return response.json()["uid"]
+
+
+def op_status(client: APIClient, uid: str) -> str:
+    response = client.get(f"/api/v1/reschedules/{uid}")
+    assert response.status_code == 200, response.content
+    return response.json()["status"]
+
+
+def finish(procs: Processes) -> None:
+    command_submit(pipeline="wordcount", kind="stop")
+    procs.procs["runner"].wait(timeout=240)
+    assert procs.procs["runner"].returncode == 0, procs.log("runner")
+
+
+def check_oracle(procs: Processes) -> None:
+    last = EpochMetric.objects.filter(pipeline__name="wordcount").order_by("-epoch").first()
+    assert last is not None
+    end = last.source_offset["offset"]
+    expected = expected_from_generator(
+        "wordcount", GeneratorConfig(kind="lines", key_space=KEYS), end
+    )
+    assert_matches_oracle(procs.tmp / "state", "wordcount", expected)
+
+
+def running_pipeline(procs: Processes) -> None:
+    procs.runner()
+    wait_until(
+        lambda: Pipeline.objects.filter(
+            name="wordcount", last_epoch__gte=2, status="running"
+        ).exists(),
+        300,
+        "the pipeline's third epoch",
+        procs,
+        ("runner",),
+    )
+
+
+def test_scale_out_scale_in_migrate_and_cancel_over_the_api(
+    processes: Processes, operator_client: APIClient
+) -> None:
+    running_pipeline(processes)
+    processes.worker("worker-1")
+    batched = {"vnodes_per_step": 4, "steps_in_flight": 2}
+    for change in (
+        {"added_parallel_units": [2, 3]},
+        {"removed_parallel_units": [1, 2, 3]},
+        {"added_parallel_units": [3], "removed_parallel_units": [0]},
+    ):
+        uid = request_op(operator_client, change, batched)
+        wait_until(
+            lambda uid=uid: op_status(operator_client, uid) == "completed",
+            400,
+            f"operation {uid} ({change})",
+            processes,
+            ("runner", "worker-1"),
+        )
+    cluster = operator_client.get("/api/v1/cluster").json()
+    assert cluster is not None
+
+    uid = request_op(operator_client, {"added_parallel_units": [0, 1]}, "fluid")
+    wait_until(
+        lambda: any(
+            s["phase"] == "done"
+            for s in operator_client.get(f"/api/v1/reschedules/{uid}").json()["steps"]
+        ),
+        300,
+        "a first finished step",
+        processes,
+        ("runner", "worker-1"),
+    )
+    assert operator_client.post(f"/api/v1/reschedules/{uid}/cancel").status_code == 202
+    wait_until(
+        lambda: op_status(operator_client, uid) == "cancelled",
+        300,
+        "the cancel",
+        processes,
+        ("runner", "worker-1"),
+    )
+
+    finish(processes)
+    check_oracle(processes)
+    audit = operator_client.get(
+        "/api/v1/audit", {"object_type": "rescale_step", "page_size": 500}
+    ).json()
+    rows = audit["results"] if isinstance(audit, dict) else audit
+    done = [e for e in rows if e["action"] == "step.done"]
+    assert done and all(e["actor_name"] == "runner" for e in done)
+    requested = operator_client.get("/api/v1/audit", {"action": "operation.requested"}).json()
+    rows = requested["results"] if isinstance(requested, dict) else requested
+    assert len(rows) == 4 and all(e["actor_name"] == "operator" for e in rows)
+
+
+def test_a_celery_worker_killed_mid_operation_is_replaced_and_the_operation_completes(
+    processes: Processes, operator_client: APIClient
+) -> None:
+    running_pipeline(processes)
+    processes.worker("worker-1")
+    uid = request_op(operator_client, {"added_parallel_units": [2, 3]}, "fluid")
+    wait_until(
+        lambda: any(
+            s["phase"] == "done"
+            for s in operator_client.get(f"/api/v1/reschedules/{uid}").json()["steps"]
+        ),
+        300,
+        "a first finished step",
+        processes,
+        ("runner", "worker-1"),
+    )
+    processes.kill("worker-1")  # kill -9 the worker driving the operation
+    processes.worker("worker-2")
+    wait_until(
+        lambda: op_status(operator_client, uid) == "completed",
+        600,
+        "the operation to complete under the new worker",
+        processes,
+        ("runner", "worker-2"),
+    )
+    finish(processes)
+    check_oracle(processes)

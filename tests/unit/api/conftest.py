@@ -1,0 +1,58 @@
+"""Fixtures of the API tests: a registered cluster, a viewer, an operator, and their clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from rescaler.cluster.models import Pipeline
+from rescaler.operations import services
+from tests.unit.api.fixtures import make_user, register_cluster, token_client
+
+
+@pytest.fixture(autouse=True)
+def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Operations are queued, never driven: no Celery worker takes part in these tests."""
+    queued: list[int] = []
+    monkeypatch.setattr(services, "_enqueue_drive", queued.append)
+    return queued
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(settings: Any, tmp_path: Path) -> Path:
+    """An empty state directory per test: never the runner's real one."""
+    settings.STATE_DIR = tmp_path / "state"
+    return settings.STATE_DIR
+
+
+@pytest.fixture
+def cluster(db: None) -> Pipeline:
+    return register_cluster()
+
+
+@pytest.fixture
+def viewer(db: None) -> Any:
+    return make_user("viewer")
+
+
+@pytest.fixture
+def operator(db: None) -> Any:
+    return make_user("operator", reschedule=True)
+
+
+@pytest.fixture
+def anon() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def viewer_client(viewer: Any) -> APIClient:
+    return token_client(viewer)
+
+
+@pytest.fixture
+def operator_client(operator: Any) -> APIClient:
+    return token_client(operator)

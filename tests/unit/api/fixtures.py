@@ -1,0 +1,100 @@
+"""Builders shared by the API tests (unit and integration): a registered cluster, users, clients.
+
+No runner and no Spark: the cluster is registered and reported the way the runner does it
+(``topology_register``, ``epoch_record``, ``runner_heartbeat``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from rescaler.cluster import services as cluster_services
+from rescaler.cluster.models import Pipeline
+from workers.control import EpochReport, PuLoad, Topology
+from workers.pipeline.placement import FragmentPlacement
+
+PIPELINE = "wordcount"
+FRAGMENT = "word_count"
+
+
+def register_cluster(
+    *,
+    vnodes: int = 16,
+    workers: dict[str, list[int]] | None = None,
+    initial_pus: tuple[int, ...] = (0, 1),
+    epochs: int = 1,
+) -> Pipeline:
+    """The wordcount pipeline (source → word_count → sink), alive, with ``epochs`` reported."""
+    workers = workers or {"local-0": [0, 1, 2, 3]}
+    placement = FragmentPlacement.initial(FRAGMENT, vnodes, list(initial_pus))
+    topology = Topology(
+        pipeline=PIPELINE,
+        workers=workers,
+        fragments={
+            "source": {"kind": "source", "pus": list(initial_pus)},
+            FRAGMENT: {
+                "kind": "stateful",
+                "region": 1,
+                "vnodes": vnodes,
+                "key": "word",
+                "operator": "count",
+                "pus": list(initial_pus),
+                "mapping": list(placement.mapping),
+                "version": 1,
+            },
+            "sink": {"kind": "sink", "pus": list(initial_pus)},
+        },
+        spark={"alive": True, "master": "local[2]"},
+    )
+    pipeline = cluster_services.topology_register(topology=topology)
+    now = time.time()
+    for epoch in range(epochs):
+        cluster_services.epoch_record(
+            report=EpochReport(
+                pipeline=PIPELINE,
+                epoch=epoch,
+                rows=1000 + epoch,
+                malformed=0,
+                duration_s=0.2 + 0.01 * epoch,
+                committed_at=now - (epochs - epoch),
+                source_offset={"offset": 1000 * (epoch + 1)},
+                per_pu=[
+                    PuLoad(FRAGMENT, pu, rows=500, keys=100 * (pu + 1), bytes=1000 * (pu + 1))
+                    for pu in initial_pus
+                ],
+                per_vnode={FRAGMENT: {v: (10, 100 + v) for v in range(vnodes)}},
+                mapping_versions={FRAGMENT: 1},
+            )
+        )
+    cluster_services.runner_heartbeat(
+        pipeline=PIPELINE, epoch=max(epochs - 1, 0), status="running", spark={"alive": True}
+    )
+    return Pipeline.objects.get(pk=pipeline.pk)
+
+
+def make_user(username: str, *, reschedule: bool = False) -> Any:
+    user = get_user_model().objects.create_user(username, password="pw-" + username)
+    if reschedule:
+        user.user_permissions.add(
+            Permission.objects.get(codename="reschedule", content_type__app_label="operations")
+        )
+    return user
+
+
+def token_client(user: Any | None) -> APIClient:
+    """A client authenticated the way automation is: ``Authorization: Token <key>``."""
+    client = APIClient()
+    if user is not None:
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def reschedule_body(**change: Any) -> dict[str, Any]:
+    return {"reschedules": {FRAGMENT: change}, "granularity": {"vnodes_per_step": 2}}

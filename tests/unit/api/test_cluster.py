@@ -1,0 +1,124 @@
+"""GET /api/v1/cluster: the cluster information of DESIGN §2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from rescaler.cluster.models import Pipeline
+from rescaler.operations import services
+from tests.unit.api.fixtures import register_cluster, reschedule_body
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/cluster"
+
+
+def test_anonymous_is_told_to_authenticate(anon: APIClient, cluster: Pipeline) -> None:
+    response = anon.get(URL)
+    assert response.status_code == 401
+    assert response.json()["code"] == "not_authenticated"
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_workers_pus_fragments_mapping_and_load(
+    viewer_client: APIClient, cluster: Pipeline
+) -> None:
+    response = viewer_client.get(URL)
+    assert response.status_code == 200
+    data = response.json()
+    (pipeline,) = data["pipelines"]
+    assert pipeline["name"] == "wordcount" and pipeline["runner_alive"] is True
+    assert pipeline["last_epoch"] == 0 and pipeline["heartbeat_age_s"] < 60
+    assert pipeline["last_epoch_metric"]["rows"] == 1000
+    assert data["workers"] == [
+        {
+            "name": "local-0",
+            "pipeline": "wordcount",
+            "alive": True,
+            "last_seen": data["workers"][0]["last_seen"],
+            "parallel_units": [0, 1, 2, 3],
+        }
+    ]
+    assert data["parallel_units"]["0"] == {
+        "worker": "local-0",
+        "alive": True,
+        "fragments": ["source", "word_count", "sink"],
+    }
+    assert data["parallel_units"]["3"]["fragments"] == []
+    fragments = {f["name"]: f for f in data["fragments"]}
+    assert [f["name"] for f in data["fragments"]] == ["source", "word_count", "sink"]
+    assert fragments["source"]["mapping"] is None
+    word_count = fragments["word_count"]
+    assert word_count["kind"] == "stateful" and word_count["vnodes"] == 16
+    assert word_count["parallel_units"] == [0, 1]
+    assert word_count["mapping"] == {"version": 1, "pus": [0] * 8 + [1] * 8}
+    assert word_count["busy_with"] is None
+    load = word_count["load"]
+    assert load["epoch"] == 0
+    per_pu = {row["parallel_unit"]: row for row in load["per_parallel_unit"]}
+    # vnode v holds 10 keys and 100 + v bytes (fixtures.register_cluster)
+    assert per_pu[0] == {
+        "parallel_unit": 0, "vnodes": 8, "keys": 80, "bytes": sum(100 + v for v in range(8)),
+        "epoch_rows": 500, "epoch_keys": 100, "epoch_bytes": 1000,
+    }  # fmt: skip
+    assert per_pu[1]["bytes"] == sum(100 + v for v in range(8, 16))
+    assert load["keys"] == 160
+
+
+def test_a_fragment_with_an_operation_in_progress_names_it(
+    viewer_client: APIClient, operator: Any, cluster: Pipeline
+) -> None:
+    op = services.operation_request(user=operator, body=reschedule_body(added_parallel_units=[2]))
+    fragments = {f["name"]: f for f in viewer_client.get(URL).json()["fragments"]}
+    assert fragments["word_count"]["busy_with"] == op.uid
+
+
+def test_a_stale_heartbeat_shows_the_workers_dead(
+    viewer_client: APIClient, cluster: Pipeline
+) -> None:
+    Pipeline.objects.filter(pk=cluster.pk).update(
+        heartbeat_at=timezone.now() - timezone.timedelta(minutes=10)
+    )
+    data = viewer_client.get(URL).json()
+    assert data["pipelines"][0]["runner_alive"] is False
+    assert data["workers"][0]["alive"] is False
+    assert data["parallel_units"]["2"]["alive"] is False
+
+
+def test_filter_by_pipeline_and_unknown_pipeline(
+    viewer_client: APIClient, cluster: Pipeline
+) -> None:
+    assert len(viewer_client.get(URL, {"pipeline": "wordcount"}).json()["pipelines"]) == 1
+    response = viewer_client.get(URL, {"pipeline": "nope"})
+    assert response.status_code == 404
+    assert response.json()["code"] == "unknown_pipeline"
+
+
+def test_an_empty_cluster_is_an_empty_answer(viewer_client: APIClient) -> None:
+    response = viewer_client.get(URL)
+    assert response.status_code == 200
+    assert response.json() == {
+        "pipelines": [],
+        "workers": [],
+        "parallel_units": {},
+        "fragments": [],
+    }
+
+
+@pytest.mark.parametrize(("vnodes", "pus"), [(16, 4), (256, 32)])
+def test_queries_do_not_grow_with_the_cluster(
+    viewer_client: APIClient, django_assert_max_num_queries: Any, vnodes: int, pus: int
+) -> None:
+    register_cluster(
+        vnodes=vnodes,
+        workers={f"w{i}": list(range(i * 4, i * 4 + 4)) for i in range(pus // 4)},
+        initial_pus=tuple(range(pus // 2)),
+        epochs=3,
+    )
+    # the token (with its user), then pipelines, workers and fragments, each with what they need
+    with django_assert_max_num_queries(4):
+        assert viewer_client.get(URL).status_code == 200

@@ -1,0 +1,145 @@
+"""GET /api/v1/fragments/{fragment}/keys/{key}: where a key lives, its migration, its state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from rescaler.cluster.models import Pipeline
+from rescaler.operations import services
+from rescaler.operations.models import RescaleOperation, RescaleStep
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, reschedule_body
+from workers.epoch import store_path
+from workers.hashing import vnode_of
+from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.placement import FragmentPlacement, PlacementStore
+from workers.state import Update, encode_key, open_store
+
+pytestmark = pytest.mark.django_db
+
+VNODES = 16
+
+
+def url(key: str, fragment: str = FRAGMENT) -> str:
+    return f"/api/v1/fragments/{fragment}/keys/{key}"
+
+
+@pytest.fixture
+def state(_state_dir: Path, cluster: Pipeline) -> dict[str, int]:
+    """Stores as the runner leaves them: the placement, and counts for a few words."""
+    pipeline_dir = _state_dir / PIPELINE
+    placement = FragmentPlacement.initial(FRAGMENT, VNODES, [0, 1])
+    PlacementStore(pipeline_dir).save({FRAGMENT: placement})
+    operator = get_pipeline(PIPELINE).fragment(FRAGMENT).operator
+    counts = {"apple": 5, "pear": 2, "a/b c": 9}
+    by_pu: dict[int, list[Update]] = {0: [], 1: []}
+    for word, count in counts.items():
+        vnode = vnode_of(word, VNODES)
+        by_pu[placement.mapping[vnode]].append(
+            Update(encode_key(vnode, word.encode()), None, operator.encode(count))
+        )
+    for pu, updates in by_pu.items():
+        with open_store("lmdb", store_path(pipeline_dir, FRAGMENT, pu)) as store:
+            store.commit_epoch(0, updates)
+    return counts
+
+
+def test_a_key_with_state(viewer_client: APIClient, state: dict[str, int]) -> None:
+    response = viewer_client.get(url("apple"))
+    assert response.status_code == 200, response.content
+    data = response.json()
+    vnode = vnode_of("apple", VNODES)
+    assert data == {
+        "pipeline": PIPELINE, "fragment": FRAGMENT, "key": "apple", "vnode": vnode,
+        "parallel_unit": 0 if vnode < 8 else 1, "mapping_version": 1, "exists": True,
+        "value": 5, "state_error": None, "migration": None,
+    }  # fmt: skip
+
+
+def test_a_key_with_a_slash_and_a_space(viewer_client: APIClient, state: dict[str, int]) -> None:
+    data = viewer_client.get(url("a/b%20c")).json()
+    assert data["key"] == "a/b c" and data["value"] == 9
+
+
+def test_a_key_without_state_exists_false(viewer_client: APIClient, state: dict[str, int]) -> None:
+    response = viewer_client.get(url("kiwi"))
+    assert response.status_code == 200
+    data = response.json()
+    assert data["exists"] is False and data["value"] is None and data["state_error"] is None
+    assert data["vnode"] == vnode_of("kiwi", VNODES)
+
+
+def test_without_a_state_directory_the_answer_says_why(
+    viewer_client: APIClient, cluster: Pipeline
+) -> None:
+    data = viewer_client.get(url("apple")).json()
+    assert data["exists"] is False
+    assert "no pipeline state" in data["state_error"]
+    # where it lives still comes from the mapping in Postgres
+    vnode = vnode_of("apple", VNODES)
+    assert data["vnode"] == vnode and data["parallel_unit"] == (0 if vnode < 8 else 1)
+
+
+def test_a_vnode_being_moved_shows_its_step_and_phase(
+    viewer_client: APIClient, operator: Any, state: dict[str, int]
+) -> None:
+    op = services.operation_request(
+        user=operator,
+        body={**reschedule_body(added_parallel_units=[2, 3]), "granularity": "all_at_once"},
+    )
+    assert isinstance(op, RescaleOperation)
+    moving = {v for s in RescaleStep.objects.filter(operation=op) for v in s.vnodes}
+    word = next(w for w in ("apple", "pear", "a/b c") if vnode_of(w, VNODES) in moving)
+    step = RescaleStep.objects.get(operation=op, vnodes__contains=[vnode_of(word, VNODES)])
+    RescaleStep.objects.filter(pk=step.pk).update(phase="collecting")
+    migration = viewer_client.get(url(word.replace(" ", "%20"))).json()["migration"]
+    assert migration == {
+        "operation": op.uid, "step": step.number, "source": step.source_pu,
+        "target": step.target_pu, "phase": "collecting", "routing": "hold_queue",
+    }  # fmt: skip
+    still = next((w for w in state if vnode_of(w, VNODES) not in moving), None)
+    if still is not None:
+        assert viewer_client.get(url(still)).json()["migration"] is None
+    services._finalize(op, "completed", "test")
+    assert viewer_client.get(url(word.replace(" ", "%20"))).json()["migration"] is None
+
+
+@pytest.mark.parametrize(
+    ("fragment", "status", "code"),
+    [
+        ("nope", 404, "unknown_fragment"),
+        ("source", 404, "fragment_not_stateful"),
+        ("sink", 404, "fragment_not_stateful"),
+        ("nul%00", 404, "unknown_fragment"),
+    ],
+)
+def test_refusals(
+    viewer_client: APIClient, cluster: Pipeline, fragment: str, status: int, code: str
+) -> None:
+    response = viewer_client.get(url("apple", fragment))
+    assert response.status_code == status
+    assert response.json()["code"] == code and response.json()["detail"]
+
+
+def test_a_key_too_long_for_any_store(viewer_client: APIClient, cluster: Pipeline) -> None:
+    response = viewer_client.get(url("k" * 600))
+    assert response.status_code == 400 and response.json()["code"] == "key_too_long"
+
+
+def test_two_pipelines_with_the_same_fragment_need_a_pipeline(
+    viewer_client: APIClient, cluster: Pipeline
+) -> None:
+    from rescaler.cluster.models import Fragment
+
+    other = Pipeline.objects.create(name="other")
+    Fragment.objects.create(pipeline=other, name=FRAGMENT, kind="stateful", vnodes=VNODES)
+    response = viewer_client.get(url("apple"))
+    assert response.status_code == 400 and response.json()["code"] == "ambiguous_fragment"
+    data = viewer_client.get(url("apple"), {"pipeline": PIPELINE}).json()
+    assert data["pipeline"] == PIPELINE
+    data = viewer_client.get(url("apple"), {"pipeline": "other"}).json()
+    assert data["pipeline"] == "other" and data["parallel_unit"] is None
+    assert "unknown pipeline" in data["state_error"]

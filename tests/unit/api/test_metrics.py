@@ -1,0 +1,110 @@
+"""/metrics: the Prometheus exposition, read from Postgres at scrape time."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from rescaler.cluster.models import Pipeline
+from rescaler.operations import services
+from rescaler.operations.models import RescaleOperation
+from tests.unit.api.fixtures import register_cluster, reschedule_body, token_client
+
+pytestmark = pytest.mark.django_db
+
+
+def scrape(client: Any = None) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """{sample name: {sorted labels: value}}."""
+    response = (client or Client()).get("/metrics")
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def test_epochs_pipeline_and_per_pu_load(operator: Any) -> None:
+    register_cluster(epochs=5)
+    m = scrape()
+    p = (("pipeline", "wordcount"),)
+    assert m["rescaler_pipeline_up"][p] == 1
+    assert m["rescaler_pipeline_last_epoch"][p] == 4
+    assert m["rescaler_epoch_rows"][p] == 1004
+    assert m["rescaler_epoch_window_rows"][p] == sum(1000 + e for e in range(5))
+    assert m["rescaler_epoch_window_seconds"][p] == pytest.approx(4, abs=0.1)
+    assert m["rescaler_epoch_rows_per_second"][p] == pytest.approx(
+        sum(1000 + e for e in range(1, 5)) / 4, rel=0.05
+    )
+    # durations 0.20 .. 0.24 s: all within the 0.25 s bucket, none within 0.1 s
+    buckets = m["rescaler_epoch_duration_seconds_bucket"]
+    assert buckets[(("le", "0.1"), *p)] == 0
+    assert buckets[(("le", "0.25"), *p)] == 5
+    assert buckets[(("le", "+Inf"), *p)] == 5
+    assert m["rescaler_epoch_duration_seconds_gcount"][p] == 5
+    pu0 = (("fragment", "word_count"), ("pipeline", "wordcount"), ("pu", "0"))
+    assert m["rescaler_pu_vnodes"][pu0] == 8
+    assert m["rescaler_pu_keys"][pu0] == 80
+    assert m["rescaler_pu_bytes"][pu0] == sum(100 + v for v in range(8))
+    assert m["rescaler_pu_epoch_rows"][pu0] == 500
+    assert m["rescaler_fragment_mapping_version"][(("fragment", "word_count"), *p)] == 1
+
+
+def test_operations_by_status_outcome_duration_and_moves(operator: Any) -> None:
+    register_cluster()
+    done = services.operation_request(user=operator, body=reschedule_body(added_parallel_units=[2]))
+    assert isinstance(done, RescaleOperation)
+    start = timezone.now() - dt.timedelta(seconds=42)
+    RescaleOperation.objects.filter(pk=done.pk).update(
+        status="running", started_at=start, vnodes_moved=4, keys_moved=40, bytes_moved=4000
+    )
+    services._finalize(done, "completed", "4 vnodes moved")
+    services.operation_request(user=operator, body=reschedule_body(added_parallel_units=[3]))
+    m = scrape()
+    assert m["rescaler_operations"][(("status", "completed"), ("strategy", "live"))] == 1
+    assert m["rescaler_operations"][(("status", "pending"), ("strategy", "live"))] == 1
+    outcome = (("error_code", ""), ("outcome", "completed"), ("strategy", "live"))
+    assert m["rescaler_operations_finished_total"][outcome] == 1
+    live_done = (("outcome", "completed"), ("strategy", "live"))
+    assert m["rescaler_operation_duration_seconds_count"][live_done] == 1
+    assert m["rescaler_operation_duration_seconds_sum"][live_done] == pytest.approx(42, abs=2)
+    assert m["rescaler_operation_duration_seconds_bucket"][(("le", "30.0"), *live_done)] == 0
+    assert m["rescaler_operation_duration_seconds_bucket"][(("le", "60.0"), *live_done)] == 1
+    assert m["rescaler_keys_moved_total"][(("strategy", "live"),)] == 40
+    assert m["rescaler_vnodes_moved_total"][(("strategy", "live"),)] == 4
+    assert m["rescaler_bytes_moved_total"][(("strategy", "live"),)] == 4000
+
+
+def test_a_dead_runner_and_an_empty_database(db: None) -> None:
+    assert "rescaler_pipeline_up" not in scrape()
+    register_cluster()
+    Pipeline.objects.update(heartbeat_at=timezone.now() - dt.timedelta(hours=1))
+    assert scrape()["rescaler_pipeline_up"][(("pipeline", "wordcount"),)] == 0
+
+
+def test_openmetrics_when_asked(db: None) -> None:
+    register_cluster()
+    response = Client().get("/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    text = response.content.decode()
+    assert "# TYPE rescaler_epoch_duration_seconds gaugehistogram" in text
+    assert text.rstrip().endswith("# EOF")
+
+
+def test_public_by_default_and_authenticated_when_configured(settings: Any, viewer: Any) -> None:
+    assert Client().get("/metrics").status_code == 200
+    settings.RESCALER_METRICS_REQUIRE_AUTH = True
+    response = Client().get("/metrics")
+    assert response.status_code == 401 and response["WWW-Authenticate"] == "Token"
+    bad = Client(HTTP_AUTHORIZATION="Token nope")
+    assert bad.get("/metrics").status_code == 401
+    assert token_client(viewer).get("/metrics").status_code == 200
+    session = Client()
+    session.force_login(viewer)
+    assert session.get("/metrics").status_code == 200

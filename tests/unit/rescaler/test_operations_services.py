@@ -1,0 +1,189 @@
+"""Services of rescale operations, without HTTP or Celery (Postgres via pytest-django)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from rescaler.cluster import services as cluster_services
+from rescaler.cluster.models import Pipeline, RunnerCommand
+from rescaler.operations import services
+from rescaler.operations.models import AuditEvent, OperationFragment, RescaleOperation, RescaleStep
+from workers.control import Topology
+from workers.pipeline.placement import FragmentPlacement
+from workers.rescale import errors
+from workers.rescale.planner import Plan
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    queued: list[int] = []
+    monkeypatch.setattr(services, "_enqueue_drive", queued.append)
+    return queued
+
+
+@pytest.fixture
+def cluster() -> Pipeline:
+    placement = FragmentPlacement.initial("word_count", 16, [0, 1])
+    topology = Topology(
+        pipeline="wordcount",
+        workers={"local-0": [0, 1, 2, 3]},
+        fragments={
+            "source": {"kind": "source", "pus": [0, 1]},
+            "word_count": {
+                "kind": "stateful",
+                "region": 1,
+                "vnodes": 16,
+                "key": "word",
+                "operator": "count",
+                "pus": [0, 1],
+                "mapping": list(placement.mapping),
+                "version": 1,
+            },
+            "sink": {"kind": "sink", "pus": [0, 1]},
+        },
+        spark={"alive": True},
+    )
+    pipeline = cluster_services.topology_register(topology=topology)
+    cluster_services.runner_heartbeat(
+        pipeline="wordcount", epoch=3, status="running", spark={"alive": True}
+    )
+    return Pipeline.objects.get(pk=pipeline.pk)
+
+
+@pytest.fixture
+def user() -> Any:
+    return get_user_model().objects.create_user("operator", password="x")
+
+
+def body(**change: Any) -> dict[str, Any]:
+    return {"reschedules": {"word_count": change}, "granularity": {"vnodes_per_step": 2}}
+
+
+def test_dry_run_returns_the_plan_and_creates_nothing(cluster: Pipeline, user: Any) -> None:
+    plan = services.operation_request(
+        user=user, body={**body(added_parallel_units=[2, 3]), "dry_run": True}
+    )
+    assert isinstance(plan, Plan)
+    data = plan.to_json()["fragments"]["word_count"]
+    assert data["vnodes_moved"] == 8
+    assert data["balance_after"]["vnodes_per_pu"] == {"0": 4, "1": 4, "2": 4, "3": 4}
+    assert RescaleOperation.objects.count() == 0
+
+
+def test_request_creates_operation_steps_lock_and_audit_and_queues_the_driver(
+    cluster: Pipeline, user: Any, _no_celery: list[int], django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        op = services.operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+    assert isinstance(op, RescaleOperation)
+    assert op.status == "pending" and op.requested_by == user
+    assert RescaleStep.objects.filter(operation=op).count() == 4
+    assert _no_celery == [op.id], "the driver is queued after the commit"
+    event = AuditEvent.objects.get(action="operation.requested")
+    assert event.actor == user and event.object_id == op.uid
+
+
+def test_a_second_operation_on_a_busy_fragment_is_refused(cluster: Pipeline, user: Any) -> None:
+    services.operation_request(user=user, body=body(added_parallel_units=[2]))
+    with pytest.raises(errors.FragmentBusy, match="still in progress"):
+        services.operation_request(user=user, body=body(added_parallel_units=[3]))
+    assert OperationFragment.objects.filter(active=True).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("request_body", "error"),
+    [
+        ({"reschedules": {"nope": {"added_parallel_units": [2]}}}, errors.UnknownFragment),
+        ({"reschedules": {"source": {"added_parallel_units": [2]}}}, errors.NotStateful),
+        (body(added_parallel_units=[7]), errors.UnknownParallelUnit),
+        (body(removed_parallel_units=[0, 1]), errors.RemovesEveryUnit),
+        (body(added_parallel_units=["2"]), errors.MalformedRequest),
+        ({"reschedules": {}}, errors.MalformedRequest),
+        (body(added_parallel_units=[2], removed_parallel_units=[2]), errors.AddedAndRemoved),
+    ],
+)
+def test_invalid_requests_are_refused_before_anything_moves(
+    cluster: Pipeline, user: Any, request_body: Any, error: type
+) -> None:
+    with pytest.raises(error):
+        services.operation_request(user=user, body=request_body)
+    assert RescaleOperation.objects.count() == 0
+
+
+def test_added_pu_on_a_dead_worker_is_refused(cluster: Pipeline, user: Any) -> None:
+    Pipeline.objects.filter(pk=cluster.pk).update(
+        heartbeat_at=timezone.now() - timezone.timedelta(hours=1)
+    )
+    with pytest.raises(errors.DeadWorker, match="not alive"):
+        services.operation_request(user=user, body=body(added_parallel_units=[2]))
+
+
+def test_cancel_before_the_runner_began_ends_it_without_moving_anything(
+    cluster: Pipeline, user: Any
+) -> None:
+    op = services.operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    services.operation_cancel(user=user, operation=op)
+    assert services.operation_drive(operation_id=op.id, budget_s=1) == "cancelled"
+    op.refresh_from_db()
+    assert op.status == "cancelled" and op.finished_at is not None
+    assert not OperationFragment.objects.filter(active=True).exists(), "the fragment is free again"
+    with pytest.raises(services.OperationFinal):
+        services.operation_cancel(user=user, operation=op)
+    actions = list(AuditEvent.objects.order_by("id").values_list("action", "actor_name"))
+    assert ("operation.cancel_requested", "operator") in actions
+    assert ("operation.cancelled", "orchestrator") in actions
+
+
+def test_driver_begins_issues_steps_and_records_runner_progress(
+    cluster: Pipeline, user: Any
+) -> None:
+    op = services.operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+    assert isinstance(op, RescaleOperation)
+    assert services.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    kinds = list(RunnerCommand.objects.order_by("id").values_list("kind", flat=True))
+    assert kinds[0] == "rescale.begin"
+    progress = {
+        "operation": op.uid,
+        "status": "running",
+        "cancel_requested": False,
+        "vnodes_moved": 2,
+        "keys_moved": 10,
+        "bytes_moved": 100,
+        "steps": [{"step": 1, "phase": "done", "timings": {"done": time.time()}}],
+    }
+    services.operation_progress_record(pipeline="wordcount", progress=progress)
+    assert services.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    assert "rescale.step" in RunnerCommand.objects.values_list("kind", flat=True)
+    step = RescaleStep.objects.get(operation=op, number=1)
+    assert step.phase == "done"
+    event = AuditEvent.objects.get(action="step.done")
+    assert event.actor_name == "runner" and event.before == {"phase": "planned"}
+
+
+def test_a_live_lease_keeps_a_second_driver_out(cluster: Pipeline, user: Any) -> None:
+    op = services.operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    assert services._take_lease(op.id, "first", 30)
+    assert services.operation_drive(operation_id=op.id, budget_s=0.1) == "leased"
+    RescaleOperation.objects.filter(pk=op.pk).update(
+        lease_until=timezone.now() - timezone.timedelta(seconds=1)
+    )
+    assert services.resume_operations() == [op.id]
+
+
+def test_audit_log_is_append_only(cluster: Pipeline, user: Any) -> None:
+    event = services.audit_record(actor=user, action="x", obj=("t", "1"))
+    with pytest.raises(PermissionError):
+        event.save()
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.all().delete()
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.update(action="y")
