@@ -144,6 +144,12 @@ def check_runner_and_spark() -> tuple[Component, Component]:
             f"— {START_RUNNER}",
             **runner_details,
         )
+    elif (status.get("last_epoch") if status.get("last_epoch") is not None else -1) < 0:
+        runner = _down(
+            "the runner has committed no epoch yet (Spark is starting, or its first epoch "
+            "failed: see the runner's log)",
+            **runner_details,
+        )
     else:
         runner = _up(**runner_details)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workers.rescale.planner import Plan, StepSpec
@@ -59,6 +59,7 @@ class Orchestrator:
     _started: float | None = None
     _begin_command: int | None = None
     _finish_sent: bool = False
+    _issued: set[int] = field(default_factory=set)  # steps this instance sent
 
     @property
     def granularity(self) -> Granularity:
@@ -84,44 +85,52 @@ class Orchestrator:
             if ack is not None and ack[0] == "failed" and "already begun" not in ack[1]:
                 return {"status": "failed", "progress": None, "error": f"runner refused: {ack[1]}"}
         progress = self.channel.progress(self.operation)
-        if progress is None:
-            return {"status": "starting", "progress": None, "error": ""}
-        if progress["status"] in ("completed", "cancelled", "failed"):
+        if progress is not None and progress["status"] in ("completed", "cancelled", "failed"):
             return {
                 "status": progress["status"],
                 "progress": progress,
                 "error": progress.get("error", ""),
             }
         if self.plan.request.strategy != "live":
-            return {"status": "running", "progress": progress, "error": ""}
-        steps = {s["step"]: s for s in progress["steps"]}
+            return {
+                "status": "running" if progress else "starting",
+                "progress": progress,
+                "error": "",
+            }
+        steps = {s["step"]: s for s in (progress or {}).get("steps", [])}
         stuck = self._stuck(steps)
         if stuck:
-            if not progress["cancel_requested"]:
+            if progress is not None and not progress["cancel_requested"]:
                 self.cancel()
             return {"status": "cancelling", "progress": progress, "error": stuck}
-        if progress["cancel_requested"]:
+        if progress is not None and progress["cancel_requested"]:
             return {"status": "cancelling", "progress": progress, "error": ""}
-        in_flight = sum(1 for s in steps.values() if s["phase"] in HOLDING_PHASES)
-        issued_bytes = sum(s.bytes for s in self.plan.steps if s.id in steps)
+        self._issue_ready(steps)
+        return {"status": "running" if progress else "starting", "progress": progress, "error": ""}
+
+    def _issue_ready(self, steps: dict[int, dict[str, Any]]) -> None:
+        """Issue the steps that may start now. The first wave goes right behind the begin and the
+        finish right behind the last step: the runner applies commands in order at one barrier
+        and completes only when every step is done, so no epoch is spent waiting for replies."""
+        sent = self._issued - steps.keys()  # issued, not yet seen by the runner
+        in_flight = sum(1 for s in steps.values() if s["phase"] in HOLDING_PHASES) + len(sent)
+        issued_bytes = sum(s.bytes for s in self.plan.steps if s.id in steps or s.id in sent)
         for spec in self.plan.steps:
-            if spec.id in steps:
+            if spec.id in steps or spec.id in self._issued:
                 continue
             if in_flight >= self.granularity.steps_in_flight or not self._rate_allows(issued_bytes):
                 break
             self._issue(spec)
             in_flight += 1
             issued_bytes += spec.bytes
-        done = all(
-            spec.id in steps and steps[spec.id]["phase"] == "done" for spec in self.plan.steps
-        )
-        if done and not self._finish_sent:
+        all_issued = all(s.id in steps or s.id in self._issued for s in self.plan.steps)
+        if all_issued and not self._finish_sent:
             self.channel.submit("rescale.finish", {"operation": self.operation})
             self._finish_sent = True
-        return {"status": "running", "progress": progress, "error": ""}
 
     def _issue(self, spec: StepSpec) -> None:
         self.channel.submit("rescale.step", {"operation": self.operation, "step": spec.to_json()})
+        self._issued.add(spec.id)
 
     def _rate_allows(self, issued_bytes: int) -> bool:
         rate = self.granularity.bytes_per_second
