@@ -88,7 +88,10 @@ def check_celery() -> Component:
                 f"the broker does not answer ({type(exc).__name__}: {exc}) — {START_REDIS}"
             )
     try:
-        replies = celery_app.control.ping(timeout=CELERY_PING_TIMEOUT_S)
+        with celery_app.connection_for_write(broker) as connection:
+            replies = celery_app.control.ping(
+                timeout=CELERY_PING_TIMEOUT_S, connection=connection
+            )
     except Exception as exc:
         return _down(f"ping failed ({type(exc).__name__}: {exc}) — {START_CELERY}")
     workers = sorted(name for reply in replies for name in reply)

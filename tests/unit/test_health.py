@@ -219,8 +219,9 @@ def test_redis_check_says_how_to_start_redis_when_it_is_down(settings: Any) -> N
     assert "redis-server" in component["error"]
 
 
-def test_celery_check_is_down_when_no_worker_answers(redis_service: str) -> None:
-    # The test broker (Redis database 1) has no worker unless a test started one.
+def test_celery_check_is_down_when_no_worker_answers(redis_service: str, settings: Any) -> None:
+    # A broker database of its own: no worker of another test (or of scripts/dev) listens there.
+    settings.CELERY_BROKER_URL = redis_service.rsplit("/", 1)[0] + "/14"
     component = health.check_celery()
 
     assert component["status"] == "down"
