@@ -133,8 +133,14 @@ class Processes:
 
 
 @pytest.fixture
-def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Iterator[Processes]:
+def processes(
+    tmp_path: Path, redis_service: str, transactional_db: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Processes]:
+    from rescaler.celery import app
+
     procs = Processes(tmp_path)
+    # tasks this process queues (the API's drivers) go to the test's own workers
+    monkeypatch.setattr(app.conf, "task_default_queue", procs.queue)
     try:
         yield procs
     finally:

@@ -75,6 +75,15 @@ class RunnerProcess:
             self.proc.wait(timeout=30)
 
 
+_STARTED: list[RunnerProcess] = []
+
+
+def kill_started_runners() -> None:
+    """kill -9 every runner a test started and left running (a failed test's, typically)."""
+    while _STARTED:
+        _STARTED.pop().kill()
+
+
 def start_runner(
     state_dir: Path, pipeline: str, *args: str, log_name: str = "runner"
 ) -> RunnerProcess:
@@ -99,7 +108,9 @@ def start_runner(
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    return RunnerProcess(proc, log_path, state_dir, pipeline)
+    runner = RunnerProcess(proc, log_path, state_dir, pipeline)
+    _STARTED.append(runner)
+    return runner
 
 
 def exported(state_dir: Path, pipeline: str, fragment: str) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,13 @@
+"""Fixtures of the data plane's Spark tests."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.workers.fixtures import kill_started_runners
+
+
+@pytest.fixture(autouse=True)
+def _no_runner_outlives_its_test() -> Iterator[None]:
+    yield
+    kill_started_runners()
