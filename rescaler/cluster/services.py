@@ -37,9 +37,12 @@ class PipelineNotFound(ClusterError):
 @transaction.atomic
 def topology_register(*, topology: Topology) -> Pipeline:
     """Create or refresh a pipeline's workers, PUs, fragments, matrix and mapping versions."""
+    # a re-registration (placements changed by a rescale) must not touch the runner's liveness:
+    # only a pipeline seen for the first time starts as "starting"; heartbeats set the rest
     pipeline, _ = Pipeline.objects.update_or_create(
         name=topology.pipeline,
-        defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
+        defaults={"spark": topology.spark},
+        create_defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
     )
     pus: dict[int, ParallelUnit] = {}
     for worker_name, numbers in topology.workers.items():

@@ -133,17 +133,17 @@ class Processes:
 
 
 @pytest.fixture
-def processes(
-    tmp_path: Path, redis_service: str, transactional_db: None, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Processes]:
+def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Iterator[Processes]:
     from rescaler.celery import app
 
     procs = Processes(tmp_path)
     # tasks this process queues (the API's drivers) go to the test's own workers
-    monkeypatch.setattr(app.conf, "task_default_queue", procs.queue)
+    previous = app.conf.get("task_default_queue") or "celery"
+    app.conf.update(task_default_queue=procs.queue)
     try:
         yield procs
     finally:
+        app.conf.update(task_default_queue=previous)
         procs.stop_all()
 
 

@@ -187,3 +187,29 @@ def test_audit_log_is_append_only(cluster: Pipeline, user: Any) -> None:
         AuditEvent.objects.all().delete()
     with pytest.raises(PermissionError):
         AuditEvent.objects.update(action="y")
+
+
+def test_re_registering_the_topology_keeps_the_runner_alive(cluster: Pipeline, user: Any) -> None:
+    """The runner re-registers when a rescale changes placements; a request arriving just then
+    must not see the runner as dead."""
+    placement = FragmentPlacement.initial("word_count", 16, [0, 1, 2])
+    topology = Topology(
+        pipeline="wordcount",
+        workers={"local-0": [0, 1, 2, 3]},
+        fragments={
+            "word_count": {
+                "kind": "stateful",
+                "vnodes": 16,
+                "pus": [0, 1, 2],
+                "mapping": list(placement.mapping),
+                "version": 2,
+            }
+        },
+        spark={"alive": True},
+    )
+    cluster_services.topology_register(topology=topology)
+    assert Pipeline.objects.get(pk=cluster.pk).status == "running"
+    plan = services.operation_request(
+        user=user, body={**body(added_parallel_units=[3]), "dry_run": True}
+    )
+    assert isinstance(plan, Plan)
