@@ -89,9 +89,7 @@ def check_celery() -> Component:
             )
     try:
         with celery_app.connection_for_write(broker) as connection:
-            replies = celery_app.control.ping(
-                timeout=CELERY_PING_TIMEOUT_S, connection=connection
-            )
+            replies = celery_app.control.ping(timeout=CELERY_PING_TIMEOUT_S, connection=connection)
     except Exception as exc:
         return _down(f"ping failed ({type(exc).__name__}: {exc}) — {START_CELERY}")
     workers = sorted(name for reply in replies for name in reply)
@@ -147,7 +145,7 @@ def check_runner_and_spark() -> tuple[Component, Component]:
             f"— {START_RUNNER}",
             **runner_details,
         )
-    elif (status.get("last_epoch") if status.get("last_epoch") is not None else -1) < 0:
+    elif not isinstance(status.get("last_epoch"), int) or status["last_epoch"] < 0:
         runner = _down(
             "the runner has committed no epoch yet (Spark is starting, or its first epoch "
             "failed: see the runner's log)",

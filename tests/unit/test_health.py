@@ -130,6 +130,14 @@ def test_fresh_running_runner_and_live_spark_are_up(monkeypatch: pytest.MonkeyPa
     assert spark["app_id"] == "local-1700000000000"
 
 
+def test_runner_without_a_committed_epoch_is_not_up_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, spark = _runner_and_spark(monkeypatch, _runner_status(last_epoch=-1))
+
+    assert runner["status"] == "down"
+    assert "no epoch yet" in runner["error"]
+    assert spark["status"] == "up"  # Spark itself is there; the pipeline is not running yet
+
+
 def test_stale_heartbeat_puts_runner_and_spark_down(
     monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
