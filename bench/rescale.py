@@ -1,0 +1,1126 @@
+"""Live rescale benchmark: a 2→4 scale-out of ≥ 1M keys of state while the stream keeps running.
+
+One workload (``count per key``: the ``wordcount`` pipeline with one word per line, keys from the
+project's deterministic generator) is warmed up until its state holds ``--keys`` keys, runs
+``--steady-epochs`` epochs to measure the steady state, then scales out from 2 to 4 parallel units
+by one of these strategies, each in its own fresh subprocess and state directory (no JVM, Python
+worker, store or disk cache is shared between strategies):
+
+* ``fluid``       — live, epoch-aligned ICADD, one vnode per step (``--fluid-in-flight`` steps
+  in flight, so a 128-vnode move finishes in minutes rather than tens of minutes);
+* ``batched``     — live, ``--batch-vnodes`` vnodes per step, ``--batched-in-flight`` in flight;
+* ``all_at_once`` — live, every vnode of a (source, target) pair in one step, all in flight;
+* ``stop_start``  — the runner drains at a barrier, snapshots into recovery partitions and
+  restores at the new size (the stream waits for all of it);
+* ``spark_tws``   — Spark's own route for a ``transformWithState`` query holding the same
+  state (RocksDB store, 2 state partitions): wait for the last batch to commit, stop the query,
+  ``spark._streamingCheckpointManager.repartition(checkpoint, 4)`` (private, experimental in
+  Spark 4.2+, RocksDB only), restart it and wait for its first batch;
+* ``spark_native`` (optional) — the same with ``groupBy(key).count()``.
+
+Per strategy it reports (the definitions are also in the JSON's ``legend``):
+
+* downtime: the longest gap between consecutive committed epochs during the operation, against
+  the steady-state gap (p50/p99 of the gaps between the steady epochs' commits);
+* non-moving keys: max and p99 epoch latency (the runner's ``duration_s`` of each epoch that ran
+  during the operation) divided by the steady-state p99. Records of vnodes not in transit are
+  applied in the epoch they arrive (invariant I4), so their latency is that epoch's duration;
+* moving keys: extra delay of held records, in epochs (``acquire_epoch - collect_epoch``) and in
+  seconds (commit of the acquire epoch minus commit of the collect epoch: the records of the
+  collect epoch would have been applied at its commit), max over steps;
+* total duration (request to completed), keys moved, keys moved per second (over the total
+  duration, and over the export time alone: the union of the steps' collecting→exported spans);
+* exact: after the operation the stream runs ``--post-epochs`` more epochs and stops; every key
+  of the state is compared with ``workers.oracle`` (and, for the runner, each key must sit on
+  the PU its vnode maps to, once).
+
+    .venv/bin/python bench/rescale.py                  # full: 2M-key space, ≥ 1M keys, 200k rows
+    .venv/bin/python bench/rescale.py --quick          # ~100k keys, 20k rows/epoch, 32 vnodes
+    .venv/bin/python bench/rescale.py --strategies fluid,spark_tws --keep
+
+Prints a table, writes ``bench/results/rescale.json`` and ``bench/results/rescale.png``
+(``--quick``: ``rescale_quick.*``). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # runnable as `python bench/rescale.py` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from bench._common import (  # noqa: E402  (needs ROOT on sys.path first)
+    format_table,
+    log,
+    machine_info,
+    percentile,
+    write_json,
+)
+
+RESULTS_DIR = ROOT / "bench" / "results"
+LOG_PREFIX = "rescale"
+FRAGMENT = "word_count"
+PIPELINE = "wordcount"
+LIVE = ("fluid", "batched", "all_at_once")
+RUNNER_STRATEGIES = (*LIVE, "stop_start")
+SPARK_STRATEGIES = ("spark_tws", "spark_native")
+STRATEGIES = (*RUNNER_STRATEGIES, *SPARK_STRATEGIES)
+DEFAULT_STRATEGIES = (*RUNNER_STRATEGIES, "spark_tws")
+LABELS = {
+    "fluid": "fluid (live)",
+    "batched": "batched (live)",
+    "all_at_once": "all-at-once (live)",
+    "stop_start": "stop-start",
+    "spark_tws": "Spark TWS repartition",
+    "spark_native": "Spark groupBy.count repartition",
+}
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PUS_BEFORE, PUS_AFTER = 2, 4
+CHILD_TIMEOUT_S = 2 * 3600
+OPERATION_TIMEOUT_S = 3600.0
+
+
+def say(message: str) -> None:
+    log(message, prefix=LOG_PREFIX)
+
+
+@dataclass(frozen=True)
+class Params:
+    """Everything that defines the records, the state and the operation."""
+
+    key_space: int
+    zipf_s: float
+    rows_per_epoch: int
+    target_keys: int
+    warmup_epochs: int  # epochs until the state holds target_keys keys (computed by the parent)
+    steady_epochs: int
+    post_epochs: int
+    vnodes: int
+    fluid_in_flight: int
+    batch_vnodes: int
+    batched_in_flight: int
+    seed: int = 7
+
+    @property
+    def pre_epochs(self) -> int:
+        return self.warmup_epochs + self.steady_epochs
+
+    def generator_options(self, max_rows: int) -> dict[str, str]:
+        """The generator's options exactly as the runner passes them for ``wordcount``."""
+        options = {
+            "kind": "lines",
+            "key_space": self.key_space,
+            "zipf_s": self.zipf_s,
+            "seed": self.seed,
+            "pages": 500,
+            "words_per_line": 1,
+            "rows_per_epoch": self.rows_per_epoch,
+            "partitions": 2,
+            "max_rows": max_rows,
+        }
+        return {k: str(v) for k, v in options.items()}
+
+    def granularity(self, strategy: str) -> dict[str, int] | str:
+        if strategy == "fluid":
+            return {"vnodes_per_step": 1, "steps_in_flight": self.fluid_in_flight}
+        if strategy == "batched":
+            return {"vnodes_per_step": self.batch_vnodes, "steps_in_flight": self.batched_in_flight}
+        return "all_at_once"  # stop_start ignores it
+
+
+def request_body(strategy: str, p: Params) -> dict[str, Any]:
+    return {
+        "reschedules": {FRAGMENT: {"added_parallel_units": list(range(PUS_BEFORE, PUS_AFTER))}},
+        "strategy": "stop_start" if strategy == "stop_start" else "live",
+        "granularity": p.granularity(strategy),
+    }
+
+
+# -- the oracle ------------------------------------------------------------------------------------
+def _generator_config(p: Params) -> Any:
+    from workers.sources.generator import GeneratorConfig
+
+    return GeneratorConfig(
+        kind="lines", key_space=p.key_space, zipf_s=p.zipf_s, seed=p.seed, words_per_line=1
+    )
+
+
+def distinct_keys_per_epoch(p: Params, max_epochs: int, stop_at: int | None) -> list[int]:
+    """Distinct keys after each epoch of the stream (until ``stop_at`` is reached, if given)."""
+    import pyarrow.compute as pc
+
+    from workers.sources.generator import generate
+
+    config = _generator_config(p)
+    seen: set[str] = set()
+    counts: list[int] = []
+    for epoch in range(max_epochs):
+        lo, hi = epoch * p.rows_per_epoch, (epoch + 1) * p.rows_per_epoch
+        for batch in generate(config, lo, hi):
+            seen.update(pc.unique(batch.column("line")).to_pylist())
+        counts.append(len(seen))
+        if stop_at is not None and len(seen) >= stop_at:
+            break
+    return counts
+
+
+def verify(p: Params, end_offset: int, actual: dict[str, int], dupes: int) -> dict[str, Any]:
+    """Every key of the state against ``workers.oracle`` over the records [0, end_offset)."""
+    from workers.oracle import compare, expected_from_generator
+
+    say(f"oracle: expected state of the first {end_offset:,} records")
+    expected = expected_from_generator(PIPELINE, _generator_config(p), end_offset)
+    counts = expected.state[FRAGMENT]
+    problems = compare(counts, actual)
+    if dupes:
+        problems.append(f"{dupes} keys are stored more than once (I1 broken)")
+    return {
+        "exact": not problems,
+        "end_offset": end_offset,
+        "keys_expected": len(counts),
+        "keys_actual": len(actual),
+        "total_expected": sum(counts.values()),
+        "total_actual": sum(actual.values()),
+        "problems": problems[:12],
+    }
+
+
+# -- child: the rescaler's runner ----------------------------------------------------------------
+class EpochLog:
+    """The runner's committed epochs, appended from its ``on_epoch`` callback (inside the epoch's
+    ``foreachBatch``, so it only copies a few numbers and logs a line)."""
+
+    def __init__(self, strategy: str) -> None:
+        self.strategy = strategy
+        self.rows: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, report: Any) -> None:
+        per_pu = {p.pu: p.keys for p in report.per_pu if p.fragment == FRAGMENT}
+        row = {
+            "epoch": report.epoch,
+            "rows": report.rows,
+            "duration_s": report.duration_s,
+            "committed_at": report.committed_at,
+            "keys": sum(per_pu.values()),
+            "keys_per_pu": {str(pu): n for pu, n in sorted(per_pu.items())},
+            "mapping_version": report.mapping_versions.get(FRAGMENT),
+            "end_offset": report.source_offset.get("offset"),
+        }
+        with self._cond:
+            self.rows.append(row)
+            self._cond.notify_all()
+        say(
+            f"{self.strategy}: epoch {report.epoch} {report.rows} rows in "
+            f"{report.duration_s:.3f}s, {row['keys']:,} keys on {len(per_pu)} PUs"
+        )
+
+    def wait_for(self, count: int, alive: Callable[[], bool]) -> None:
+        with self._cond:
+            while len(self.rows) < count:
+                if not alive():
+                    raise RuntimeError(f"the runner ended before epoch {count}")
+                self._cond.wait(0.5)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self.rows)
+
+
+def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
+    from workers.config import RunnerConfig
+    from workers.control import LocalControl
+    from workers.rescale.local import plan_local, rescale
+    from workers.rescale.request import RescheduleRequest
+    from workers.runner import PipelineRunner
+
+    config = RunnerConfig(
+        pipeline=PIPELINE,
+        words_per_line=1,
+        key_space=p.key_space,
+        zipf_s=p.zipf_s,
+        seed=p.seed,
+        rows_per_epoch=p.rows_per_epoch,
+        epochs=None,  # runs until the controller stops it
+        trigger_interval_s=0,
+        spark_ui=False,
+        state_dir=workdir / "state",
+        initial_pus=PUS_BEFORE,
+        parallel_units=PUS_AFTER,
+        vnodes=p.vnodes,
+        spark_master="local[2]",
+    )
+    epochs = EpochLog(strategy)
+    runner = PipelineRunner(config, LocalControl(config.pipeline_dir / "control"), on_epoch=epochs)
+    outcome: dict[str, Any] = {}
+    running = threading.Event()
+
+    def control() -> None:
+        """Warm up, measure the steady state, rescale, run a few more epochs, stop."""
+        try:
+            alive = running.is_set
+            epochs.wait_for(p.pre_epochs, alive)
+            request = RescheduleRequest.parse(request_body(strategy, p))
+            plan = plan_local(config.pipeline_dir, request).to_json()
+            frag = plan["fragments"][FRAGMENT]
+            say(
+                f"{strategy}: requesting {frag['vnodes_moved']} vnodes "
+                f"({frag['keys_moved']:,} keys) in {len(plan['steps'])} steps; "
+                f"state {epochs.rows[-1]['keys']:,} keys"
+            )
+            last_log = [0.0]
+
+            def on_tick(tick: dict[str, Any]) -> None:
+                now = time.monotonic()
+                if now - last_log[0] < 5:
+                    return
+                last_log[0] = now
+                steps = (tick.get("progress") or {}).get("steps", [])
+                done = sum(1 for s in steps if s["phase"] == "done")
+                say(f"{strategy}: {tick['status']}, steps done {done}/{len(plan['steps'])}")
+
+            outcome["epochs_before"] = len(epochs)
+            outcome["requested_at"] = time.time()
+            result = rescale(
+                config.pipeline_dir, request, timeout_s=OPERATION_TIMEOUT_S, on_tick=on_tick
+            )
+            outcome["completed_at"] = time.time()
+            outcome["result"] = result
+            outcome["plan"] = {
+                "vnodes_moved": frag["vnodes_moved"],
+                "keys_moved": frag["keys_moved"],
+                "steps": len(plan["steps"]),
+                "estimated_duration_s": plan["estimated_duration_s"],
+                "granularity": plan["granularity"],
+            }
+            say(
+                f"{strategy}: {result['status']} in "
+                f"{outcome['completed_at'] - outcome['requested_at']:.1f}s {result['error']}"
+            )
+            epochs.wait_for(len(epochs) + p.post_epochs, alive)
+        except Exception as exc:  # reported in the result; the runner must still stop
+            outcome["error"] = repr(exc)
+            say(f"{strategy}: controller failed: {exc!r}")
+        finally:
+            runner.request_stop()
+
+    controller = threading.Thread(target=control, name="controller", daemon=True)
+    running.set()
+    controller.start()
+    try:
+        runner.run()
+    finally:
+        running.clear()
+        controller.join(timeout=60)
+
+    rows = list(epochs.rows)
+    say(f"{strategy}: stopped after {len(rows)} epochs; reading the state back")
+    verification = verify_runner(config, p, rows[-1]["end_offset"]) if rows else {}
+    return {
+        "epochs": rows,
+        **outcome,
+        "progress_log": progress_log(config.pipeline_dir / "control" / "progress.jsonl"),
+        "verification": verification,
+    }
+
+
+def progress_log(path: Path) -> list[dict[str, Any]]:
+    """When each progress report was made, with the operation's status and phase: the runner
+    reports at every phase change, so the stop-start's snapshot, clear and restore times can
+    be read from it (they all happen inside one barrier)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text("utf-8").splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out.append({"at": d["at"], "status": d["status"], "phase": d["phase"]})
+    return out
+
+
+def verify_runner(config: Any, p: Params, end_offset: int) -> dict[str, Any]:
+    from workers.hashing import vnode_of
+    from workers.pipeline.placement import PlacementStore
+    from workers.readout import iter_state
+
+    placements = PlacementStore(config.pipeline_dir).load()
+    assert placements is not None
+    mapping = placements[FRAGMENT].mapping
+    actual: dict[str, int] = {}
+    dupes = misplaced = 0
+    for row in iter_state(config.state_dir, PIPELINE, FRAGMENT, backend=config.backend):
+        key = row["key"]
+        dupes += key in actual
+        actual[key] = int(row["value"])
+        vnode = vnode_of(key, len(mapping))
+        misplaced += row["vnode"] != vnode or row["pu"] != mapping[vnode]
+    result = verify(p, end_offset, actual, dupes)
+    if misplaced:
+        result["problems"].append(f"{misplaced} keys are not on the PU their vnode maps to")
+        result["exact"] = False
+    result["pus_after"] = list(placements[FRAGMENT].pus)
+    result["vnodes_per_pu_after"] = {
+        str(pu): sum(1 for owner in mapping if owner == pu) for pu in placements[FRAGMENT].pus
+    }
+    return result
+
+
+# -- child: Spark's own route --------------------------------------------------------------------------
+class CountProcessor(StatefulProcessor):
+    """transformWithState (Row API): the key's count in a ValueState (repartitionable)."""
+
+    def init(self, handle: Any) -> None:
+        self.count = handle.getValueState("count", "value long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        n = sum(1 for _ in rows)
+        old = self.count.get()
+        total = (old[0] if old is not None else 0) + n
+        self.count.update((total,))
+        yield Row(key=key[0], count=total)
+
+    def close(self) -> None:
+        pass
+
+
+def _batches(query: Any) -> list[dict[str, Any]]:
+    """The query's finished batches with input: id, rows, triggerExecution and commit time."""
+    from datetime import datetime
+
+    out = []
+    for progress in query.recentProgress:
+        d = progress if isinstance(progress, dict) else json.loads(progress.json)
+        if int(d["numInputRows"]) == 0:
+            continue  # an idle trigger (the source had nothing new)
+        started = datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")).timestamp()
+        trigger_s = int(d["durationMs"]["triggerExecution"]) / 1000
+        out.append(
+            {
+                "epoch": int(d["batchId"]),
+                "rows": int(d["numInputRows"]),
+                "duration_s": trigger_s,
+                "started_at": started,
+                "committed_at": started + trigger_s,
+            }
+        )
+    return out
+
+
+class BatchLogger:
+    """Logs each finished batch to stderr from a polling thread (off the timed path)."""
+
+    def __init__(self, name: str, query: Any) -> None:
+        self.name, self.query = name, query
+        self._stop = threading.Event()
+        self._seen = -1
+        self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+
+    def __enter__(self) -> BatchLogger:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                progress = self.query.lastProgress
+            except Exception:  # the query is stopping
+                return
+            if progress is None:
+                continue
+            d = progress if isinstance(progress, dict) else json.loads(progress.json)
+            batch = int(d["batchId"])
+            if batch > self._seen and int(d["numInputRows"]) > 0:
+                self._seen = batch
+                say(
+                    f"{self.name}: batch {batch} {d['numInputRows']} rows in "
+                    f"{d['durationMs'].get('triggerExecution', 0)} ms"
+                )
+
+
+def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    from workers.config import RunnerConfig
+    from workers.runner import build_spark
+    from workers.sources.spark import GENERATOR
+
+    conf = (
+        ("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER),
+        # the query's state partitions: its "PUs" (the repartition changes them 2 -> 4)
+        ("spark.sql.shuffle.partitions", str(PUS_BEFORE)),
+        ("spark.sql.streaming.numRecentProgressUpdates", "1000"),
+    )
+    # The project's session settings (build_spark), so only the stateful operator differs.
+    config = RunnerConfig(
+        spark_ui=False, state_dir=workdir, spark_master="local[2]", spark_conf=conf
+    )
+    checkpoint = str(workdir / "checkpoint")
+    spark = build_spark(config, f"rescale-{strategy}")
+
+    def start(max_rows: int) -> Any:
+        lines = spark.readStream.format(GENERATOR).options(**p.generator_options(max_rows)).load()
+        # The split the wordcount pipeline does (one word per line: the key itself).
+        keys = lines.where(F.col("_malformed").isNull()).select(
+            F.explode(F.split("line", " ")).alias("key")
+        )
+        grouped = keys.where(F.col("key") != "").groupBy("key")
+        if strategy == "spark_native":
+            counted = grouped.count()
+        else:
+            counted = grouped.transformWithState(
+                CountProcessor(), "key string, count long", "Update", "None"
+            )
+        return (
+            counted.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .queryName(f"rescale_{strategy}")
+            .start()
+        )
+
+    try:
+        # The source ends after the warm-up and steady epochs (max_rows), so the query stops
+        # with its last batch committed: the repartition refuses a checkpoint whose last batch
+        # did not commit, and stopping a running processingTime query can leave one.
+        query = start(p.pre_epochs * p.rows_per_epoch)
+        with BatchLogger(strategy, query):
+            query.processAllAvailable()
+        timeline = {"data_done_at": time.time()}
+        query.stop()
+        timeline["stopped_at"] = time.time()
+        before = _batches(query)
+        say(f"{strategy}: stopped after {len(before)} batches; repartitioning to {PUS_AFTER}")
+        spark._streamingCheckpointManager.repartition(checkpoint, PUS_AFTER)
+        timeline["repartitioned_at"] = time.time()
+        end_rows = (p.pre_epochs + p.post_epochs) * p.rows_per_epoch
+        query = start(end_rows)
+        timeline["restarted_at"] = time.time()
+        with BatchLogger(strategy, query):
+            while not _batches(query):  # the first batch after the restart
+                if not query.isActive:
+                    raise RuntimeError(f"the restarted query stopped: {query.exception()}")
+                time.sleep(0.05)
+            timeline["first_batch_seen_at"] = time.time()
+            query.processAllAvailable()
+        query.stop()
+        after = _batches(query)
+        timeline["last_commit_before"] = before[-1]["committed_at"]
+        timeline["first_commit_after"] = after[0]["committed_at"]
+        say(
+            f"{strategy}: stop {timeline['stopped_at'] - timeline['data_done_at']:.2f}s, "
+            f"repartition {timeline['repartitioned_at'] - timeline['stopped_at']:.2f}s, "
+            f"restart {timeline['restarted_at'] - timeline['repartitioned_at']:.2f}s, first "
+            f"batch {after[0]['duration_s']:.2f}s; reading the state back"
+        )
+        reader = spark.read.format("statestore")
+        if strategy == "spark_tws":
+            reader = reader.option("stateVarName", "count")
+        value = "value.count" if strategy == "spark_native" else "value.value"
+        table = (
+            reader.load(checkpoint)
+            .select(F.col("key.key").alias("key"), F.col(value).alias("count"), "partition_id")
+            .toArrow()
+        )
+    finally:
+        spark.stop()
+    keys = table.column("key").to_pylist()
+    actual = dict(zip(keys, table.column("count").to_pylist(), strict=True))
+    verification = verify(p, end_rows, actual, len(keys) - len(actual))
+    verification["state_partitions_after"] = len(set(table.column("partition_id").to_pylist()))
+    return {"epochs": before + after, "timeline": timeline, "verification": verification}
+
+
+def child_main(args: argparse.Namespace) -> int:
+    p = Params(**json.loads(args.child_params))
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    say(f"{args.strategy}: starting (pid {os.getpid()})")
+    if args.strategy in RUNNER_STRATEGIES:
+        result = run_runner_child(args.strategy, p, workdir)
+    else:
+        result = run_spark_child(args.strategy, p, workdir)
+    write_json(workdir / "result.json", result)
+    say(f"{args.strategy}: done")
+    return 0
+
+
+# -- parent: run the children ------------------------------------------------------------------------
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return members
+
+
+def _reap_group(pgid: int) -> None:
+    """Stop whatever the child left in its own process group (a JVM, Python workers)."""
+    members = _group_members(pgid)
+    if not members:
+        return
+    say(f"cleaning up {len(members)} leftover process(es) of group {pgid}")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    _, alive = psutil.wait_procs(members, timeout=10)
+    if alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def run_child(strategy: str, p: Params, run_dir: Path) -> dict[str, Any]:
+    workdir = run_dir / strategy
+    workdir.mkdir(parents=True)
+    log_path = workdir / "child.log"
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--strategy-child",
+        strategy,
+        "--child-params",
+        json.dumps(asdict(p)),
+        "--workdir",
+        str(workdir),
+    ]
+    env = dict(os.environ)
+    # Spark's Python workers import `workers` (the source) and unpickle the processor.
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    load = [round(x, 2) for x in os.getloadavg()]
+    say(f"{strategy}: launching (load average {load})")
+    started = time.time()
+    # A new session: the child, its JVM and Python workers share a process group we can reap.
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    tail: list[str] = []
+    timer = threading.Timer(CHILD_TIMEOUT_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        with open(log_path, "w", encoding="utf-8") as log_file:
+            for line in proc.stdout:
+                log_file.write(line)
+                if line.startswith(f"[{LOG_PREFIX} "):  # only our lines: Spark is chatty
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                tail = [*tail[-59:], line.rstrip("\n")]
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        _reap_group(proc.pid)
+    info = {
+        "process_s": round(time.time() - started, 1),
+        "load_avg_at_launch": load,
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    result_path = workdir / "result.json"
+    if code != 0 or not result_path.exists():
+        say(f"{strategy}: FAILED (exit {code}); log {log_path}")
+        for line in tail[-25:]:
+            print(f"    {line}", file=sys.stderr)
+        return {"error": f"exit code {code}", "log_tail": tail[-25:], "log": str(log_path), **info}
+    result: dict[str, Any] = json.loads(result_path.read_text("utf-8"))
+    return {**result, **info}
+
+
+# -- parent: the numbers -----------------------------------------------------------------------------
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _gaps(epochs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
+    """(epoch, seconds since the previous epoch's commit) for every epoch but the first."""
+    return [(cur, cur["committed_at"] - prev["committed_at"]) for prev, cur in pairwise(epochs)]
+
+
+def _union_s(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(spans):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
+def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
+    """Downtime, latency ratios, moving keys' delay, duration and rate of one strategy's run."""
+    epochs = sorted(r["epochs"], key=lambda e: e["epoch"])
+    spark = strategy in SPARK_STRATEGIES
+    if spark:
+        tl = r["timeline"]
+        # The operator stops the query once its last batch committed; the stream is back when
+        # the first batch after the restart commits.
+        t0, t1 = tl["last_commit_before"], tl["first_commit_after"]
+        before = [e for e in epochs if e["committed_at"] <= t0]
+    else:
+        if "requested_at" not in r:
+            return {"error": r.get("error", "the operation never started")}
+        t0, t1 = r["requested_at"], r["completed_at"]
+        before = epochs[: r["epochs_before"]]
+    steady = before[-p.steady_epochs :]
+    steady_lat = [e["duration_s"] for e in steady]
+    # the gap into each steady epoch, the first one's included
+    steady_gaps = [g for e, g in _gaps(before) if e in steady]
+    # Epochs that ran (at least partly) during the operation.
+    during = [
+        e for e in epochs if e["committed_at"] > t0 and e["committed_at"] - e["duration_s"] < t1
+    ]
+    if spark:
+        during = [e for e in epochs if e["committed_at"] > t0][:1]
+    after = [e for e in epochs if e["committed_at"] - e["duration_s"] >= t1]
+    gaps_during = [g for e, g in _gaps(epochs) if e in during]
+    if spark and during:
+        # The first batch after the restart processes records that were due when the query
+        # stopped: their latency is the whole stop + repartition + restart + batch.
+        op_lat = [during[0]["committed_at"] - t0]
+    else:
+        op_lat = [e["duration_s"] for e in during]
+    p99 = percentile(steady_lat, 99) or 0.0
+    p50_gap = percentile(steady_gaps, 50) or 0.0
+    p99_gap = percentile(steady_gaps, 99) or 0.0
+    longest = max(gaps_during, default=0.0)
+    total_s = t1 - t0
+    out: dict[str, Any] = {
+        "status": "completed" if spark else (r.get("result") or {}).get("status"),
+        "operation_error": r.get("error") or (r.get("result") or {}).get("error") or "",
+        "steady": {
+            "epochs": len(steady),
+            "p50_latency_s": _r(percentile(steady_lat, 50)),
+            "p99_latency_s": _r(p99),
+            "p50_gap_s": _r(p50_gap),
+            "p99_gap_s": _r(p99_gap),
+            "max_gap_s": _r(max(steady_gaps, default=None)),
+        },
+        "after": {
+            "epochs": len(after),
+            "p50_latency_s": _r(percentile([e["duration_s"] for e in after], 50)),
+        },
+        "epochs_during": len(during),
+        "downtime": {
+            "longest_gap_s": _r(longest),
+            "longest_gap_over_steady_p99_gap": _r(longest / p99_gap, 2) if p99_gap else None,
+            "excess_s": _r(max(0.0, longest - p50_gap)),
+        },
+        "non_moving": {
+            "max_latency_s": _r(max(op_lat, default=None)),
+            "p99_latency_s": _r(percentile(op_lat, 99)),
+            "max_over_steady_p99": _r(max(op_lat) / p99, 2) if op_lat and p99 else None,
+            "p99_over_steady_p99": _r((percentile(op_lat, 99) or 0) / p99, 2) if p99 else None,
+        },
+        "total_s": _r(total_s),
+        "operation_window": {"start": t0, "end": t1},
+    }
+    keys_at_start = before[-1].get("keys") if before else None
+    if spark:
+        tl = r["timeline"]
+        out["phases_s"] = {
+            "stop": _r(tl["stopped_at"] - tl["data_done_at"]),
+            "repartition": _r(tl["repartitioned_at"] - tl["stopped_at"]),
+            "restart": _r(tl["restarted_at"] - tl["repartitioned_at"]),
+            "first_batch": _r(during[0]["duration_s"]) if during else None,
+        }
+        keys_state = r["keys_at_operation"]
+        repartition_s = tl["repartitioned_at"] - tl["stopped_at"]
+        # The repartition rewrites every key (about half change partition: hash mod 2 -> mod 4)
+        out["moving"] = {"extra_epochs_max": 0, "extra_s_max": _r(max(0.0, longest - p50_gap))}
+        out["keys"] = {
+            "state": keys_state,
+            "moved": None,
+            "rewritten": keys_state,
+            "per_s_total": _r(keys_state / total_s, 0),
+            "per_s_transfer": _r(keys_state / repartition_s, 0),
+            "transfer_s": _r(repartition_s),
+        }
+        return out
+    progress = (r.get("result") or {}).get("progress") or {}
+    steps = progress.get("steps", [])
+    commit = {e["epoch"]: e["committed_at"] for e in epochs}
+    if strategy == "stop_start":
+        moved = r["plan"]["keys_moved"]
+        log_ = r.get("progress_log", [])
+        at = {entry["phase"]: entry["at"] for entry in log_}
+        if log_ and "restored" in at:
+            # begun (at the barrier) -> snapshotted -> cleared -> restored: the stream waits
+            out["phases_s"] = {
+                "wait_for_barrier": _r(log_[0]["at"] - t0),
+                "snapshot": _r(at.get("snapshotted", log_[0]["at"]) - log_[0]["at"]),
+                "clear": _r(at.get("cleared", 0) - at.get("snapshotted", 0)),
+                "restore": _r(at["restored"] - at.get("cleared", 0)),
+                "barrier_total": _r(at["restored"] - log_[0]["at"]),
+            }
+        # Every key, moving or not, waits for the whole barrier: no extra wait beyond that.
+        out["moving"] = {"extra_epochs_max": 0, "extra_s_max": _r(max(0.0, longest - p50_gap))}
+        out["keys"] = {
+            "state": keys_at_start,
+            "moved": moved,
+            "rewritten": keys_at_start,
+            "per_s_total": _r(moved / total_s, 0) if total_s else None,
+            "per_s_transfer": None,
+            "transfer_s": None,
+        }
+        return out
+    extra_epochs = [s["acquire_epoch"] - s["collect_epoch"] for s in steps if s["acquire_epoch"]]
+    extra_s = [
+        commit[s["acquire_epoch"]] - commit[s["collect_epoch"]]
+        for s in steps
+        if s["acquire_epoch"] in commit and s["collect_epoch"] in commit
+    ]
+    held_s = [
+        s["timings"]["acquiring"] - s["timings"]["collecting"]
+        for s in steps
+        if "acquiring" in s["timings"] and "collecting" in s["timings"]
+    ]
+    export_spans = [
+        (s["timings"]["collecting"], s["timings"]["exported"])
+        for s in steps
+        if "exported" in s["timings"] and "collecting" in s["timings"]
+    ]
+    export_s = _union_s(export_spans)
+    # From the request until the last step's acquire epoch committed: every moved key is
+    # served by its new PU from then on; the rest of the total is drops and the finish barrier.
+    acquired = [commit[s["acquire_epoch"]] for s in steps if s["acquire_epoch"] in commit]
+    out["last_acquired_s"] = _r(max(acquired) - t0) if acquired else None
+    moved = progress.get("keys_moved", 0)
+    out["moving"] = {
+        "steps": len(steps),
+        "extra_epochs_max": max(extra_epochs, default=None),
+        "extra_epochs_p50": percentile(extra_epochs, 50),
+        "extra_s_max": _r(max(extra_s, default=None)),
+        "extra_s_p50": _r(percentile(extra_s, 50)),
+        "collect_to_acquire_s_max": _r(max(held_s, default=None)),
+        "hold_queue_max": max((s["hold_queue"] for s in steps), default=0),
+        "export_s_max": _r(max((hi - lo for lo, hi in export_spans), default=None)),
+    }
+    out["keys"] = {
+        "state": keys_at_start,
+        "moved": moved,
+        "rewritten": moved,
+        "per_s_total": _r(moved / total_s, 0) if total_s else None,
+        "per_s_transfer": _r(moved / export_s, 0) if export_s else None,
+        "transfer_s": _r(export_s),
+    }
+    return out
+
+
+def goals(strategy: str, s: dict[str, Any], spark_total: float | None) -> dict[str, Any]:
+    """The issue's goals, measured (not asserted)."""
+    out: dict[str, Any] = {}
+    longest = s["downtime"]["longest_gap_s"]
+    steady_max = s["steady"]["max_gap_s"]
+    # "Zero downtime": no gap between commits during the operation is longer than the longest
+    # one seen in the steady state (on a shared machine the steady gaps themselves vary).
+    out["zero_downtime"] = {
+        "longest_gap_s": longest,
+        "steady_max_gap_s": steady_max,
+        "met": steady_max is not None and longest <= steady_max,
+    }
+    if strategy in ("fluid", "batched"):
+        ratio = s["non_moving"]["max_over_steady_p99"]
+        out["non_moving_max_le_1.5x_steady_p99"] = {
+            "value": ratio,
+            "met": ratio is not None and ratio <= 1.5,
+        }
+    if strategy == "fluid":
+        extra = s["moving"].get("extra_epochs_max")
+        out["moving_delay_le_3_epochs"] = {"value": extra, "met": extra is not None and extra <= 3}
+    rate = s["keys"].get("per_s_total")
+    if strategy in LIVE or strategy == "stop_start":
+        out["ge_500k_keys_per_s"] = {
+            "value": rate,
+            "value_transfer": s["keys"].get("per_s_transfer"),
+            "met": rate is not None and rate >= 500_000,
+        }
+    if strategy in LIVE and spark_total is not None:
+        out["sooner_than_spark"] = {
+            "value_s": s["total_s"],
+            "spark_s": spark_total,
+            "met": s["total_s"] < spark_total,
+        }
+    return out
+
+
+def _fmt(value: Any, spec: str = ",.0f") -> str:
+    if value is None:
+        return "-"
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    headers = [
+        "strategy",
+        "downtime s",
+        "steady gap s",
+        "non-moving max/p99",
+        "non-moving p99/p99",
+        "moving extra epochs",
+        "moving extra s",
+        "total s",
+        "moved by s",
+        "keys moved",
+        "keys/s",
+        "keys/s transfer",
+        "exact",
+    ]
+    rows = []
+    for name, r in results.items():
+        s = r.get("summary", {})
+        if "error" in r or "error" in s:
+            rows.append([LABELS[name], "failed", *[""] * 11, r.get("error") or s.get("error")])
+            continue
+        v = r.get("verification", {})
+        moved = s["keys"]["moved"] if s["keys"]["moved"] is not None else s["keys"]["rewritten"]
+        rows.append(
+            [
+                LABELS[name],
+                _fmt(s["downtime"]["longest_gap_s"], ".2f"),
+                _fmt(s["steady"]["p50_gap_s"], ".2f"),
+                _fmt(s["non_moving"]["max_over_steady_p99"], ".2f") + "x",
+                _fmt(s["non_moving"]["p99_over_steady_p99"], ".2f") + "x",
+                _fmt(s["moving"].get("extra_epochs_max"), "d"),
+                _fmt(s["moving"].get("extra_s_max"), ".2f"),
+                _fmt(s["total_s"], ".1f"),
+                _fmt(s.get("last_acquired_s", s["total_s"]), ".1f"),
+                _fmt(moved),
+                _fmt(s["keys"]["per_s_total"]),
+                _fmt(s["keys"]["per_s_transfer"]),
+                "yes" if v.get("exact") else f"NO ({len(v.get('problems', []))} problems)",
+            ]
+        )
+    return format_table(headers, rows)
+
+
+LEGEND = (
+    "downtime s: longest gap between consecutive epoch commits during the operation; steady "
+    "gap s: p50 of that gap before it (zero downtime: the longest gap is no longer than the "
+    "longest steady gap). non-moving max/p99, p99/p99: max and p99 latency of the "
+    "epochs that ran during the operation (the runner's foreachBatch duration; Spark: the first "
+    "batch after the restart counted from the last commit before the stop) over the steady p99. "
+    "moving extra epochs/s: max over steps of acquire_epoch - collect_epoch, and of the commit of "
+    "the acquire epoch minus the commit of the collect epoch (stop-start and Spark: every key "
+    "waits the downtime beyond a steady gap). total s: request to completed (Spark: last commit "
+    "before the stop to the first commit after the restart); moved by s: until the last step's "
+    "acquire epoch committed (every moved key served by its new PU; the rest is drops and the "
+    "finish barrier). keys moved: keys of vnodes that "
+    "changed PU (Spark: every key of the state is rewritten); keys/s over the total, and over "
+    "the transfer alone (live: union of the steps' collecting->exported spans; Spark: the "
+    "repartition call). exact: every key equals the oracle after a few more epochs."
+)
+
+
+def plot(path: Path, results: dict[str, dict[str, Any]], warmup: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, r in results.items() if "summary" in r and "operation_window" in r["summary"]]
+    if not names:
+        return
+    fig, axes = plt.subplots(len(names), 1, figsize=(10, 2.6 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        r = results[name]
+        s = r["summary"]
+        t0, t1 = s["operation_window"]["start"], s["operation_window"]["end"]
+        # from the first steady epoch: warm-up epochs (JIT, worker start) would set the scale
+        epochs = sorted(r["epochs"], key=lambda e: e["epoch"])[warmup:]
+        xs = [e["committed_at"] - t0 for e in epochs]
+        ax.plot(xs, [e["duration_s"] for e in epochs], marker="o", ms=3, label="epoch latency")
+        gaps = _gaps(epochs)
+        ax.plot(
+            [e["committed_at"] - t0 for e, _ in gaps],
+            [g for _, g in gaps],
+            lw=0.8,
+            alpha=0.6,
+            label="gap since previous commit",
+        )
+        ax.axvspan(0, t1 - t0, color="tab:orange", alpha=0.15, label="operation")
+        ax.axvline(0, color="tab:orange", lw=1)
+        ax.axvline(t1 - t0, color="tab:orange", lw=1)
+        p99 = s["steady"]["p99_latency_s"]
+        if p99:
+            ax.axhline(1.5 * p99, color="tab:red", ls="--", lw=0.8, label="1.5x steady p99")
+        ax.set_title(
+            f"{LABELS[name]}: {s['total_s']:.1f}s, downtime {s['downtime']['longest_gap_s']:.2f}s",
+            fontsize=9,
+        )
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("seconds")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[-1, 0].set_xlabel("seconds since the operation started (at each epoch's commit)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parent_main(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.keys, args.key_space, args.rows_per_epoch, args.vnodes = 100_000, 200_000, 20_000, 32
+        args.batch_vnodes = min(args.batch_vnodes, 4)
+        args.fluid_in_flight = min(args.fluid_in_flight, 2)
+        args.steady_epochs = min(args.steady_epochs, 6)
+    key_space = args.key_space or 2 * args.keys
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise SystemExit(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    stem = "rescale_quick" if args.quick and args.out is None else "rescale"
+    out = Path(args.out) if args.out else RESULTS_DIR / f"{stem}.json"
+    png = out.with_suffix(".png")
+
+    base = Params(
+        key_space=key_space,
+        zipf_s=args.zipf_s,
+        rows_per_epoch=args.rows_per_epoch,
+        target_keys=args.keys,
+        warmup_epochs=0,
+        steady_epochs=args.steady_epochs,
+        post_epochs=args.post_epochs,
+        vnodes=args.vnodes,
+        fluid_in_flight=args.fluid_in_flight,
+        batch_vnodes=args.batch_vnodes,
+        batched_in_flight=args.batched_in_flight,
+    )
+    say(f"counting the generator's distinct keys until {args.keys:,}")
+    counts = distinct_keys_per_epoch(base, 10_000, args.keys)
+    if counts[-1] < args.keys:
+        raise SystemExit(f"the key space {key_space:,} cannot give {args.keys:,} distinct keys")
+    p = Params(**{**asdict(base), "warmup_epochs": len(counts)})
+    keys_at_operation = distinct_keys_per_epoch(p, p.pre_epochs, None)[-1]
+    machine = machine_info()
+    say(
+        f"{len(strategies)} strategies; {p.rows_per_epoch:,} rows/epoch over {key_space:,} keys "
+        f"(zipf s={p.zipf_s}), {p.warmup_epochs} warm-up epochs to {counts[-1]:,} keys, "
+        f"{keys_at_operation:,} keys at the operation; load {machine['load_avg_at_start']}"
+    )
+    run_dir = Path(tempfile.mkdtemp(prefix="rescale-bench-"))
+    results: dict[str, dict[str, Any]] = {}
+    started = time.time()
+    failed = False
+    try:
+        for name in strategies:
+            r = run_child(name, p, run_dir)
+            if "error" not in r or "epochs" in r:
+                r["keys_at_operation"] = keys_at_operation
+                try:
+                    r["summary"] = summarize(name, r, p)
+                except (KeyError, IndexError, TypeError) as exc:  # a partial run: keep the rest
+                    r["summary"] = {"error": f"cannot summarize: {exc!r}"}
+            failed |= "error" in r or not r.get("verification", {}).get("exact", False)
+            results[name] = r
+    finally:
+        if args.keep or failed:
+            say(f"kept the run directory {run_dir}")
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    spark_total = next(
+        (
+            results[n]["summary"]["total_s"]
+            for n in ("spark_tws", "spark_native")
+            if "total_s" in results.get(n, {}).get("summary", {})
+        ),
+        None,
+    )
+    for name, r in results.items():
+        if "downtime" in r.get("summary", {}):
+            r["goals"] = goals(name, r["summary"], spark_total)
+    text = table(results)
+    report = {
+        "benchmark": "rescale",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {**machine, "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "parameters": {
+            **asdict(p),
+            "strategies": strategies,
+            "keys_at_operation": keys_at_operation,
+            "pus": f"{PUS_BEFORE} -> {PUS_AFTER}",
+            "spark_master": "local[2]",
+            "trigger": "processingTime 0 (back to back)",
+            "granularities": {n: p.granularity(n) for n in LIVE},
+            "state_fsync": os.environ.get("RESCALER_STATE_FSYNC", "1 (default)"),
+            "quick": args.quick,
+        },
+        "elapsed_s": round(time.time() - started, 1),
+        "legend": LEGEND,
+        "table": text,
+        "results": results,
+    }
+    write_json(out, report)
+    try:
+        plot(png, results, p.warmup_epochs)
+    except Exception as exc:  # a plot must never cost the numbers
+        say(f"plot failed: {exc!r}")
+    print(text)
+    print(f"\n{LEGEND}")
+    for name, r in results.items():
+        met = {k: g["met"] for k, g in r.get("goals", {}).items()}
+        print(f"goals {LABELS[name]}: {met}")
+    print(f"\nwrote {out} and {png}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=1_000_000, help="keys of state at the start")
+    parser.add_argument("--key-space", type=int, help="distinct keys of the generator (2 x keys)")
+    parser.add_argument("--zipf-s", type=float, default=0.0, help="0: uniform keys (default)")
+    parser.add_argument("--rows-per-epoch", type=int, default=200_000)
+    parser.add_argument("--vnodes", type=int, default=256)
+    parser.add_argument("--steady-epochs", type=int, default=10)
+    parser.add_argument("--post-epochs", type=int, default=3)
+    parser.add_argument("--fluid-in-flight", type=int, default=8, help="fluid: steps in flight")
+    parser.add_argument("--batch-vnodes", type=int, default=16, help="batched: vnodes per step")
+    parser.add_argument("--batched-in-flight", type=int, default=1)
+    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
+    parser.add_argument("--quick", action="store_true", help="~100k keys, a few minutes")
+    parser.add_argument("--out", help="JSON path (the PNG goes beside it)")
+    parser.add_argument("--keep", action="store_true", help="keep the run directory")
+    # internal: one strategy in this process
+    parser.add_argument("--strategy-child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-params", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.strategy_child:
+        args.strategy = args.strategy_child
+        return child_main(args)
+    return parent_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
