@@ -165,8 +165,9 @@ def _generator_config(p: Params) -> Any:
     )
 
 
-def distinct_keys_per_epoch(p: Params, max_epochs: int, stop_at: int | None) -> list[int]:
-    """Distinct keys after each epoch of the stream (until ``stop_at`` is reached, if given)."""
+def distinct_keys_per_epoch(p: Params, target: int, then: int, limit: int = 10_000) -> list[int]:
+    """Distinct keys after each epoch of the stream, until ``then`` epochs after the state
+    first holds ``target`` keys (or ``limit`` epochs)."""
     import pyarrow.compute as pc
 
     from workers.sources.generator import generate
@@ -174,12 +175,15 @@ def distinct_keys_per_epoch(p: Params, max_epochs: int, stop_at: int | None) -> 
     config = _generator_config(p)
     seen: set[str] = set()
     counts: list[int] = []
-    for epoch in range(max_epochs):
+    reached: int | None = None
+    for epoch in range(limit):
         lo, hi = epoch * p.rows_per_epoch, (epoch + 1) * p.rows_per_epoch
         for batch in generate(config, lo, hi):
             seen.update(pc.unique(batch.column("line")).to_pylist())
         counts.append(len(seen))
-        if stop_at is not None and len(seen) >= stop_at:
+        if reached is None and len(seen) >= target:
+            reached = epoch
+        if reached is not None and epoch >= reached + then:
             break
     return counts
 
@@ -226,6 +230,8 @@ class EpochLog:
             "keys_per_pu": {str(pu): n for pu, n in sorted(per_pu.items())},
             "mapping_version": report.mapping_versions.get(FRAGMENT),
             "end_offset": report.source_offset.get("offset"),
+            # the machine may be shared: the load beside each epoch explains outliers
+            "load1": round(os.getloadavg()[0], 2),
         }
         with self._cond:
             self.rows.append(row)
@@ -429,8 +435,8 @@ def _batches(query: Any) -> list[dict[str, Any]]:
 class BatchLogger:
     """Logs each finished batch to stderr from a polling thread (off the timed path)."""
 
-    def __init__(self, name: str, query: Any) -> None:
-        self.name, self.query = name, query
+    def __init__(self, name: str, query: Any, loads: dict[int, float]) -> None:
+        self.name, self.query, self.loads = name, query, loads
         self._stop = threading.Event()
         self._seen = -1
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
@@ -455,6 +461,7 @@ class BatchLogger:
             batch = int(d["batchId"])
             if batch > self._seen and int(d["numInputRows"]) > 0:
                 self._seen = batch
+                self.loads[batch] = round(os.getloadavg()[0], 2)
                 say(
                     f"{self.name}: batch {batch} {d['numInputRows']} rows in "
                     f"{d['durationMs'].get('triggerExecution', 0)} ms"
@@ -503,12 +510,13 @@ def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
             .start()
         )
 
+    loads: dict[int, float] = {}
     try:
         # The source ends after the warm-up and steady epochs (max_rows), so the query stops
         # with its last batch committed: the repartition refuses a checkpoint whose last batch
         # did not commit, and stopping a running processingTime query can leave one.
         query = start(p.pre_epochs * p.rows_per_epoch)
-        with BatchLogger(strategy, query):
+        with BatchLogger(strategy, query, loads):
             query.processAllAvailable()
         timeline = {"data_done_at": time.time()}
         query.stop()
@@ -520,7 +528,7 @@ def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
         end_rows = (p.pre_epochs + p.post_epochs) * p.rows_per_epoch
         query = start(end_rows)
         timeline["restarted_at"] = time.time()
-        with BatchLogger(strategy, query):
+        with BatchLogger(strategy, query, loads):
             while not _batches(query):  # the first batch after the restart
                 if not query.isActive:
                     raise RuntimeError(f"the restarted query stopped: {query.exception()}")
@@ -552,7 +560,8 @@ def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
     actual = dict(zip(keys, table.column("count").to_pylist(), strict=True))
     verification = verify(p, end_rows, actual, len(keys) - len(actual))
     verification["state_partitions_after"] = len(set(table.column("partition_id").to_pylist()))
-    return {"epochs": before + after, "timeline": timeline, "verification": verification}
+    epochs = [{**e, "load1": loads.get(e["epoch"])} for e in before + after]
+    return {"epochs": epochs, "timeline": timeline, "verification": verification}
 
 
 def child_main(args: argparse.Namespace) -> int:
@@ -734,6 +743,9 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
             "longest_gap_s": _r(longest),
             "longest_gap_over_steady_p99_gap": _r(longest / p99_gap, 2) if p99_gap else None,
             "excess_s": _r(max(0.0, longest - p50_gap)),
+            # time during which the whole stream was stopped by the operation (Spark: stop to
+            # restart; stop-start: its barrier); a live operation has no such phase
+            "stopped_s": None,
         },
         "non_moving": {
             "max_latency_s": _r(max(op_lat, default=None)),
@@ -747,6 +759,8 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     keys_at_start = before[-1].get("keys") if before else None
     if spark:
         tl = r["timeline"]
+        # the query runs nothing from its stop until its restart
+        out["downtime"]["stopped_s"] = _r(tl["restarted_at"] - tl["data_done_at"])
         out["phases_s"] = {
             "stop": _r(tl["stopped_at"] - tl["data_done_at"]),
             "repartition": _r(tl["repartitioned_at"] - tl["stopped_at"]),
@@ -782,6 +796,8 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
                 "restore": _r(at["restored"] - at.get("cleared", 0)),
                 "barrier_total": _r(at["restored"] - log_[0]["at"]),
             }
+            # the barrier holds every record of the stream while it snapshots and restores
+            out["downtime"]["stopped_s"] = out["phases_s"]["barrier_total"]
         # Every key, moving or not, waits for the whole barrier: no extra wait beyond that.
         out["moving"] = {"extra_epochs_max": 0, "extra_s_max": _r(max(0.0, longest - p50_gap))}
         out["keys"] = {
@@ -836,17 +852,20 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     return out
 
 
-def goals(strategy: str, s: dict[str, Any], spark_total: float | None) -> dict[str, Any]:
-    """The issue's goals, measured (not asserted)."""
+def goals(strategy: str, s: dict[str, Any], spark: dict[str, Any] | None) -> dict[str, Any]:
+    """The issue's goals, measured (not asserted). ``spark``: the Spark route's summary."""
     out: dict[str, Any] = {}
     longest = s["downtime"]["longest_gap_s"]
     steady_max = s["steady"]["max_gap_s"]
-    # "Zero downtime": no gap between commits during the operation is longer than the longest
-    # one seen in the steady state (on a shared machine the steady gaps themselves vary).
+    stopped = s["downtime"].get("stopped_s")
+    # "Zero downtime": the stream never stopped for the operation, and no gap between commits
+    # during it is longer than the longest one of the steady state (on a shared machine the
+    # steady gaps themselves vary, so a gap alone cannot tell a stop from a slow epoch).
     out["zero_downtime"] = {
         "longest_gap_s": longest,
         "steady_max_gap_s": steady_max,
-        "met": steady_max is not None and longest <= steady_max,
+        "stopped_s": stopped,
+        "met": not stopped and steady_max is not None and longest <= steady_max,
     }
     if strategy in ("fluid", "batched"):
         ratio = s["non_moving"]["max_over_steady_p99"]
@@ -864,11 +883,16 @@ def goals(strategy: str, s: dict[str, Any], spark_total: float | None) -> dict[s
             "value_transfer": s["keys"].get("per_s_transfer"),
             "met": rate is not None and rate >= 500_000,
         }
-    if strategy in LIVE and spark_total is not None:
+    if strategy in LIVE and spark is not None:
+        phases = spark["phases_s"]
+        # The issue's yardstick is stop + repartition + restart; the first batch after the
+        # restart (a slow one for transformWithState) is reported beside it, not counted.
+        spark_s = phases["stop"] + phases["repartition"] + phases["restart"]
         out["sooner_than_spark"] = {
             "value_s": s["total_s"],
-            "spark_s": spark_total,
-            "met": s["total_s"] < spark_total,
+            "spark_stop_repartition_restart_s": round(spark_s, 3),
+            "spark_to_first_commit_s": spark["total_s"],
+            "met": s["total_s"] < spark_s,
         }
     return out
 
@@ -883,6 +907,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     headers = [
         "strategy",
         "downtime s",
+        "stopped s",
         "steady gap s",
         "non-moving max/p99",
         "non-moving p99/p99",
@@ -899,7 +924,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     for name, r in results.items():
         s = r.get("summary", {})
         if "error" in r or "error" in s:
-            rows.append([LABELS[name], "failed", *[""] * 11, r.get("error") or s.get("error")])
+            rows.append([LABELS[name], "failed", *[""] * 12, r.get("error") or s.get("error")])
             continue
         v = r.get("verification", {})
         moved = s["keys"]["moved"] if s["keys"]["moved"] is not None else s["keys"]["rewritten"]
@@ -907,6 +932,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             [
                 LABELS[name],
                 _fmt(s["downtime"]["longest_gap_s"], ".2f"),
+                _fmt(s["downtime"].get("stopped_s"), ".2f"),
                 _fmt(s["steady"]["p50_gap_s"], ".2f"),
                 _fmt(s["non_moving"]["max_over_steady_p99"], ".2f") + "x",
                 _fmt(s["non_moving"]["p99_over_steady_p99"], ".2f") + "x",
@@ -925,8 +951,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 LEGEND = (
     "downtime s: longest gap between consecutive epoch commits during the operation; steady "
-    "gap s: p50 of that gap before it (zero downtime: the longest gap is no longer than the "
-    "longest steady gap). non-moving max/p99, p99/p99: max and p99 latency of the "
+    "gap s: p50 of that gap before it; stopped s: time the whole stream was stopped by the "
+    "operation (Spark: stop + repartition + restart; stop-start: its barrier; live: no such "
+    "phase). Zero downtime: nothing stopped and the longest gap no longer than the longest "
+    "steady gap. non-moving max/p99, p99/p99: max and p99 latency of the "
     "epochs that ran during the operation (the runner's foreachBatch duration; Spark: the first "
     "batch after the restart counted from the last commit before the stop) over the steady p99. "
     "moving extra epochs/s: max over steps of acquire_epoch - collect_epoch, and of the commit of "
@@ -970,6 +998,14 @@ def plot(path: Path, results: dict[str, dict[str, Any]], warmup: int) -> None:
         ax.axvspan(0, t1 - t0, color="tab:orange", alpha=0.15, label="operation")
         ax.axvline(0, color="tab:orange", lw=1)
         ax.axvline(t1 - t0, color="tab:orange", lw=1)
+        loads = [(x, e.get("load1")) for x, e in zip(xs, epochs, strict=True)]
+        loads = [(x, v) for x, v in loads if v is not None]
+        if loads:
+            twin = ax.twinx()
+            twin.plot(*zip(*loads, strict=True), color="0.6", lw=0.8, ls=":")
+            twin.set_ylabel("load avg (1 min)", fontsize=7, color="0.5")
+            twin.tick_params(labelsize=7, colors="0.5")
+            twin.set_ylim(bottom=0)
         p99 = s["steady"]["p99_latency_s"]
         if p99:
             ax.axhline(1.5 * p99, color="tab:red", ls="--", lw=0.8, label="1.5x steady p99")
@@ -1001,7 +1037,6 @@ def parent_main(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
     stem = "rescale_quick" if args.quick and args.out is None else "rescale"
     out = Path(args.out) if args.out else RESULTS_DIR / f"{stem}.json"
-    png = out.with_suffix(".png")
 
     base = Params(
         key_space=key_space,
@@ -1017,15 +1052,16 @@ def parent_main(args: argparse.Namespace) -> int:
         batched_in_flight=args.batched_in_flight,
     )
     say(f"counting the generator's distinct keys until {args.keys:,}")
-    counts = distinct_keys_per_epoch(base, 10_000, args.keys)
-    if counts[-1] < args.keys:
+    counts = distinct_keys_per_epoch(base, args.keys, args.steady_epochs)
+    warmup = next((i + 1 for i, n in enumerate(counts) if n >= args.keys), None)
+    if warmup is None:
         raise SystemExit(f"the key space {key_space:,} cannot give {args.keys:,} distinct keys")
-    p = Params(**{**asdict(base), "warmup_epochs": len(counts)})
-    keys_at_operation = distinct_keys_per_epoch(p, p.pre_epochs, None)[-1]
+    p = Params(**{**asdict(base), "warmup_epochs": warmup})
+    keys_at_operation = counts[p.pre_epochs - 1]
     machine = machine_info()
     say(
         f"{len(strategies)} strategies; {p.rows_per_epoch:,} rows/epoch over {key_space:,} keys "
-        f"(zipf s={p.zipf_s}), {p.warmup_epochs} warm-up epochs to {counts[-1]:,} keys, "
+        f"(zipf s={p.zipf_s}), {p.warmup_epochs} warm-up epochs to {counts[warmup - 1]:,} keys, "
         f"{keys_at_operation:,} keys at the operation; load {machine['load_avg_at_start']}"
     )
     run_dir = Path(tempfile.mkdtemp(prefix="rescale-bench-"))
@@ -1048,19 +1084,6 @@ def parent_main(args: argparse.Namespace) -> int:
             say(f"kept the run directory {run_dir}")
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
-
-    spark_total = next(
-        (
-            results[n]["summary"]["total_s"]
-            for n in ("spark_tws", "spark_native")
-            if "total_s" in results.get(n, {}).get("summary", {})
-        ),
-        None,
-    )
-    for name, r in results.items():
-        if "downtime" in r.get("summary", {}):
-            r["goals"] = goals(name, r["summary"], spark_total)
-    text = table(results)
     report = {
         "benchmark": "rescale",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -1077,10 +1100,40 @@ def parent_main(args: argparse.Namespace) -> int:
             "quick": args.quick,
         },
         "elapsed_s": round(time.time() - started, 1),
-        "legend": LEGEND,
-        "table": text,
         "results": results,
     }
+    return finish(report, p, out)
+
+
+def resummarize(path: Path, out: Path | None) -> int:
+    """Recompute the summaries, goals, table and plot of an earlier report from its raw data."""
+    report = json.loads(path.read_text("utf-8"))
+    p = Params(**{k: report["parameters"][k] for k in Params.__dataclass_fields__})
+    for name, r in report["results"].items():
+        r.pop("goals", None)
+        if "epochs" in r:
+            r["summary"] = summarize(name, r, p)
+    report["resummarized"] = " ".join([Path(sys.executable).name, *sys.argv])
+    return finish(report, p, out or path)
+
+
+def finish(report: dict[str, Any], p: Params, out: Path) -> int:
+    """Goals, table, JSON, plot and stdout of a report whose results have summaries."""
+    results: dict[str, dict[str, Any]] = report["results"]
+    png = out.with_suffix(".png")
+    spark = next(
+        (
+            results[n]["summary"]
+            for n in SPARK_STRATEGIES
+            if "phases_s" in results.get(n, {}).get("summary", {})
+        ),
+        None,
+    )
+    for name, r in results.items():
+        if "downtime" in r.get("summary", {}):
+            r["goals"] = goals(name, r["summary"], spark)
+    text = table(results)
+    report.update(legend=LEGEND, table=text)
     write_json(out, report)
     try:
         plot(png, results, p.warmup_epochs)
@@ -1111,6 +1164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="~100k keys, a few minutes")
     parser.add_argument("--out", help="JSON path (the PNG goes beside it)")
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
+    parser.add_argument(
+        "--resummarize", type=Path, help="recompute an earlier report's numbers from its raw data"
+    )
     # internal: one strategy in this process
     parser.add_argument("--strategy-child", help=argparse.SUPPRESS)
     parser.add_argument("--child-params", help=argparse.SUPPRESS)
@@ -1119,6 +1175,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.strategy_child:
         args.strategy = args.strategy_child
         return child_main(args)
+    if args.resummarize:
+        return resummarize(args.resummarize, Path(args.out) if args.out else None)
     return parent_main(args)
 
 

@@ -438,6 +438,10 @@ def _reap_group(pgid: int) -> None:
     members = _group_members(pgid)
     if not members:
         return
+    # The JVM notices its driver is gone and exits by itself a moment later: give it the chance.
+    _, members = psutil.wait_procs(members, timeout=15)
+    if not members:
+        return
     names = []
     for proc in members:
         with contextlib.suppress(psutil.Error):
