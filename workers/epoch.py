@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers.layout import sink_path, store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import SlotActions
 from workers.state import open_store
@@ -41,14 +42,6 @@ def output_schema(operator: KeyedOperator) -> pa.Schema:
     fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]
     fields += [(name, ARROW_TYPES[typ]) for name, typ in operator.output_fields]
     return pa.schema([*fields, ("info", pa.string())])
-
-
-def store_path(state_root: Path, fragment: str, pu: int) -> Path:
-    return Path(state_root) / "stores" / fragment / f"pu-{pu}"
-
-
-def sink_path(state_root: Path, fragment: str, epoch: int, pu: int) -> Path:
-    return Path(state_root) / "sink" / fragment / f"epoch={epoch:010d}" / f"pu={pu}.arrow"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from workers.epoch import store_path
 from workers.hashing import vnode_of
+from workers.layout import store_path
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import Fragment
 from workers.pipeline.placement import FragmentPlacement, PlacementStore

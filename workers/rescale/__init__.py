@@ -3,6 +3,8 @@
 * :mod:`request` — the reschedule request and its validation (every refusal names its reason);
 * :mod:`planner` — which vnodes move where (as few as possible, every PU within one of the mean);
 * :mod:`operation` — an operation's durable state: steps and their phases;
-* :mod:`executor` — the runner's side: epoch-aligned ICADD and stop-start;
+* :mod:`executor` — the runner's side, composing :mod:`ledger` (the operations, their lock and
+  progress), :mod:`commands`, :mod:`live` (epoch-aligned ICADD at the barrier), :mod:`exports`
+  and :mod:`stop_start`;
 * :mod:`orchestrator` — issuing steps paced by the granularity, cancel, time-outs.
 """

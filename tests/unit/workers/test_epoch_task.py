@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from workers.epoch import RoutingError, TaskSpec, run_task, sink_path, store_path
+from workers.epoch import RoutingError, TaskSpec, run_task
 from workers.hashing import vnode_of
+from workers.layout import sink_path, store_path
 from workers.operators import Count, UserActivity
 from workers.state import BACKENDS, open_store
 from workers.state.base import encode_key

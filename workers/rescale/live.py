@@ -1,0 +1,199 @@
+"""The live protocol at the epoch barrier: epoch-aligned ICADD.
+
+Planning an epoch first moves steps forward (a decision is recorded as the *epoch* at which a
+phase happens), then derives everything the epoch does from those epochs:
+
+* vnodes of steps with ``collect_epoch <= e < acquire_epoch`` are *held*: their records are routed
+  to the target's task, which appends them to a hold queue file instead of applying them;
+* the source seals a step's vnodes at ``collect_epoch``; a background thread exports them
+  (:mod:`workers.rescale.exports`);
+* at ``acquire_epoch`` the mapping sends them to the target, whose task ingests the verified
+  exports, then applies the hold queue and the epoch's records in source order;
+* at ``drop_epoch`` the source deletes their ranges.
+
+Because the plan is derived, re-planning after a crash gives the same plan, and a re-run epoch
+reuses the plan recorded before it first ran. Every task action is idempotent for the same reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from typing import Any
+
+from workers.pipeline.placement import FragmentActions, SlotActions
+from workers.rescale import transfer
+from workers.rescale.ledger import OperationLedger
+from workers.rescale.operation import OperationState
+
+
+class LiveProtocol:
+    def __init__(self, ledger: OperationLedger) -> None:
+        self.ledger = ledger
+
+    def advance(self, op: OperationState, epoch: int) -> None:
+        """Move the operation's steps (and the operation) forward for ``epoch``."""
+        changed = False
+        if op.begun_epoch is None:
+            op.begun_epoch = epoch
+            changed = True
+        for step in sorted(op.steps.values(), key=lambda s: s.spec.id):
+            before = (step.phase, step.collect_epoch, step.acquire_epoch, step.drop_epoch)
+            if step.phase == "pending" and op.cancel_requested:
+                step.enter("cancelled")
+            if step.phase == "dropping" and step.drop_epoch is not None and step.drop_epoch < epoch:
+                step.enter("done")
+            if (
+                step.phase in ("acquiring", "acquired")
+                and step.acquire_epoch is not None
+                and (step.acquire_epoch < epoch)
+            ):
+                step.drop_epoch = epoch
+                step.enter("dropping")
+            if (
+                step.phase == "exported"
+                and step.collect_epoch is not None
+                and (step.collect_epoch < epoch)
+            ):
+                step.acquire_epoch = epoch
+                step.enter("acquiring")
+            if step.phase == "pending":
+                step.collect_epoch = epoch
+                step.enter("collecting")
+            changed |= before != (
+                step.phase,
+                step.collect_epoch,
+                step.acquire_epoch,
+                step.drop_epoch,
+            )
+        if not op.in_flight() and all(s.phase in ("done", "cancelled") for s in op.steps.values()):
+            if op.cancel_requested:
+                op.status, op.finished_epoch = "cancelled", epoch
+                changed = True
+            elif op.finish_requested:
+                op.status, op.finished_epoch = "completed", epoch
+                changed = True
+        if changed:
+            self.ledger.save(op)
+
+    def apply_placement(self, op: OperationState) -> None:
+        """The placements as the operation's recorded acquire epochs say (idempotent): the PUs it
+        adds join while it runs, and once it is final the PUs it frees are released."""
+        for name, change in op.fragments.items():
+            placement = self.ledger.placements[name]
+            pus = list(placement.pus)
+            mapping = list(placement.mapping)
+            if not op.final:
+                pus += [pu for pu in change.get("added", []) if pu not in pus]
+            for step in op.steps.values():
+                if step.spec.fragment == name and step.acquire_epoch is not None:
+                    for vnode in step.spec.vnodes:
+                        mapping[vnode] = step.spec.target
+            if op.final:
+                pus = self._release(op, name, pus, mapping)
+            self.ledger.set_placement(name, pus, mapping)
+
+    def _release(
+        self, op: OperationState, name: str, pus: list[int], mapping: list[int]
+    ) -> list[int]:
+        """Drop from the fragment the PUs this operation removed (or, cancelled, added) that no
+        longer own anything; a PU that still owns a vnode stays: the mapping says so."""
+        change = op.fragments[name]
+        candidates = (
+            change.get("removed", []) if op.status == "completed" else change.get("added", [])
+        )
+        owning = set(mapping)
+        busy = {
+            pu
+            for other in self.ledger.running()
+            for pu in other.fragments.get(name, {}).get("added", [])
+        }
+        return [pu for pu in pus if not (pu in candidates and pu not in owning and pu not in busy)]
+
+    def actions(self, epoch: int) -> dict[str, FragmentActions]:
+        """What every fragment does in ``epoch``: the held vnodes, and each PU's actions."""
+        root = self.ledger.dir / "rescale"
+        held: dict[str, dict[int, int]] = defaultdict(dict)
+        slots: dict[str, dict[int, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
+        for op in self.ledger.running():
+            if op.strategy != "live":
+                continue
+            op_dir = self.ledger.store.op_dir(op.id)
+            for step in op.steps.values():
+                spec = step.spec
+                frag = spec.fragment
+                c, a, d = step.collect_epoch, step.acquire_epoch, step.drop_epoch
+                if c is not None and c <= epoch and (a is None or epoch < a):
+                    for vnode in spec.vnodes:
+                        held[frag][vnode] = spec.target
+                    slots[frag][spec.target]["hold_path"] = str(
+                        transfer.hold_path(root, frag, spec.target, epoch)
+                    )
+                if c == epoch:
+                    slots[frag][spec.source].setdefault("seal", []).extend(spec.vnodes)
+                if a == epoch and c is not None:
+                    target = slots[frag][spec.target]
+                    target.setdefault("ingest", []).extend(
+                        str(transfer.export_path(op_dir, frag, v)) for v in spec.vnodes
+                    )
+                    target.setdefault("replay_files", []).extend(
+                        str(transfer.hold_path(root, frag, spec.target, x)) for x in range(c, a)
+                    )
+                    target.setdefault("replay_vnodes", []).extend(spec.vnodes)
+                if d == epoch:
+                    slots[frag][spec.source].setdefault("drop", []).extend(spec.vnodes)
+        return {
+            frag: FragmentActions(
+                held=dict(held.get(frag, {})),
+                slots={
+                    pu: SlotActions(
+                        seal=tuple(sorted(a.get("seal", []))),
+                        drop=tuple(sorted(a.get("drop", []))),
+                        ingest=tuple(a.get("ingest", [])),
+                        replay_files=tuple(dict.fromkeys(a.get("replay_files", []))),
+                        replay_vnodes=tuple(sorted(a.get("replay_vnodes", []))),
+                        hold_path=a.get("hold_path"),
+                    )
+                    for pu, a in slots.get(frag, {}).items()
+                },
+            )
+            for frag in self.ledger.placements
+        }
+
+    def committed(self, epoch: int, stats: list[dict[str, Any]]) -> None:
+        """After an epoch's job: record held rows, acquisitions and drops that it made durable."""
+        held: dict[tuple[str, int], int] = {}
+        for stat in stats:
+            for vnode, rows in stat.get("held", {}).items():
+                held[(stat["fragment"], int(vnode))] = rows
+        with self.ledger.lock:
+            for op in self.ledger.running():
+                changed = False
+                for step in op.steps.values():
+                    frag = step.spec.fragment
+                    for vnode in step.spec.vnodes:
+                        rows = held.get((frag, vnode))
+                        if rows is not None and step.phase in ("collecting", "exported"):
+                            step.hold_rows[vnode] = step.hold_rows.get(vnode, 0) + rows
+                            changed = True
+                    if step.phase == "acquiring" and step.acquire_epoch == epoch:
+                        step.keys_moved = sum(m["keys"] for m in step.exports.values())
+                        step.bytes_moved = sum(m["bytes"] for m in step.exports.values())
+                        step.enter("acquired")
+                        changed = True
+                    if step.phase == "dropping" and step.drop_epoch == epoch:
+                        step.enter("done")
+                        changed = True
+                if changed:
+                    self.ledger.save(op)
+
+    def clean_up(self, op: OperationState) -> None:
+        """Exports and hold queues of a settled operation are spent: its state file stays as the
+        record of what it did. One operation per fragment at a time, so every hold queue file of
+        its fragments up to its last epoch is its own."""
+        shutil.rmtree(self.ledger.store.op_dir(op.id) / "exports", ignore_errors=True)
+        last = op.finished_epoch if op.finished_epoch is not None else -1
+        for name in op.fragments:
+            for path in (self.ledger.dir / "rescale" / "holdq" / name).glob("pu-*/epoch-*.arrow"):
+                if int(path.stem.split("-")[1]) <= last:
+                    path.unlink(missing_ok=True)
