@@ -41,11 +41,11 @@ def build_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from rest_framework.authtoken.models import Token
 
     from rescaler.cluster import services as cluster_services
-    from rescaler.operations import services as operation_services
+    from rescaler.operations import requests as operation_requests
     from workers.control import EpochReport, PuLoad, Topology
     from workers.pipeline.placement import FragmentPlacement
 
-    operation_services._enqueue_drive = lambda operation_id: None  # no Celery here
+    operation_requests._enqueue_drive = lambda operation_id: None  # no Celery here
     workers = {
         f"executor-{w}": list(range(w * args.pus_per_worker, (w + 1) * args.pus_per_worker))
         for w in range(args.workers)
@@ -101,7 +101,7 @@ def build_cluster(args: argparse.Namespace) -> dict[str, Any]:
     user.user_permissions.add(Permission.objects.get(codename="reschedule"))
     spare = [pu for pu in all_pus if pu not in fragment_pus][:2]
     if spare:  # an operation in progress: the busy lookup has a row to find
-        operation_services.operation_request(
+        operation_requests.operation_request(
             user=user,
             body={"reschedules": {"word_count": {"added_parallel_units": spare}}},
         )

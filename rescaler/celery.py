@@ -10,6 +10,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rescaler.settings.local")
 
 app = Celery("rescaler")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# tasks.py of every installed app (rescaler.cluster, dashboard), plus the project's own.
+# the tasks.py of every installed app (rescaler.operations.tasks drives operations), then the
+# project's own rescaler/tasks.py: the rescaler package itself is not an installed app.
 app.autodiscover_tasks()
 app.autodiscover_tasks(["rescaler"])

@@ -1,4 +1,5 @@
-"""Project-level Celery tasks (the cluster's own tasks live in rescaler.cluster.tasks)."""
+"""Project-level Celery tasks: the probe (the tasks that drive rescale operations live in
+rescaler.operations.tasks)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ Each function answers one endpoint in a fixed, small number of queries (no query
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from rescaler.operations.selectors import runner_alive
 from workers.hashing import vnode_of
 from workers.pipeline.model import PipelineError
 from workers.readout import ReadoutError, read_key
-from workers.state import DEFAULT_BACKEND
+from workers.state import max_user_key_bytes
 
 # where the records of a vnode go while a step moves it (docs/rescale.md, "Live")
 ROUTING_BY_PHASE = {
@@ -44,8 +43,6 @@ ROUTING_BY_PHASE = {
     "done": "target",
     "cancelled": "source",
 }
-# LMDB refuses keys longer than 511 bytes; a store key is the 2-byte vnode plus the user key
-LMDB_MAX_KEY_BYTES = 511 - 2
 
 
 def _age_s(at: Any) -> float | None:
@@ -309,11 +306,6 @@ def fragment_get(*, name: str, pipeline: str | None = None) -> Fragment:
     return rows[0]
 
 
-def state_backend() -> str:
-    """The state store backend the runner uses (it reads the same variable)."""
-    return os.environ.get("RESCALER_STATE_BACKEND", DEFAULT_BACKEND)
-
-
 def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
     """Where a key lives, whether a migration is moving it, and its current state."""
     if fragment.kind != Fragment.Kind.STATEFUL or not fragment.vnodes:
@@ -323,12 +315,13 @@ def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
             "fragment_not_stateful",
             f"fragment {fragment.name!r} is a {fragment.kind} fragment: {why}",
         )
-    backend = state_backend()
-    if backend == "lmdb" and len(key.encode("utf-8")) > LMDB_MAX_KEY_BYTES:
+    backend = settings.RESCALER_STATE_BACKEND
+    longest = max_user_key_bytes(backend)
+    if longest is not None and len(key.encode("utf-8")) > longest:
         raise ApiError(
             "key_too_long",
             f"the key is {len(key.encode('utf-8'))} bytes; a state store key is at most "
-            f"{LMDB_MAX_KEY_BYTES} bytes, so no state can exist for it",
+            f"{longest} bytes, so no state can exist for it",
         )
     pipeline = fragment.pipeline.name
     # the control plane's view first: what the mapping in Postgres says

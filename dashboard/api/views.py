@@ -40,7 +40,7 @@ from dashboard.api.serializers import (
     RescheduleSerializer,
 )
 from rescaler.operations.models import AuditEvent, RescaleOperation
-from rescaler.operations.services import operation_cancel, operation_request
+from rescaler.operations.requests import operation_cancel, operation_request
 
 
 def _path_text(value: str, what: str) -> str:

@@ -8,7 +8,7 @@ from django.db import close_old_connections
 
 from rescaler.cluster import services
 from rescaler.cluster.models import RunnerCommand
-from rescaler.operations.services import operation_progress_record
+from rescaler.operations.progress import operation_progress_record
 from workers.control import Command, EpochReport, Topology
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.db.models import Avg
 from django.utils import timezone
@@ -76,7 +74,3 @@ def measured_rates(pipeline: Pipeline) -> dict[str, float]:
         "bytes_per_s": sum(rates) / len(rates) if rates else DEFAULT_TRANSFER_BYTES_PER_S,
         "epoch_s": epoch_s or DEFAULT_EPOCH_S,
     }
-
-
-def operation_detail(op: RescaleOperation) -> dict[str, Any]:
-    return {"operation": op, "steps": list(op.steps.all())}

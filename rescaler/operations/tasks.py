@@ -1,4 +1,4 @@
-"""Celery tasks of rescale operations: thin, ids only, the work is in services."""
+"""Celery tasks of rescale operations: thin, ids only, the work is in rescaler.operations.drive."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
-from rescaler.operations import services
-
-FINAL = {"completed", "cancelled", "failed"}
+from rescaler.operations import drive
 
 
 @shared_task(
@@ -25,7 +23,7 @@ def drive_operation(self: Any, operation_id: int) -> str:
     Each run is bounded (RESCALER_DRIVE_BUDGET_S) so that no message stays unacknowledged for
     long; a killed worker's operation is picked up by the next worker (see resume below).
     """
-    status = services.operation_drive(operation_id=operation_id)
+    status = drive.operation_drive(operation_id=operation_id)
     if status == "continue":
         drive_operation.apply_async((operation_id,), countdown=0)
     return status
@@ -35,10 +33,12 @@ def drive_operation(self: Any, operation_id: int) -> str:
 def resume_operations() -> list[int]:
     """Queue a driver for every operation whose driver's lease expired; while any operation is
     unfinished, look again after one lease period (a worker killed with its lease still live)."""
-    resumed = services.resume_operations()
-    if services.unfinished_operations():
+    orphaned = drive.orphaned_operations()
+    for operation_id in orphaned:
+        drive_operation.delay(operation_id)
+    if drive.unfinished_operations():
         resume_operations.apply_async(countdown=settings.RESCALER_LEASE_S + 1)
-    return resumed
+    return orphaned
 
 
 @worker_ready.connect

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rescaler.dbsetup import DEFAULT_DATABASE_URL
 from rescaler.preflight import DEFAULT_REDIS_URL
+from workers.state import DEFAULT_BACKEND
 
 from .env import (
     database_config,
@@ -37,6 +38,9 @@ REDIS_URL = env_str("REDIS_URL", DEFAULT_REDIS_URL)
 SPARK_MASTER = env_str("SPARK_MASTER", "local[2]")
 # Root of the state stores, hold queues and checkpoints; shared by the runner and Spark workers.
 STATE_DIR = Path(env_str("STATE_DIR", str(VAR_DIR / "state")))
+# The state store backend (lmdb or rocksdb): the API reads keys with the backend the runner
+# writes them with, so both read this variable, and an empty one means the default for both.
+RESCALER_STATE_BACKEND = env_str("RESCALER_STATE_BACKEND", "") or DEFAULT_BACKEND
 # The runner is reported down when its last heartbeat is older than this.
 RESCALER_HEARTBEAT_STALE_S = env_float("RESCALER_HEARTBEAT_STALE_S", 30.0)
 # A step whose phase has not changed for this long makes the orchestrator cancel the operation.

@@ -31,6 +31,7 @@ from workers.state.base import (
 __all__ = [
     "BACKENDS",
     "DEFAULT_BACKEND",
+    "MAX_STORE_KEY_BYTES",
     "MAX_VNODES",
     "VNODE_PREFIX",
     "CommitPlan",
@@ -45,6 +46,7 @@ __all__ = [
     "decode_key",
     "encode_key",
     "fsync_enabled",
+    "max_user_key_bytes",
     "open_store",
     "plan_commit",
     "verify_export",
@@ -54,6 +56,9 @@ __all__ = [
 BACKENDS: tuple[str, ...] = ("lmdb", "rocksdb")
 # Chosen by bench/state_store.py; see docs/state-stores.md for the numbers.
 DEFAULT_BACKEND = "lmdb"
+# The longest store key each backend accepts: LMDB's compiled-in MDB_MAXKEYSIZE (what
+# ``lmdb.Environment.max_key_size()`` answers; longer keys fail the commit); RocksDB has no limit.
+MAX_STORE_KEY_BYTES: dict[str, int | None] = {"lmdb": 511, "rocksdb": None}
 
 # Encodings shared by both backends, so that a store's side data reads the same everywhere.
 APPLIED_EPOCH_KEY = b"applied_epoch"
@@ -73,6 +78,14 @@ def open_store(backend: str, path: Path, *, readonly: bool = False) -> StateStor
 
         return RocksStore(path, readonly=readonly)
     raise ValueError(f"unknown state store backend {backend!r}; expected one of {BACKENDS}")
+
+
+def max_user_key_bytes(backend: str) -> int | None:
+    """The longest user key a store of ``backend`` can hold (its store key is the vnode prefix
+    and the user key), so a reader can refuse a longer one without opening a store; None when
+    the backend sets no limit."""
+    limit = MAX_STORE_KEY_BYTES.get(backend)
+    return None if limit is None else limit - VNODE_PREFIX.size
 
 
 def fsync_enabled() -> bool:

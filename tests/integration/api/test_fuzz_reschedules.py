@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from rescaler.operations import services
+from rescaler.operations import requests as operation_requests
 from tests.unit.api.fixtures import FRAGMENT, make_user, register_cluster, token_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db, pytest.mark.timeout(600)]
@@ -60,7 +60,7 @@ body = st.fixed_dictionaries(
 def operator_client(
     db: None, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> APIClient:
-    monkeypatch.setattr(services, "_enqueue_drive", lambda operation_id: None)
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda operation_id: None)
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)
     return token_client(make_user("fuzzer", reschedule=True))

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from rescaler.operations import services
+from rescaler.operations import requests as operation_requests
 from tests.unit.api.fixtures import make_user, register_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db, pytest.mark.timeout(600)]
@@ -59,7 +59,7 @@ def cluster(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The wordcount pipeline registered and alive; operations are queued, never driven."""
-    monkeypatch.setattr(services, "_enqueue_drive", lambda operation_id: None)
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda operation_id: None)
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from rescaler.operations import services
+from rescaler.operations.audit import audit_record
 from rescaler.operations.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -22,15 +22,15 @@ URL = "/api/v1/audit"
 @pytest.fixture
 def events(operator: Any) -> list[AuditEvent]:
     return [
-        services.audit_record(actor=operator, action="operation.requested",
-                              obj=("rescale_operation", "op1"), after={"steps": 2}),
-        services.audit_record(actor_name="runner", action="step.collecting",
-                              obj=("rescale_step", "op1/1"), before={"phase": "planned"},
-                              after={"phase": "collecting"}),
-        services.audit_record(actor_name="orchestrator", action="operation.completed",
-                              obj=("rescale_operation", "op1")),
-        services.audit_record(actor_name="=cmd|' /C calc'!A0", action="operation.requested",
-                              obj=("rescale_operation", "op2")),
+        audit_record(actor=operator, action="operation.requested",
+                     obj=("rescale_operation", "op1"), after={"steps": 2}),
+        audit_record(actor_name="runner", action="step.collecting",
+                     obj=("rescale_step", "op1/1"), before={"phase": "planned"},
+                     after={"phase": "collecting"}),
+        audit_record(actor_name="orchestrator", action="operation.completed",
+                     obj=("rescale_operation", "op1")),
+        audit_record(actor_name="=cmd|' /C calc'!A0", action="operation.requested",
+                     obj=("rescale_operation", "op2")),
     ]  # fmt: skip
 
 
@@ -90,8 +90,8 @@ def test_csv_has_every_matching_event_unpaginated(
     viewer_client: APIClient, events: list[AuditEvent]
 ) -> None:
     for i in range(60):  # more than a JSON page
-        services.audit_record(actor_name="runner", action="step.done",
-                              obj=("rescale_step", f"op3/{i}"))  # fmt: skip
+        audit_record(actor_name="runner", action="step.done",
+                     obj=("rescale_step", f"op3/{i}"))  # fmt: skip
     rows = _csv(viewer_client.get(URL, {"format": "csv"}))
     assert len(rows) == 64
     assert list(rows[0]) == [

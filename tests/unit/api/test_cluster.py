@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
-from rescaler.operations import services
+from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import register_cluster, reschedule_body
 
 pytestmark = pytest.mark.django_db
@@ -72,7 +72,7 @@ def test_workers_pus_fragments_mapping_and_load(
 def test_a_fragment_with_an_operation_in_progress_names_it(
     viewer_client: APIClient, operator: Any, cluster: Pipeline
 ) -> None:
-    op = services.operation_request(user=operator, body=reschedule_body(added_parallel_units=[2]))
+    op = operation_request(user=operator, body=reschedule_body(added_parallel_units=[2]))
     fragments = {f["name"]: f for f in viewer_client.get(URL).json()["fragments"]}
     assert fragments["word_count"]["busy_with"] == op.uid
 

@@ -7,7 +7,7 @@ from django.http import Http404
 from rest_framework import exceptions
 
 from dashboard.api.errors import STATUS_BY_CODE, ApiError, exception_handler
-from rescaler.operations.services import OperationFinal
+from rescaler.operations.requests import OperationFinal
 from workers.rescale import errors
 
 CONTEXT: dict[str, object] = {"view": None, "args": (), "kwargs": {}, "request": None}

@@ -9,11 +9,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
-from rescaler.operations import services
+from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, reschedule_body
-from workers.epoch import store_path
 from workers.hashing import vnode_of
+from workers.layout import store_path
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.placement import FragmentPlacement, PlacementStore
 from workers.state import Update, encode_key, open_store
@@ -86,7 +87,7 @@ def test_without_a_state_directory_the_answer_says_why(
 def test_a_vnode_being_moved_shows_its_step_and_phase(
     viewer_client: APIClient, operator: Any, state: dict[str, int]
 ) -> None:
-    op = services.operation_request(
+    op = operation_request(
         user=operator,
         body={**reschedule_body(added_parallel_units=[2, 3]), "granularity": "all_at_once"},
     )
@@ -103,7 +104,7 @@ def test_a_vnode_being_moved_shows_its_step_and_phase(
     still = next((w for w in state if vnode_of(w, VNODES) not in moving), None)
     if still is not None:
         assert viewer_client.get(url(still)).json()["migration"] is None
-    services._finalize(op, "completed", "test")
+    drive._finalize(op, "completed", "test")
     assert viewer_client.get(url(word.replace(" ", "%20"))).json()["migration"] is None
 
 
@@ -127,6 +128,14 @@ def test_refusals(
 def test_a_key_too_long_for_any_store(viewer_client: APIClient, cluster: Pipeline) -> None:
     response = viewer_client.get(url("k" * 600))
     assert response.status_code == 400 and response.json()["code"] == "key_too_long"
+
+
+def test_the_key_limit_is_the_configured_backends(
+    viewer_client: APIClient, cluster: Pipeline, settings: Any
+) -> None:
+    settings.RESCALER_STATE_BACKEND = "rocksdb"  # no limit on key size: the key is looked up
+    response = viewer_client.get(url("k" * 600))
+    assert response.status_code == 200 and response.json()["exists"] is False
 
 
 def test_two_pipelines_with_the_same_fragment_need_a_pipeline(

@@ -13,8 +13,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
-from rescaler.operations import services
 from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import make_user, reschedule_body, token_client
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def pending(cluster: Pipeline) -> RescaleOperation:
-    op = services.operation_request(
+    op = operation_request(
         user=make_user("someone", reschedule=True), body=reschedule_body(added_parallel_units=[2])
     )
     assert isinstance(op, RescaleOperation)

@@ -10,8 +10,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
-from rescaler.operations import services
+from rescaler.operations import drive
+from rescaler.operations.audit import audit_record
 from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
+from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import make_user, reschedule_body, token_client
 
 pytestmark = pytest.mark.django_db
@@ -198,10 +200,10 @@ def operations(cluster: Pipeline, operator: Any) -> list[RescaleOperation]:
         (alice, {"added_parallel_units": [3]}, "cancelled"),
         (operator, {"removed_parallel_units": [1]}, None),
     ):
-        op = services.operation_request(user=user, body=reschedule_body(**change))
+        op = operation_request(user=user, body=reschedule_body(**change))
         assert isinstance(op, RescaleOperation)
         if final:
-            services._finalize(op, final, "test")
+            drive._finalize(op, final, "test")
         ops.append(op)
     return ops
 
@@ -278,10 +280,10 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
         hold_queue=7,
         per_vnode={"8": {"keys": 10, "bytes": 108, "hold_queue": 7}},
     )
-    services.audit_record(actor_name="runner", action="step.collecting",
-                          obj=("rescale_step", f"{op.uid}/1"))  # fmt: skip
-    services.audit_record(actor_name="runner", action="step.collecting",
-                          obj=("rescale_step", f"{operations[0].uid}/1"))  # fmt: skip
+    audit_record(actor_name="runner", action="step.collecting",
+                 obj=("rescale_step", f"{op.uid}/1"))  # fmt: skip
+    audit_record(actor_name="runner", action="step.collecting",
+                 obj=("rescale_step", f"{operations[0].uid}/1"))  # fmt: skip
     response = viewer_client.get(f"{URL}/{op.uid}")
     assert response.status_code == 200
     data = response.json()

@@ -11,8 +11,12 @@ from django.utils import timezone
 
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline, RunnerCommand
-from rescaler.operations import services
+from rescaler.operations import drive
+from rescaler.operations import requests as operation_requests
+from rescaler.operations.audit import audit_record
 from rescaler.operations.models import AuditEvent, OperationFragment, RescaleOperation, RescaleStep
+from rescaler.operations.progress import operation_progress_record
+from rescaler.operations.requests import OperationFinal, operation_cancel, operation_request
 from workers.control import Topology
 from workers.pipeline.placement import FragmentPlacement
 from workers.rescale import errors
@@ -24,7 +28,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     queued: list[int] = []
-    monkeypatch.setattr(services, "_enqueue_drive", queued.append)
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", queued.append)
     return queued
 
 
@@ -67,9 +71,7 @@ def body(**change: Any) -> dict[str, Any]:
 
 
 def test_dry_run_returns_the_plan_and_creates_nothing(cluster: Pipeline, user: Any) -> None:
-    plan = services.operation_request(
-        user=user, body={**body(added_parallel_units=[2, 3]), "dry_run": True}
-    )
+    plan = operation_request(user=user, body={**body(added_parallel_units=[2, 3]), "dry_run": True})
     assert isinstance(plan, Plan)
     data = plan.to_json()["fragments"]["word_count"]
     assert data["vnodes_moved"] == 8
@@ -81,7 +83,7 @@ def test_request_creates_operation_steps_lock_and_audit_and_queues_the_driver(
     cluster: Pipeline, user: Any, _no_celery: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        op = services.operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+        op = operation_request(user=user, body=body(added_parallel_units=[2, 3]))
     assert isinstance(op, RescaleOperation)
     assert op.status == "pending" and op.requested_by == user
     assert RescaleStep.objects.filter(operation=op).count() == 4
@@ -91,9 +93,9 @@ def test_request_creates_operation_steps_lock_and_audit_and_queues_the_driver(
 
 
 def test_a_second_operation_on_a_busy_fragment_is_refused(cluster: Pipeline, user: Any) -> None:
-    services.operation_request(user=user, body=body(added_parallel_units=[2]))
+    operation_request(user=user, body=body(added_parallel_units=[2]))
     with pytest.raises(errors.FragmentBusy, match="still in progress"):
-        services.operation_request(user=user, body=body(added_parallel_units=[3]))
+        operation_request(user=user, body=body(added_parallel_units=[3]))
     assert OperationFragment.objects.filter(active=True).count() == 1
 
 
@@ -113,7 +115,7 @@ def test_invalid_requests_are_refused_before_anything_moves(
     cluster: Pipeline, user: Any, request_body: Any, error: type
 ) -> None:
     with pytest.raises(error):
-        services.operation_request(user=user, body=request_body)
+        operation_request(user=user, body=request_body)
     assert RescaleOperation.objects.count() == 0
 
 
@@ -122,21 +124,21 @@ def test_added_pu_on_a_dead_worker_is_refused(cluster: Pipeline, user: Any) -> N
         heartbeat_at=timezone.now() - timezone.timedelta(hours=1)
     )
     with pytest.raises(errors.DeadWorker, match="not alive"):
-        services.operation_request(user=user, body=body(added_parallel_units=[2]))
+        operation_request(user=user, body=body(added_parallel_units=[2]))
 
 
 def test_cancel_before_the_runner_began_ends_it_without_moving_anything(
     cluster: Pipeline, user: Any
 ) -> None:
-    op = services.operation_request(user=user, body=body(added_parallel_units=[2]))
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
     assert isinstance(op, RescaleOperation)
-    services.operation_cancel(user=user, operation=op)
-    assert services.operation_drive(operation_id=op.id, budget_s=1) == "cancelled"
+    operation_cancel(user=user, operation=op)
+    assert drive.operation_drive(operation_id=op.id, budget_s=1) == "cancelled"
     op.refresh_from_db()
     assert op.status == "cancelled" and op.finished_at is not None
     assert not OperationFragment.objects.filter(active=True).exists(), "the fragment is free again"
-    with pytest.raises(services.OperationFinal):
-        services.operation_cancel(user=user, operation=op)
+    with pytest.raises(OperationFinal):
+        operation_cancel(user=user, operation=op)
     actions = list(AuditEvent.objects.order_by("id").values_list("action", "actor_name"))
     assert ("operation.cancel_requested", "operator") in actions
     assert ("operation.cancelled", "orchestrator") in actions
@@ -145,9 +147,9 @@ def test_cancel_before_the_runner_began_ends_it_without_moving_anything(
 def test_driver_begins_issues_steps_and_records_runner_progress(
     cluster: Pipeline, user: Any
 ) -> None:
-    op = services.operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+    op = operation_request(user=user, body=body(added_parallel_units=[2, 3]))
     assert isinstance(op, RescaleOperation)
-    assert services.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    assert drive.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
     kinds = list(RunnerCommand.objects.order_by("id").values_list("kind", flat=True))
     assert kinds[0] == "rescale.begin"
     progress = {
@@ -159,8 +161,8 @@ def test_driver_begins_issues_steps_and_records_runner_progress(
         "bytes_moved": 100,
         "steps": [{"step": 1, "phase": "done", "timings": {"done": time.time()}}],
     }
-    services.operation_progress_record(pipeline="wordcount", progress=progress)
-    assert services.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    operation_progress_record(pipeline="wordcount", progress=progress)
+    assert drive.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
     assert "rescale.step" in RunnerCommand.objects.values_list("kind", flat=True)
     step = RescaleStep.objects.get(operation=op, number=1)
     assert step.phase == "done"
@@ -168,19 +170,46 @@ def test_driver_begins_issues_steps_and_records_runner_progress(
     assert event.actor_name == "runner" and event.before == {"phase": "planned"}
 
 
-def test_a_live_lease_keeps_a_second_driver_out(cluster: Pipeline, user: Any) -> None:
-    op = services.operation_request(user=user, body=body(added_parallel_units=[2]))
+def test_a_stuck_step_cancels_through_the_audited_cancel_with_the_orchestrator_as_actor(
+    cluster: Pipeline, user: Any, settings: Any
+) -> None:
+    """The step-timeout watchdog cancels the way a user does: one service, one audit event."""
+    settings.RESCALER_STEP_TIMEOUT_S = 1
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
     assert isinstance(op, RescaleOperation)
-    assert services._take_lease(op.id, "first", 30)
-    assert services.operation_drive(operation_id=op.id, budget_s=0.1) == "leased"
+    progress = {
+        "operation": op.uid,
+        "status": "running",
+        "cancel_requested": False,
+        "steps": [{"step": 1, "phase": "collecting", "timings": {"collecting": time.time() - 60}}],
+    }
+    operation_progress_record(pipeline="wordcount", progress=progress)
+    assert drive.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    op.refresh_from_db()
+    assert op.status == "cancelling" and op.cancel_requested_by is None
+    assert "stuck in phase 'collecting'" in op.outcome
+    event = AuditEvent.objects.get(action="operation.cancel_requested")
+    assert event.actor is None and event.actor_name == "orchestrator"
+    assert event.before["status"] == "running" and event.after["status"] == "cancelling"
+    assert event.after["reason"] == op.outcome
+    # a user cancelling now finds it cancelling already: harmless, nothing more recorded
+    operation_cancel(user=user, operation=op)
+    assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 1
+
+
+def test_a_live_lease_keeps_a_second_driver_out(cluster: Pipeline, user: Any) -> None:
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    assert drive._take_lease(op.id, "first", 30)
+    assert drive.operation_drive(operation_id=op.id, budget_s=0.1) == "leased"
     RescaleOperation.objects.filter(pk=op.pk).update(
         lease_until=timezone.now() - timezone.timedelta(seconds=1)
     )
-    assert services.resume_operations() == [op.id]
+    assert drive.orphaned_operations() == [op.id]
 
 
 def test_audit_log_is_append_only(cluster: Pipeline, user: Any) -> None:
-    event = services.audit_record(actor=user, action="x", obj=("t", "1"))
+    event = audit_record(actor=user, action="x", obj=("t", "1"))
     with pytest.raises(PermissionError):
         event.save()
     with pytest.raises(PermissionError):
@@ -209,7 +238,5 @@ def test_re_registering_the_topology_keeps_the_runner_alive(cluster: Pipeline, u
     )
     cluster_services.topology_register(topology=topology)
     assert Pipeline.objects.get(pk=cluster.pk).status == "running"
-    plan = services.operation_request(
-        user=user, body={**body(added_parallel_units=[3]), "dry_run": True}
-    )
+    plan = operation_request(user=user, body={**body(added_parallel_units=[3]), "dry_run": True})
     assert isinstance(plan, Plan)

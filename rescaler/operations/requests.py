@@ -1,0 +1,177 @@
+"""What is asked of rescale operations: plan or request one, cancel one.
+
+Every cancel goes through :func:`operation_cancel`, whoever asks (a user through the API, the
+orchestrator when a step times out), so each one is checked, audited and published the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from rescaler.cluster.models import Fragment, Pipeline
+from rescaler.cluster.services import command_submit
+from rescaler.events import publish
+from rescaler.operations.audit import audit_record, operation_summary
+from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
+from rescaler.operations.selectors import cluster_view, measured_rates
+from workers.rescale import errors
+from workers.rescale.planner import Plan, plan_request
+from workers.rescale.request import RescheduleRequest, validate
+
+
+class OperationError(errors.RescaleError):
+    """Base of the control plane's own refusals (beside the protocol's RescaleError codes)."""
+
+
+class OperationFinal(OperationError):
+    code = "operation_final"
+
+
+def _pipeline_for(request: RescheduleRequest) -> Pipeline:
+    names = list(request.changes)
+    rows = Fragment.objects.filter(name__in=names).select_related("pipeline")
+    pipelines = {f.pipeline for f in rows}
+    found = {f.name for f in rows}
+    missing = [n for n in names if n not in found]
+    if missing:
+        known = ", ".join(
+            sorted(
+                Fragment.objects.filter(kind=Fragment.Kind.STATEFUL).values_list("name", flat=True)
+            )
+        )
+        raise errors.UnknownFragment(
+            f"no fragment {missing[0]!r}; stateful fragments: {known or 'none'}"
+        )
+    if len(pipelines) != 1:
+        raise errors.MalformedRequest("one request may only name fragments of one pipeline")
+    return pipelines.pop()
+
+
+def operation_plan(*, body: Any) -> tuple[Pipeline, RescheduleRequest, Plan]:
+    """Parse, validate and plan a request; raises a RescaleError subclass with its reason."""
+    request = RescheduleRequest.parse(body)
+    pipeline = _pipeline_for(request)
+    cluster = cluster_view(pipeline)
+    validate(request, cluster)
+    rates = measured_rates(pipeline)
+    return pipeline, request, plan_request(request, cluster, **rates)
+
+
+def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
+    """A dry run returns the plan; otherwise the operation, queued for the orchestrator."""
+    pipeline, request, plan = operation_plan(body=body)
+    if request.dry_run:
+        return plan
+    with transaction.atomic():
+        op = RescaleOperation.objects.create(
+            pipeline=pipeline,
+            requested_by=user if user is not None and user.is_authenticated else None,
+            request=request.to_json(),
+            strategy=request.strategy,
+            granularity=request.granularity.to_json(),
+            plan=plan.to_json(),
+            fragments=sorted(request.changes),
+        )
+        try:
+            with transaction.atomic():
+                for fragment in Fragment.objects.filter(
+                    pipeline=pipeline, name__in=request.changes
+                ):
+                    OperationFragment.objects.create(operation=op, fragment=fragment)
+        except IntegrityError:
+            busy = (
+                OperationFragment.objects.filter(
+                    active=True, fragment__pipeline=pipeline, fragment__name__in=request.changes
+                )
+                .select_related("operation", "fragment")
+                .first()
+            )
+            detail = (
+                f"{busy.fragment.name}: operation {busy.operation.uid}" if busy else "a fragment"
+            )
+            raise errors.FragmentBusy(
+                f"{detail} is still in progress; wait for it or cancel it"
+            ) from None
+        RescaleStep.objects.bulk_create(
+            RescaleStep(
+                operation=op,
+                number=s.id,
+                fragment=s.fragment,
+                source_pu=s.source,
+                target_pu=s.target,
+                vnodes=list(s.vnodes),
+                keys=s.keys,
+                bytes=s.bytes,
+            )
+            for s in plan.steps
+        )
+        audit_record(
+            actor=user,
+            action="operation.requested",
+            obj=("rescale_operation", op.uid),
+            after={
+                "request": op.request,
+                "steps": len(plan.steps),
+                "estimated_duration_s": op.plan.get("estimated_duration_s"),
+            },
+        )
+        transaction.on_commit(lambda: _enqueue_drive(op.id))
+    publish("cluster", "rescale.requested", {"operation": op.uid, **operation_summary(op)})
+    return op
+
+
+def _enqueue_drive(operation_id: int) -> None:
+    from rescaler.operations.tasks import drive_operation  # the tasks import the drive loop
+
+    drive_operation.delay(operation_id)
+
+
+def operation_cancel(
+    *,
+    operation: RescaleOperation,
+    user: Any = None,
+    actor_name: str = "",
+    reason: str = "",
+) -> RescaleOperation:
+    """Ask for a cancel: steps in flight finish, no new step starts (docs/rescale.md).
+
+    ``user`` is who asked through the API; a component that cancels on its own (the orchestrator
+    when a step times out) names itself in ``actor_name`` and says why in ``reason``, which the
+    audit event and the operation's outcome keep. Cancelling twice is harmless: the second call
+    records nothing.
+    """
+    with transaction.atomic():
+        op = RescaleOperation.objects.select_for_update().get(pk=operation.pk)
+        if op.is_final:
+            raise OperationFinal(f"operation {op.uid} already ended: {op.status}")
+        if op.status == RescaleOperation.Status.CANCELLING:
+            return op
+        before = operation_summary(op)
+        op.status = RescaleOperation.Status.CANCELLING
+        op.cancel_requested_by = user if user is not None and user.is_authenticated else None
+        fields = ["status", "cancel_requested_by"]
+        if reason:
+            op.outcome = reason
+            fields.append("outcome")
+        op.save(update_fields=fields)
+        after = operation_summary(op)
+        audit_record(
+            actor=user,
+            actor_name=actor_name,
+            action="operation.cancel_requested",
+            obj=("rescale_operation", op.uid),
+            before=before,
+            after={**after, "reason": reason} if reason else after,
+        )
+        if op.progress:  # the runner knows it: tell it now, whatever the orchestrator does
+            command_submit(
+                pipeline=op.pipeline.name,
+                kind="rescale.cancel",
+                payload={"operation": op.uid},
+                user=op.cancel_requested_by,
+            )
+        transaction.on_commit(lambda: _enqueue_drive(op.id))
+    publish(f"operation_{op.uid}", "rescale.cancelling", {"operation": op.uid})
+    return op
