@@ -43,6 +43,8 @@ class RunnerConfig:
     state_dir: Path = field(default_factory=default_state_dir)
     spark_master: str = "local[2]"
     trigger_interval_s: float = 1.0
+    # seconds without an epoch after which waiting control work forces an empty one (idle.py)
+    idle_barrier_s: float = 0.5
     backend: str = DEFAULT_BACKEND
     parallel_units: int | None = None  # PUs each worker offers; None: its cores
     initial_pus: int = 2  # PUs each stateful fragment starts on
@@ -61,6 +63,8 @@ class RunnerConfig:
         for name in ("rows_per_epoch", "key_space", "vnodes", "initial_pus", "source_partitions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        if not 0 < self.idle_barrier_s <= 3600:
+            raise ConfigError("idle_barrier_s must be above 0 and at most 3600 seconds")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError("epochs must be at least 1 when given")
         if self.initial_pus > self.pus_per_worker:

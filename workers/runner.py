@@ -2,13 +2,15 @@
 
 Each epoch (a Structured Streaming micro-batch, handled in ``foreachBatch``):
 
-1. at the barrier, read pending commands through the control interface and plan the epoch's
-   placement (durably, so a re-run of this epoch after a crash routes identically);
-2. build one Spark job: source records → the first fragment's key → ``vnode`` and PU slot in
-   Spark SQL → ``repartitionById`` (one task per PU) → ``mapInArrow`` merging into the PU's store;
-   the outputs of a fragment are re-keyed and routed the same way into the next one;
-3. collect the small per-task reports and report the epoch: rows, duration, per-PU and per-vnode
-   load, malformed lines.
+1. the barrier (:mod:`workers.barrier`) applies pending commands and plans the epoch's placement
+   durably, so a re-run of this epoch after a crash routes identically;
+2. the epoch's Spark job (:mod:`workers.job`) routes every record to its PU's task, which folds
+   it into the PU's store;
+3. the runner checks that every PU task reported, then reports the epoch: rows, duration, per-PU
+   and per-vnode load, malformed lines.
+
+Between epochs it watches the query, and forces an empty epoch when control work waits on an idle
+stream (:mod:`workers.idle`).
 
 Exactly once comes from the stores (updates + applied-epoch marker in one atomic write) and from
 Spark's offset log (a crashed epoch is re-run with the same offsets and the same plan).
@@ -18,35 +20,25 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workers.barrier import Barrier
 from workers.config import RunnerConfig
-from workers.control import Command, ControlInterface, EpochReport, PuLoad, Topology
-from workers.epoch import TaskSpec, make_task, output_schema
-from workers.hashing import vnode_sql
+from workers.control import ControlInterface, EpochReport, PuLoad, Topology
+from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
+from workers.job import EpochJob, build_spark, spark_info
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import Pipeline
-from workers.pipeline.placement import (
-    EpochPlan,
-    FragmentActions,
-    FragmentPlacement,
-    PlacementStore,
-)
-from workers.rescale.executor import CommandRefused, RescaleExecutor
-from workers.sources.spark import GENERATOR, JSONL, register
+from workers.pipeline.placement import EpochPlan, FragmentPlacement, PlacementStore
+from workers.rescale.executor import RescaleExecutor
 
 log = logging.getLogger("workers.runner")
 
 LOCAL_WORKER = "local-0"
-CHECKPOINT_MANAGER = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-)
 
 
 class RunnerError(Exception):
@@ -56,50 +48,6 @@ class RunnerError(Exception):
 class StopRequested(Exception):
     """Raised at the start of a micro-batch after a stop: the batch changes nothing and Spark
     does not commit it, so the next start re-runs it from its logged offsets."""
-
-
-def build_spark(config: RunnerConfig, app_name: str) -> Any:
-    """A SparkSession configured for epoch jobs (one task per PU, no partition coalescing)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(config.spark_master)
-        # one task per PU: adaptive execution must not coalesce or split the PU partitions
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(max(config.pus_per_worker, 2)))
-        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_MANAGER)
-        .config("spark.ui.enabled", "true" if config.spark_ui else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
-        .config("spark.sql.streaming.minBatchesToRetain", "20")
-    )
-    for key, value in config.spark_conf:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    register(spark)
-    return spark
-
-
-def spark_info(spark: Any) -> dict[str, Any]:
-    sc = spark.sparkContext
-    try:
-        alive = not sc._jsc.sc().isStopped()
-        executors = max(sc._jsc.sc().getExecutorMemoryStatus().size() - 1, 1)
-    except Exception:  # the JVM is gone: report Spark as down, the heartbeat says so
-        return {"alive": False, "master": sc.master, "app_id": sc.applicationId}
-    return {
-        "alive": alive,
-        "master": sc.master,
-        "app_id": sc.applicationId,
-        "ui_url": sc.uiWebUrl or "",
-        "version": sc.version,
-        "executors": executors,
-    }
 
 
 class PipelineRunner:
@@ -118,6 +66,8 @@ class PipelineRunner:
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.placements: dict[str, FragmentPlacement] = {}
         self.executor: RescaleExecutor
+        self.barrier: Barrier
+        self.job: EpochJob
         self.spark: Any = None
         self.query: Any = None
         self.last_epoch = -1
@@ -127,6 +77,7 @@ class PipelineRunner:
         self._in_batch = False
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
+        self.ticks = BarrierTicks(config.pipeline_dir / TICKS_FILE, config.idle_barrier_s)
 
     # -- set-up ------------------------------------------------------------------------------
     @property
@@ -184,177 +135,7 @@ class PipelineRunner:
             spark=spark_info(self.spark) if self.spark is not None else {},
         )
 
-    def _source_stream(self) -> Any:
-        cfg = self.config
-        reader = self.spark.readStream
-        if cfg.source == "generator":
-            options = {
-                "kind": self.pipeline.source_kind,
-                "key_space": cfg.key_space,
-                "zipf_s": cfg.zipf_s,
-                "seed": cfg.seed,
-                "pages": cfg.pages,
-                "words_per_line": cfg.words_per_line,
-                "rows_per_epoch": cfg.rows_per_epoch,
-                "partitions": cfg.source_partitions,
-            }
-            if cfg.epochs is not None:
-                options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
-            return (
-                reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
-            )
-        directory = cfg.source_dir
-        assert directory is not None
-        if not directory.is_dir():
-            raise RunnerError(f"source directory {directory} does not exist: create it first")
-        return (
-            reader.format(JSONL)
-            .option("kind", self.pipeline.source_kind)
-            .option("path", str(directory))
-            .option("manifest", str(cfg.pipeline_dir / "source-manifest.txt"))
-            .option("max_files_per_epoch", str(cfg.max_files_per_epoch))
-            .load()
-        )
-
     # -- the epoch ---------------------------------------------------------------------------
-    def _apply_commands(self, epoch: int) -> list[tuple[int, str, str]]:
-        """Apply pending commands; returns the acks to send once the epoch's plan is durable."""
-        acks = []
-        for command in self.control.poll_commands(self.pipeline.name):
-            status, detail = self._apply_command(command, epoch)
-            acks.append((command.id, status, detail))
-        return acks
-
-    def _apply_command(self, command: Command, epoch: int) -> tuple[str, str]:
-        if command.kind == "stop":
-            self._stop.set()
-            return "done", f"stopping after epoch {epoch - 1}"
-        if command.kind.startswith("rescale."):
-            try:
-                return "done", self.executor.handle(command)
-            except CommandRefused as exc:
-                return "failed", str(exc)
-            except (KeyError, TypeError, ValueError) as exc:
-                return "failed", f"malformed {command.kind} command: {exc!r}"
-        return "failed", (
-            f"unknown command {command.kind!r}; this runner knows: stop, rescale.begin, "
-            f"rescale.step, rescale.cancel, rescale.finish"
-        )
-
-    def _plan(self, epoch: int) -> EpochPlan:
-        """The placements of ``epoch``: the recorded plan if it is a re-run, else a new one."""
-        last = self.placements_store.last_plan()
-        if last is not None and last.epoch == epoch:
-            log.warning("epoch %d is a re-run: reusing its recorded placement", epoch)
-            return last
-        if last is not None and epoch < last.epoch:
-            raise RunnerError(
-                f"Spark asks for epoch {epoch} but epoch {last.epoch} was already planned: the "
-                f"checkpoint is older than the state directory {self.config.pipeline_dir}"
-            )
-        acks = self._apply_commands(epoch)
-        versions = {n: p.version for n, p in self.placements.items()}
-        pus = {n: p.pus for n, p in self.placements.items()}
-        actions = self.executor.plan(epoch)
-        self.placements_store.save(self.placements)
-        if versions != {n: p.version for n, p in self.placements.items()} or pus != {
-            n: p.pus for n, p in self.placements.items()
-        }:
-            self.control.register(self.topology())  # before any operation reports its end
-        self.executor.placements_saved()
-        plan = EpochPlan(epoch, dict(self.placements), actions)
-        self.placements_store.save_plan(plan)
-        for command_id, status, detail in acks:
-            self.control.ack_command(command_id, status, detail)
-        return plan
-
-    def _stage(
-        self,
-        df: Any,
-        placement: FragmentPlacement,
-        actions: FragmentActions,
-        spec: TaskSpec,
-        key_col: str,
-    ) -> Any:
-        """Route records to their PU's task in Spark SQL: vnode, then slot (held vnodes go to
-        their target, marked ``held``), then one partition per PU."""
-        from pyspark.sql import functions as F
-
-        slot_of = {pu: i for i, pu in enumerate(placement.pus)}
-        slot_list = placement.slot_of_vnode()
-        for vnode, pu in actions.held.items():
-            slot_list[vnode] = slot_of[pu]
-        slots = ",".join(map(str, slot_list))
-        is_rec = F.col("kind") == F.lit("rec")
-        routed = (
-            df.withColumnRenamed(key_col, "key")
-            .withColumn("vnode", F.when(is_rec, F.expr(vnode_sql("key", placement.vnodes))))
-            .withColumn(
-                "slot",
-                F.when(
-                    is_rec, F.expr(f"element_at(array({slots}), cast(vnode + 1 as int))")
-                ).otherwise(F.lit(0)),
-            )
-        )
-        if actions.held:
-            flags = ",".join(
-                "true" if v in actions.held else "false" for v in range(placement.vnodes)
-            )
-            is_held = F.expr(f"element_at(array({flags}), cast(vnode + 1 as int))")
-            routed = routed.withColumn(
-                "kind", F.when(is_rec & is_held, F.lit("held")).otherwise(F.col("kind"))
-            )
-        schema = output_schema(spec.operator)
-        ddl = ", ".join(f"`{f.name}` {_SPARK_TYPES[str(f.type)]}" for f in schema)
-        return routed.repartitionById(len(placement.pus), "slot").mapInArrow(make_task(spec), ddl)
-
-    def _epoch_job(self, df: Any, plan: EpochPlan) -> list[dict[str, Any]]:
-        from pyspark.sql import functions as F
-
-        cfg = self.config
-        first = self.pipeline.fragments[0]
-        # one pass over the source: malformed rows ride along (kind "malformed") instead of
-        # being split off into a second branch, which would make Spark read the source twice
-        prepared = self.pipeline.prepare(df)
-        bad = F.col("_malformed").isNotNull()
-        stream = prepared.select(
-            F.when(bad, F.lit("malformed")).otherwise(F.lit("rec")).alias("kind"),
-            F.when(bad, F.lit(None)).otherwise(F.col(first.key)).alias(first.key),
-            "seq",
-            *first.operator.columns,
-            F.when(bad, F.lit(0)).otherwise(F.col("src")).alias("src"),
-            F.col("_malformed").alias("info"),
-        )
-        for i, frag in enumerate(self.pipeline.fragments):
-            placement = plan.placements[frag.name]
-            actions = plan.fragment_actions(frag.name)
-            spec = TaskSpec(
-                fragment=frag.name,
-                operator=frag.operator,
-                epoch=plan.epoch,
-                pus=placement.pus,
-                owned=tuple(
-                    tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
-                    for pu in placement.pus
-                ),
-                state_root=str(cfg.pipeline_dir),
-                backend=cfg.backend,
-                terminal=i == len(self.pipeline.fragments) - 1,
-                actions=tuple(actions.slot(pu) for pu in placement.pus),
-            )
-            if i > 0:
-                stream = stream.withColumn(
-                    "kind", F.when(F.col("kind") == "out", F.lit("rec")).otherwise(F.col("kind"))
-                ).withColumn("src", F.lit(0))
-            stream = self._stage(stream, placement, actions, spec, "key" if i > 0 else frag.key)
-        rows = stream.select("kind", "info").collect()
-        return [
-            {"kind": r.kind, **json.loads(r.info)}
-            if r.kind == "stat"
-            else {"kind": r.kind, "text": r.info}
-            for r in rows
-        ]
-
     def _source_offset(self, epoch: int) -> dict[str, Any]:
         path = self.config.pipeline_dir / "checkpoint" / "offsets" / str(epoch)
         try:
@@ -369,20 +150,23 @@ class PipelineRunner:
             if self._stop.is_set():
                 raise StopRequested(f"stopped before epoch {epoch}")
             self._in_batch = True
+            self.ticks.epoch_started()
         try:
             self._run_batch(df, epoch)
         finally:
+            self.ticks.epoch_ended()
             self._in_batch = False
 
     def _run_batch(self, df: Any, epoch: int) -> None:
         started = time.perf_counter()
         try:
-            plan = self._plan(epoch)
-            results = self._epoch_job(df, plan)
+            plan = self.barrier.plan(epoch)
+            results = self.job.run(df, plan)
         except BaseException as exc:  # surfaced by run(); Spark would otherwise only log it
             self._error = exc
             raise
         stats = [r for r in results if r["kind"] == "stat"]
+        self._check_reports(plan, stats)
         malformed = [r["text"] for r in results if r["kind"] == "malformed"]
         first = self.pipeline.fragments[0].name
         report = EpochReport(
@@ -417,7 +201,27 @@ class PipelineRunner:
             )
         if self._on_epoch is not None:
             self._on_epoch(report)
-        log.info("epoch %d committed: %d rows in %.3fs", epoch, report.rows, report.duration_s)
+        log.info(
+            "epoch %d committed: %d rows in %.3fs%s",
+            epoch,
+            report.rows,
+            report.duration_s,
+            "" if report.rows else " (empty: a barrier for waiting control work)",
+        )
+
+    def _check_reports(self, plan: EpochPlan, stats: list[dict[str, Any]]) -> None:
+        """Every PU task of every fragment must have reported: a rescale action (seal, ingest,
+        drop) happens inside the task, so an epoch with a silent task is not committed as done."""
+        reported = {(s["fragment"], s["pu"]) for s in stats}
+        for frag in self.pipeline.fragments:
+            missing = [
+                pu for pu in plan.placements[frag.name].pus if (frag.name, pu) not in reported
+            ]
+            if missing:
+                raise RunnerError(
+                    f"epoch {plan.epoch}: {frag.name} PU tasks {missing} did not report; "
+                    f"the epoch is re-run"
+                )
 
     # -- the loop ------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -446,9 +250,20 @@ class PipelineRunner:
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
         self.placements = self._load_placements()
         self.executor = self._make_executor()
+        self.barrier = Barrier(
+            self.pipeline.name,
+            self.control,
+            self.executor,
+            self.placements,
+            self.placements_store,
+            on_stop=self._stop.set,
+            # before any operation reports its end, the control plane has the new placement
+            on_placements_changed=lambda: self.control.register(self.topology()),
+        )
         self.placements_store.save(self.placements)  # a restart may have reconciled an operation
         self.executor.placements_saved()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
+        self.job = EpochJob(self.spark, cfg, self.pipeline)
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
         self.status = "running"
@@ -492,7 +307,7 @@ class PipelineRunner:
     def _start_query(self) -> Any:
         cfg = self.config
         return (
-            self._source_stream()
+            self.job.source_stream(self.ticks.path)
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(cfg.pipeline_dir / "checkpoint"))
             .trigger(processingTime=f"{cfg.trigger_interval_s} seconds")
@@ -501,13 +316,20 @@ class PipelineRunner:
         )
 
     def _watch_query(self) -> str | None:
-        """Wait until done (None) or until the query fails (its error)."""
+        """Wait until done (None) or until the query fails (its error). Meanwhile, force a
+        barrier whenever control work waits on an idle stream (see workers/idle.py)."""
         while not self._done() or self._in_batch:
             if not self.query.isActive:
                 if self._stop.is_set():
                     return None  # the batch after the stop refused to start: a clean stop
                 return str(self._error or self.query.exception())
-            time.sleep(0.1)
+            self.ticks.poll(
+                self._in_batch,
+                # a first epoch even on an empty source: the pipeline is up once it has one
+                lambda: self.last_epoch < 0 or awaits_barrier(self.executor.running()),
+                lambda: bool(self.control.poll_commands(self.pipeline.name)),
+            )
+            time.sleep(0.05)
         return None
 
     def _committed_epoch(self) -> int:
@@ -516,9 +338,6 @@ class PipelineRunner:
             return -1
         epochs = [int(p.name) for p in commits.iterdir() if p.name.isdigit()]
         return max(epochs, default=-1)
-
-
-_SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double"}
 
 
 def run(config: RunnerConfig, control: ControlInterface | None = None) -> int:

@@ -18,6 +18,7 @@ from rest_framework import serializers
 from dashboard.api import selectors
 from rescaler.cluster.models import Pipeline
 from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
+from rescaler.operations.waiting import WaitingFor, operation_waiting
 from workers.rescale.request import PRESETS, STRATEGIES
 
 # -- the reschedule request (schema only) --------------------------------------------------------
@@ -240,16 +241,37 @@ class AuditEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class WaitingSerializer(serializers.Serializer):
+    waiting_for = serializers.ChoiceField(
+        choices=[w.value for w in WaitingFor],
+        help_text="What the operation waits for now: an orchestrator to take it, the runner "
+        "(down or silent), the next epoch barrier, exports in progress, or its own pacing.",
+    )
+    detail = serializers.CharField(help_text="The same, in a sentence, with what to do if any.")
+    stream_idle = serializers.BooleanField(
+        help_text="No records in the last epoch: barriers come from the runner's empty epochs."
+    )
+
+
 class OperationDetailSerializer(OperationSerializer):
     plan = PlanField(read_only=True)
     progress = serializers.JSONField(read_only=True, help_text="The runner's last report.")
     steps = StepSerializer(many=True, read_only=True)
     vnodes = serializers.SerializerMethodField()
     events = serializers.SerializerMethodField()
+    waiting = serializers.SerializerMethodField()
 
     class Meta(OperationSerializer.Meta):
-        fields = [*OperationSerializer.Meta.fields, "plan", "progress", "steps", "vnodes", "events"]
+        fields = [
+            *OperationSerializer.Meta.fields, "waiting", "plan", "progress", "steps", "vnodes",
+            "events",
+        ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(WaitingSerializer(allow_null=True))
+    def get_waiting(self, op: RescaleOperation) -> dict[str, Any] | None:
+        waiting = operation_waiting(op)
+        return None if waiting is None else waiting.to_json()
 
     @extend_schema_field(VnodePhaseSerializer(many=True))
     def get_vnodes(self, op: RescaleOperation) -> list[Any]:

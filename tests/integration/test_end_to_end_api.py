@@ -3,6 +3,7 @@ out by a real pipeline runner (Spark local[2]) reporting to Postgres; state chec
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from rest_framework.test import APIClient
 from rescaler.cluster.models import EpochMetric, Pipeline
 from rescaler.cluster.services import command_submit
 from tests.integration.workers.fixtures import assert_matches_oracle
-from workers.oracle import expected_from_generator
+from workers.oracle import expected_from_directory, expected_from_generator
 from workers.sources.generator import GeneratorConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]
@@ -75,7 +76,8 @@ class Processes:
         self.procs[name] = proc
         return proc
 
-    def runner(self) -> subprocess.Popen[bytes]:
+    def runner(self, *source: str) -> subprocess.Popen[bytes]:
+        """The wordcount runner; ``source`` defaults to the generator's arguments."""
         return self.start(
             "runner",
             sys.executable,
@@ -83,10 +85,7 @@ class Processes:
             "run_pipeline",
             "--pipeline",
             "wordcount",
-            "--rows-per-epoch",
-            str(ROWS),
-            "--key-space",
-            str(KEYS),
+            *(source or ("--rows-per-epoch", str(ROWS), "--key-space", str(KEYS))),
             "--trigger-interval",
             "0",
             "--no-spark-ui",
@@ -302,3 +301,56 @@ def test_a_celery_worker_killed_mid_operation_is_replaced_and_the_operation_comp
     )
     finish(processes)
     check_oracle(processes)
+
+
+def drop_lines(inbox: Path, name: str, count: int) -> None:
+    lines = [json.dumps({"line": f"w{i % 97} w{i * 31 % 211} idle"}) for i in range(count)]
+    tmp = inbox / f".{name}"
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, inbox / name)
+
+
+def rows_committed() -> int:
+    return sum(
+        EpochMetric.objects.filter(pipeline__name="wordcount").values_list("rows", flat=True)
+    )
+
+
+def test_a_live_rescale_on_an_idle_stream_completes_over_the_api(
+    processes: Processes, operator_client: APIClient
+) -> None:
+    """Nothing arrives during the operation: the runner's forced empty epochs carry it."""
+    inbox = processes.tmp / "inbox"
+    inbox.mkdir()
+    drop_lines(inbox, "0001.jsonl", 1_500)
+    processes.runner("--source", f"dir:{inbox}")
+    processes.worker("worker-1")
+    wait_until(lambda: rows_committed() == 1_500, 300, "the file's records", processes, ("runner",))
+    time.sleep(1.5)  # idle: every file taken, nothing new
+    before = EpochMetric.objects.filter(pipeline__name="wordcount").count()
+
+    started = time.monotonic()
+    uid = request_op(operator_client, {"added_parallel_units": [2, 3]}, "batched")
+    seen: list[Any] = []
+
+    def completed() -> bool:
+        body = operator_client.get(f"/api/v1/reschedules/{uid}").json()
+        seen.append(body["waiting"])
+        return bool(body["status"] == "completed")
+
+    wait_until(completed, 240, "the idle operation", processes, ("runner", "worker-1"))
+    elapsed = time.monotonic() - started
+    print(f"idle live scale-out 2->4 over the API: {elapsed:.1f}s from request to completion")
+    assert seen[-1] is None, "a finished operation waits for nothing"
+    quiet = EpochMetric.objects.filter(pipeline__name="wordcount").order_by("epoch")[before:]
+    assert quiet and all(e.rows == 0 for e in quiet), "no record arrived: only empty epochs"
+    assert rows_committed() == 1_500
+
+    drop_lines(inbox, "0002.jsonl", 700)
+    wait_until(lambda: rows_committed() == 2_200, 300, "the late file", processes, ("runner",))
+    latest = EpochMetric.objects.filter(pipeline__name="wordcount", rows__gt=0).order_by("-epoch")
+    assert {p["pu"] for p in latest[0].per_pu if p["rows"]} == {0, 1, 2, 3}
+    finish(processes)  # the stop, too, is applied at a forced barrier
+    files = (processes.tmp / "state" / "wordcount" / "source-manifest.txt").read_text().split()
+    expected = expected_from_directory("wordcount", inbox, files)
+    assert_matches_oracle(processes.tmp / "state", "wordcount", expected)

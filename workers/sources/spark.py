@@ -4,6 +4,11 @@
 records (up to ``max_rows`` if set), read in ``partitions`` parallel slices.
 ``rescaler_jsonl``: offsets are positions in the directory's manifest; each micro-batch takes the
 files that landed since the previous one (at most ``max_files_per_epoch``), one slice per file.
+
+Both add the runner's barrier tick to every offset (option ``barrier_ticks``, see
+:mod:`workers.idle`): a tick alone makes an offset new, so Spark runs an empty epoch when the
+runner has control work waiting on an idle stream. Ranges are read from the record part of the
+offsets only; the tick never selects a record.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from workers.idle import read_ticks
 from workers.sources import jsonl
 from workers.sources.generator import GeneratorConfig, generate
 
@@ -44,15 +50,16 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.rows_per_epoch = int(options.get("rows_per_epoch", 10_000))
         self.max_rows = int(options["max_rows"]) if options.get("max_rows") else None
         self.slices = max(1, int(options.get("partitions", 2)))
+        self.ticks = options.get("barrier_ticks")
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"offset": 0}
+        return {"offset": 0, "tick": read_ticks(self.ticks)}
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         end = start["offset"] + self.rows_per_epoch
         if self.max_rows is not None:
             end = min(end, self.max_rows)
-        return {"offset": max(end, start["offset"])}
+        return {"offset": max(end, start["offset"]), "tick": read_ticks(self.ticks)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         lo, hi = start["offset"], end["offset"]
@@ -93,13 +100,17 @@ class JsonlStreamReader(DataSourceStreamReader):
         self.directory = Path(options["path"])
         self.manifest = jsonl.Manifest(self.directory, Path(options["manifest"]))
         self.max_files = int(options.get("max_files_per_epoch", 64))
+        self.ticks = options.get("barrier_ticks")
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"files": 0}
+        return {"files": 0, "tick": read_ticks(self.ticks)}
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         available = len(self.manifest.refresh())
-        return {"files": min(available, start["files"] + self.max_files)}
+        return {
+            "files": min(available, start["files"] + self.max_files),
+            "tick": read_ticks(self.ticks),
+        }
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         names = self.manifest.files()

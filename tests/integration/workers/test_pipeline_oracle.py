@@ -32,7 +32,7 @@ def test_generator_run_matches_oracle(tmp_path: Path, pipeline: str) -> None:
     epochs = runner.epochs()
     assert [e["epoch"] for e in epochs] == [0, 1, 2, 3]
     assert all(e["rows"] == ROWS for e in epochs), [e["rows"] for e in epochs]
-    assert epochs[-1]["source_offset"] == {"offset": 4 * ROWS}
+    assert epochs[-1]["source_offset"]["offset"] == 4 * ROWS
     assert {p["pu"] for p in epochs[-1]["per_pu"]} == {0, 1}, "one task per PU of the fragment"
     expected = expected_from_generator(pipeline, generator_config(pipeline, 3000), 4 * ROWS)
     assert_matches_oracle(tmp_path, pipeline, expected)

@@ -1,9 +1,11 @@
 """The runner's epoch loop without Spark, for model tests of the rescale protocol.
 
-Everything but Spark is the product's own code: the executor (plans, phases, exports, stop-start),
-the orchestrator, the per-PU task (``run_task``) and the real stores. Routing is done here in
-Python exactly as ``PipelineRunner._stage`` does it in Spark SQL (vnode, held → target, slot),
-and the simulation can crash between any two tasks of an epoch or restart the runner from disk.
+Everything but Spark is the product's own code: the runner's barrier (``workers.barrier``: commands,
+the executor's plans and phases, the recorded epoch plan), exports, stop-start, the orchestrator,
+the per-PU task (``run_task``) and the real stores. Each record goes to the slot that
+``route_slots`` gives its vnode, the table the Spark job uses; only the vnode hash and the
+shuffle are done here in Python instead of Spark SQL. The simulation can crash between any two
+tasks of an epoch or restart the runner from disk.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from workers.barrier import Barrier, route_slots
 from workers.control import Command, LocalControl
-from workers.epoch import TaskSpec, run_task, store_path
+from workers.epoch import TaskSpec, run_task
 from workers.hashing import vnode_of
+from workers.layout import store_path
 from workers.operators import KeyedOperator, Record
 from workers.pipeline.placement import EpochPlan, FragmentPlacement, PlacementStore
-from workers.rescale.executor import CommandRefused, RescaleExecutor
+from workers.rescale.executor import RescaleExecutor
 from workers.state import open_store
 from workers.state.base import decode_key
 
@@ -84,28 +88,12 @@ class SimRunner:
             report=lambda p: self.control.report_progress("sim", p),
             background_exports=False,
         )
+        self.barrier = Barrier(
+            "sim", self.control, self.executor, self.placements, self.placement_store
+        )
         self.placement_store.save(self.placements)
         self.executor.placements_saved()
         self.operator = SeqChain()
-
-    def _plan(self, epoch: int) -> EpochPlan:
-        last = self.placement_store.last_plan()
-        if last is not None and last.epoch == epoch:
-            return last
-        acks = []
-        for command in self.control.poll_commands("sim"):
-            try:
-                acks.append((command.id, "done", self.executor.handle(command)))
-            except CommandRefused as exc:
-                acks.append((command.id, "failed", str(exc)))
-        actions = self.executor.plan(epoch)
-        self.placement_store.save(self.placements)
-        self.executor.placements_saved()
-        plan = EpochPlan(epoch, dict(self.placements), actions)
-        self.placement_store.save_plan(plan)
-        for ack in acks:
-            self.control.ack_command(*ack)
-        return plan
 
     def run_epoch(
         self,
@@ -116,15 +104,15 @@ class SimRunner:
         rng: random.Random | None = None,
     ) -> EpochResult:
         """Run one epoch; with ``crash_after`` k, die after k of its tasks committed."""
-        plan = self._plan(epoch)
+        plan = self.barrier.plan(epoch)
         placement = plan.placements[FRAGMENT]
         actions = plan.fragment_actions(FRAGMENT)
-        slot_of = {pu: i for i, pu in enumerate(placement.pus)}
+        slots = route_slots(placement, actions)
         per_slot: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(placement.pus))}
-        for key, seq in records:  # the routing of PipelineRunner._stage, in Python
+        for key, seq in records:
             vnode = vnode_of(key, self.vnodes)
             held = vnode in actions.held
-            slot = slot_of[actions.held[vnode]] if held else slot_of[placement.mapping[vnode]]
+            slot = slots[vnode]
             per_slot[slot].append(
                 {
                     "kind": "held" if held else "rec",

@@ -1,0 +1,113 @@
+"""Why an unfinished operation is not moving right now, in the words an operator needs.
+
+An operation advances only at the runner's epoch barriers, driven by an orchestrator. When it
+seems stuck, the operator's first question is "what is it waiting for?": the answer is derived
+here from facts the control plane already has (the operation's status and last progress, the
+runner's heartbeat, the last committed epoch), never guessed, and shown by the API and console.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from rescaler.cluster.models import EpochMetric
+from rescaler.operations.models import RescaleOperation
+
+# an epoch older than this (or one with no rows) means the stream is idle
+IDLE_AFTER_S = 5.0
+
+
+class WaitingFor(enum.StrEnum):
+    ORCHESTRATOR = "orchestrator"  # accepted; no Celery worker has taken it yet
+    RUNNER = "runner"  # the runner is down, stopping or silent
+    BARRIER = "barrier"  # the next epoch boundary applies the next change
+    EXPORT = "export"  # steps' state is being exported beside the epochs
+    PACING = "pacing"  # the granularity holds the next steps back (steps in flight, bytes/s)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    waiting_for: WaitingFor
+    detail: str
+    stream_idle: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def operation_waiting(op: RescaleOperation) -> Waiting | None:
+    """What ``op`` waits for now; None once it is final."""
+    if op.is_final:
+        return None
+    pipeline = op.pipeline
+    last = EpochMetric.objects.filter(pipeline=pipeline).order_by("-epoch").first()
+    now = timezone.now()
+    idle = (
+        last is None or last.rows == 0 or (now - last.committed_at).total_seconds() > IDLE_AFTER_S
+    )
+    idle_note = (
+        " The stream is idle (no records in the last epoch): the runner forces an empty epoch "
+        "within about one trigger interval, so the operation does not wait for records."
+        if idle
+        else ""
+    )
+    beat_age = (now - pipeline.heartbeat_at).total_seconds() if pipeline.heartbeat_at else None
+    if (
+        beat_age is None
+        or beat_age > settings.RESCALER_HEARTBEAT_STALE_S
+        or pipeline.status != pipeline.Status.RUNNING
+    ):
+        age = "never" if beat_age is None else f"{beat_age:.0f} s ago"
+        return Waiting(
+            WaitingFor.RUNNER,
+            f"waiting for the runner of {pipeline.name}: it is {pipeline.status}, last heartbeat "
+            f"{age}. The operation resumes where it was once the runner is back "
+            f"(manage.py run_pipeline).",
+            idle,
+        )
+    if op.status == RescaleOperation.Status.PENDING:
+        return Waiting(
+            WaitingFor.ORCHESTRATOR,
+            "waiting for an orchestrator: no Celery worker has taken the operation yet "
+            "(is `celery -A rescaler worker` running?).",
+            idle,
+        )
+    progress = op.progress or {}
+    if not progress:
+        return Waiting(
+            WaitingFor.BARRIER,
+            "waiting for a barrier: the runner begins the operation at its next epoch "
+            "boundary." + idle_note,
+            idle,
+        )
+    steps = progress.get("steps", [])
+    exporting = [s for s in steps if s.get("phase") == "collecting"]
+    if exporting:
+        since = min(s.get("timings", {}).get("collecting", time.time()) for s in exporting)
+        return Waiting(
+            WaitingFor.EXPORT,
+            f"exporting the state of {sum(len(s.get('vnodes', [])) for s in exporting)} vnodes "
+            f"({len(exporting)} steps) for {max(time.time() - since, 0):.0f} s; their records "
+            f"wait in hold queues.",
+            idle,
+        )
+    moving = [s for s in steps if s.get("phase") not in ("done", "cancelled")]
+    planned = len((op.plan or {}).get("steps", []))
+    if not moving and len(steps) < planned and not progress.get("cancel_requested"):
+        return Waiting(
+            WaitingFor.PACING,
+            f"{planned - len(steps)} steps not issued yet: the granularity paces them "
+            f"(steps in flight, bytes per second).",
+            idle,
+        )
+    return Waiting(
+        WaitingFor.BARRIER,
+        "waiting for a barrier: steps move one phase per epoch boundary." + idle_note,
+        idle,
+    )

@@ -1,0 +1,82 @@
+"""GET /api/v1/reschedules/{uid} says what an unfinished operation waits for."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from rescaler.cluster import services as cluster_services
+from rescaler.cluster.models import Pipeline
+from rescaler.operations import drive
+from rescaler.operations.models import RescaleOperation
+from rescaler.operations.requests import operation_request
+from tests.unit.api.fixtures import PIPELINE, reschedule_body
+from workers.control import EpochReport
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/reschedules"
+
+
+def waiting(client: APIClient, op: RescaleOperation) -> Any:
+    response = client.get(f"{URL}/{op.uid}")
+    assert response.status_code == 200, response.content
+    return response.json()["waiting"]
+
+
+def empty_epoch(epoch: int) -> None:
+    cluster_services.epoch_record(
+        report=EpochReport(
+            pipeline=PIPELINE,
+            epoch=epoch,
+            rows=0,
+            malformed=0,
+            duration_s=0.1,
+            committed_at=time.time(),
+            source_offset={"files": 3, "tick": 4},
+            per_pu=[],
+            per_vnode={},
+            mapping_versions={},
+        )
+    )
+
+
+def test_waiting_says_why_and_notices_an_idle_stream(
+    viewer_client: APIClient, operator: Any, cluster: Pipeline
+) -> None:
+    op = operation_request(user=operator, body=reschedule_body(added_parallel_units=[2, 3]))
+    assert isinstance(op, RescaleOperation)
+    first = waiting(viewer_client, op)
+    assert first["waiting_for"] == "orchestrator" and "Celery" in first["detail"]
+    assert first["stream_idle"] is False
+
+    RescaleOperation.objects.filter(pk=op.pk).update(status="running")
+    op.refresh_from_db()
+    assert waiting(viewer_client, op)["waiting_for"] == "barrier"
+    empty_epoch(1)
+    idle = waiting(viewer_client, op)
+    assert idle["waiting_for"] == "barrier" and idle["stream_idle"] is True
+    assert "idle" in idle["detail"] and "empty epoch" in idle["detail"]
+
+    step = {"step": 1, "fragment": "word_count", "vnodes": [1, 3], "phase": "collecting",
+            "timings": {"collecting": time.time() - 4}}  # fmt: skip
+    RescaleOperation.objects.filter(pk=op.pk).update(
+        progress={"operation": op.uid, "status": "running", "steps": [step]}
+    )
+    op.refresh_from_db()
+    export = waiting(viewer_client, op)
+    assert export["waiting_for"] == "export" and "2 vnodes" in export["detail"]
+
+    Pipeline.objects.filter(name=PIPELINE).update(
+        heartbeat_at=timezone.now() - dt.timedelta(minutes=5)
+    )
+    down = waiting(viewer_client, op)
+    assert down["waiting_for"] == "runner" and "300 s ago" in down["detail"]
+
+    drive._finalize(op, "completed", "test")
+    assert waiting(viewer_client, op) is None

@@ -1,0 +1,152 @@
+"""Forced barriers on an idle stream (workers/idle.py) and the tick in the sources' offsets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workers.idle import BarrierTicks, awaits_barrier, read_ticks
+from workers.rescale.operation import OperationState, StepState
+from workers.rescale.planner import StepSpec
+from workers.sources.spark import GeneratorStreamReader, JsonlStreamReader
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def op_with(*phases: str, **fields: object) -> OperationState:
+    op = OperationState(id="op", strategy="live", fragments={"f": {}}, begun_epoch=3)
+    for i, phase in enumerate(phases):
+        step = StepState(StepSpec(i, "f", 0, 1, (i,), 1, 1))
+        step.enter(phase)
+        op.steps[i] = step
+    for name, value in fields.items():
+        setattr(op, name, value)
+    return op
+
+
+def never() -> bool:
+    return False
+
+
+def test_waiting_operations_tick_at_once_between_epochs(tmp_path: Path) -> None:
+    clock = Clock()
+    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    assert not ticks.poll(True, lambda: True, never), "an epoch is running: it is a barrier"
+    assert ticks.poll(False, lambda: True, never) and read_ticks(ticks.path) == 1
+    clock.now += 0.2
+    assert not ticks.poll(False, lambda: True, never), "Spark has not taken the tick yet"
+    clock.now += 0.4
+    assert ticks.poll(False, lambda: True, never), "not taken after idle_s: tick again"
+    ticks.epoch_started()
+    ticks.epoch_ended()
+    assert ticks.poll(False, lambda: True, never) and read_ticks(ticks.path) == 3
+    assert ticks.forced == 3
+
+
+def test_commands_are_asked_for_only_after_idle_s_without_an_epoch(tmp_path: Path) -> None:
+    clock = Clock()
+    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    asked: list[float] = []
+
+    def commands() -> bool:
+        asked.append(clock.now)
+        return True
+
+    assert not ticks.poll(False, never, commands) and not asked
+    clock.now += 0.6
+    ticks.epoch_ended()
+    clock.now += 0.3
+    assert not ticks.poll(False, never, commands) and not asked, "an epoch ended 0.3 s ago"
+    clock.now += 0.3
+    assert ticks.poll(False, never, commands) and asked == [clock.now]
+    ticks.epoch_started()
+    ticks.epoch_ended()
+    clock.now += 0.6
+    assert ticks.poll(False, never, lambda: False) is False
+    clock.now += 0.1
+    assert not ticks.poll(False, never, commands), "asked at most once per idle_s"
+    assert len(asked) == 1 and read_ticks(ticks.path) == 1
+
+
+def test_no_tick_without_waiting_work_and_none_when_the_control_plane_fails(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    clock.now += 1
+    assert not ticks.poll(False, never, never)
+
+    def unreachable() -> bool:
+        raise ConnectionError("database down")
+
+    clock.now += 1
+    assert not ticks.poll(False, never, unreachable)
+    assert read_ticks(ticks.path) == 0 and not ticks.path.exists()
+
+
+def test_read_ticks_tolerates_a_missing_or_garbled_file(tmp_path: Path) -> None:
+    assert read_ticks(None) == 0 and read_ticks(tmp_path / "none") == 0
+    (tmp_path / "bad").write_text("x")
+    assert read_ticks(tmp_path / "bad") == 0
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        (op_with(begun_epoch=None), True),  # begins at the next barrier
+        (op_with("pending"), True),
+        (op_with("collecting"), False),  # waits for its export thread, not for a barrier
+        (op_with("collecting", "exported"), True),
+        (op_with("acquiring"), True),
+        (op_with("acquired"), True),
+        (op_with("dropping"), True),
+        (op_with("done"), False),  # the orchestrator's next step is a command: polled apart
+        (op_with("done", finish_requested=True), True),  # completes at the next barrier
+        (op_with("done", "cancelled", cancel_requested=True), True),
+        (op_with("done", status="completed", finish_requested=True), False),
+        (OperationState(id="s", strategy="stop_start", fragments={}), True),
+    ],
+)
+def test_awaits_barrier(op: OperationState, expected: bool) -> None:
+    assert awaits_barrier([op]) is expected
+
+
+def test_the_tick_makes_an_offset_new_but_never_selects_a_record(tmp_path: Path) -> None:
+    path = tmp_path / "ticks"
+    generator = GeneratorStreamReader(
+        {"kind": "lines", "rows_per_epoch": "10", "max_rows": "20", "barrier_ticks": str(path)}
+    )
+    start = generator.initialOffset()
+    end = generator.latestOffset(start, None)
+    assert end == {"offset": 10, "tick": 0}
+    exhausted = generator.latestOffset({"offset": 20, "tick": 0}, None)
+    assert exhausted == {"offset": 20, "tick": 0}, "idle: the same offset, so no epoch"
+    BarrierTicks(path, 0.5).tick()
+    forced = generator.latestOffset(exhausted, None)
+    assert forced == {"offset": 20, "tick": 1}, "a tick alone makes the offset new"
+    assert generator.partitions(exhausted, forced) == [], "the forced epoch reads nothing"
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    jsonl = JsonlStreamReader(
+        {
+            "kind": "events",
+            "path": str(inbox),
+            "manifest": str(tmp_path / "manifest"),
+            "barrier_ticks": str(path),
+        }
+    )
+    idle = jsonl.latestOffset({"files": 0, "tick": 1}, None)
+    assert idle == {"files": 0, "tick": 1}
+    BarrierTicks(path, 0.5).tick()
+    forced = jsonl.latestOffset(idle, None)
+    assert forced == {"files": 0, "tick": 2} and jsonl.partitions(idle, forced) == []
+    # an offset logged before ticks existed still reads its files
+    assert jsonl.latestOffset({"files": 0}, None)["files"] == 0

@@ -1,0 +1,131 @@
+"""The epoch barrier: where control commands take effect and an epoch's placement is decided.
+
+Spark-free on purpose: the runner calls it at the start of every micro-batch, and the model tests
+of the rescale protocol (tests/unit/workers) call the very same code with simulated epochs.
+
+At the barrier of epoch *e*:
+
+1. if *e* was planned already (Spark re-runs it after a crash), its recorded plan is returned
+   untouched, so the re-run routes exactly as the first attempt did (I1);
+2. otherwise the pending commands are applied in order (a stop, the rescale protocol's begin,
+   step, cancel and finish), the executor moves operations forward and derives the epoch's
+   per-PU actions, and the placements are saved;
+3. the plan is written durably *before* any command is acknowledged: an acknowledged command's
+   effect is always part of a recorded plan, whatever crashes afterwards.
+
+:func:`route_slots` is the routing the epoch's job applies to every record: which PU task (Spark
+partition, "slot") a vnode's records go to, held vnodes going to their step's target.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workers.control import Command, ControlInterface
+from workers.pipeline.placement import (
+    EpochPlan,
+    FragmentActions,
+    FragmentPlacement,
+    PlacementStore,
+)
+from workers.rescale.executor import CommandRefused, RescaleExecutor
+
+log = logging.getLogger("workers.barrier")
+
+COMMAND_KINDS = ("stop", "rescale.begin", "rescale.step", "rescale.cancel", "rescale.finish")
+
+
+class BarrierError(Exception):
+    """The checkpoint and the state directory disagree; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A command's outcome, sent once the epoch's plan is durable."""
+
+    command_id: int
+    status: str  # "done" or "failed"
+    detail: str
+
+
+class Barrier:
+    """Plans epochs for one pipeline's stateful fragments.
+
+    ``placements`` is shared with the executor (it updates it in place); ``on_stop`` is called
+    when a stop command is applied, ``on_placements_changed`` when an epoch's plan changes a
+    fragment's PUs or mapping version (the runner re-registers its topology then, before any
+    operation reports its end).
+    """
+
+    def __init__(
+        self,
+        pipeline: str,
+        control: ControlInterface,
+        executor: RescaleExecutor,
+        placements: dict[str, FragmentPlacement],
+        store: PlacementStore,
+        *,
+        on_stop: Callable[[], None] = lambda: None,
+        on_placements_changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.control = control
+        self.executor = executor
+        self.placements = placements
+        self.store = store
+        self._on_stop = on_stop
+        self._on_placements_changed = on_placements_changed
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """The placements and actions of ``epoch``: the recorded plan if it is a re-run."""
+        last = self.store.last_plan()
+        if last is not None and last.epoch == epoch:
+            log.warning("epoch %d is a re-run: reusing its recorded placement", epoch)
+            return last
+        if last is not None and epoch < last.epoch:
+            raise BarrierError(
+                f"Spark asks for epoch {epoch} but epoch {last.epoch} was already planned: the "
+                f"checkpoint is older than the state directory {self.store.dir}"
+            )
+        acks = [self.apply(command, epoch) for command in self.control.poll_commands(self.pipeline)]
+        before = {n: (p.version, p.pus) for n, p in self.placements.items()}
+        actions = self.executor.plan(epoch)
+        self.store.save(self.placements)
+        if before != {n: (p.version, p.pus) for n, p in self.placements.items()}:
+            self._on_placements_changed()
+        self.executor.placements_saved()
+        plan = EpochPlan(epoch, dict(self.placements), actions)
+        self.store.save_plan(plan)
+        for ack in acks:
+            self.control.ack_command(ack.command_id, ack.status, ack.detail)
+        return plan
+
+    def apply(self, command: Command, epoch: int) -> Ack:
+        """Apply one command at the barrier of ``epoch``; a refusal is an ack, never a raise."""
+        if command.kind == "stop":
+            self._on_stop()
+            return Ack(command.id, "done", f"stopping after epoch {epoch - 1}")
+        if command.kind.startswith("rescale."):
+            try:
+                return Ack(command.id, "done", self.executor.handle(command))
+            except CommandRefused as exc:
+                return Ack(command.id, "failed", str(exc))
+            except (KeyError, TypeError, ValueError) as exc:
+                return Ack(command.id, "failed", f"malformed {command.kind} command: {exc!r}")
+        return Ack(
+            command.id,
+            "failed",
+            f"unknown command {command.kind!r}; this runner knows: {', '.join(COMMAND_KINDS)}",
+        )
+
+
+def route_slots(placement: FragmentPlacement, actions: FragmentActions) -> list[int]:
+    """For each vnode, the slot (Spark partition = PU task) its records go to this epoch: its
+    owner's, or for a held vnode its step's target's, whose task appends them to the hold queue."""
+    slot_of = {pu: i for i, pu in enumerate(placement.pus)}
+    slots = placement.slot_of_vnode()
+    for vnode, target in actions.held.items():
+        slots[vnode] = slot_of[target]
+    return slots

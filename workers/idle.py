@@ -1,0 +1,135 @@
+"""Barriers on an idle stream: the runner forces an empty epoch when control work waits.
+
+Structured Streaming runs a micro-batch only when a source reports an offset beyond the last one,
+so a stream that receives nothing reaches no barrier, and everything applied at barriers (a
+rescale's begin and steps, a cancel, a stop-start, a stop) would wait for the next record.
+Operators scale in precisely when traffic is low, so control must not depend on records arriving.
+
+Both sources therefore add a *tick* to their offsets: a counter kept in a file of the pipeline's
+directory (:class:`BarrierTicks`). The runner increments the counter between epochs when control
+work waits: at once when one of its operations would move at the next barrier, and after
+``idle_s`` without an epoch when the control plane has a command not yet acknowledged (asking it
+costs a query, so it is asked at most once per ``idle_s``). The source's next ``latestOffset`` then differs from the
+last committed one, and Spark runs a micro-batch whose range holds no record: an *empty epoch*,
+with its own epoch number, offset-log entry and recorded plan, like any other. Why this keeps
+every guarantee is argued in docs/rescale.md ("Idle streams").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the sources import this module in Spark's Python workers: keep it light
+    from workers.rescale.operation import OperationState
+
+log = logging.getLogger("workers.idle")
+
+TICKS_FILE = "barrier-ticks"
+
+
+def read_ticks(path: str | Path | None) -> int:
+    """The tick counter (0 when there is none yet). Read by the sources for every offset."""
+    if not path:
+        return 0
+    try:
+        return int(Path(path).read_text("ascii").strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def awaits_barrier(operations: Iterable[OperationState]) -> bool:
+    """Whether the next barrier would move one of these (unfinished) operations forward.
+
+    Everything but a step still being exported changes at a barrier: a new operation records its
+    first epoch, a pending step is collected, an exported one acquired, an acquired one dropped,
+    a dropped one done; a stop-start runs entirely at one barrier; an operation whose steps are
+    all over completes (or is cancelled) at the next one. A step in ``collecting`` waits for its
+    export thread, which no barrier hastens; the thread's end makes it ``exported``.
+    """
+    for op in operations:
+        if op.final:
+            continue
+        if op.strategy != "live" or op.begun_epoch is None:
+            return True
+        phases = {step.phase for step in op.steps.values()}
+        if phases - {"collecting", "done", "cancelled"}:
+            return True
+        if not phases - {"done", "cancelled"} and (op.finish_requested or op.cancel_requested):
+            return True
+    return False
+
+
+class BarrierTicks:
+    """Forces a barrier when control work waits between epochs. Called from the runner's watch
+    loop (one thread); the sources only read the counter.
+
+    A tick is never repeated before Spark has started an epoch for it, unless ``idle_s`` passed
+    (Spark's trigger waits for its interval; the source may have read the counter just before).
+    Ticks never add epochs to a stream with records: Spark's trigger paces epochs either way.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        idle_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = Path(path)
+        self.idle_s = idle_s
+        self._clock = clock
+        self._last_epoch = clock()  # the last epoch's start or end
+        self._last_asked = clock()  # the last question to the control plane
+        self._last_tick: float | None = None  # a tick no epoch has started for yet
+        self.forced = 0  # ticks this runner made
+
+    def epoch_started(self) -> None:
+        self._last_epoch = self._clock()
+        self._last_tick = None
+
+    def epoch_ended(self) -> None:
+        self._last_epoch = self._clock()
+
+    def poll(
+        self,
+        in_epoch: bool,
+        operations_wait: Callable[[], bool],
+        commands_wait: Callable[[], bool],
+    ) -> bool:
+        """Tick if control work waits; returns whether it ticked.
+
+        ``operations_wait`` is local and cheap (the runner's own operations); ``commands_wait``
+        may query the control plane, and is asked only after ``idle_s`` without an epoch.
+        """
+        now = self._clock()
+        if in_epoch or (self._last_tick is not None and now - self._last_tick < self.idle_s):
+            return False
+        try:
+            waiting = operations_wait()
+            if not waiting and min(now - self._last_epoch, now - self._last_asked) >= self.idle_s:
+                self._last_asked = now
+                waiting = commands_wait()
+        except Exception:  # the control plane is unreachable: a later poll asks again
+            log.warning("could not tell whether control work waits", exc_info=True)
+            return False
+        if not waiting:
+            return False
+        self.tick()
+        return True
+
+    def tick(self) -> int:
+        """Increment the counter durably (atomic replace); returns the new value."""
+        value = read_ticks(self.path) + 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(str(value), "ascii")
+        os.replace(tmp, self.path)
+        self._last_tick = self._clock()
+        self.forced += 1
+        log.info("control work waits between epochs: forcing a barrier (tick %d)", value)
+        return value

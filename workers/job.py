@@ -1,0 +1,206 @@
+"""The Spark side of the runner: the session, the source stream and one epoch's job.
+
+One Spark job per epoch: source records → the first fragment's key → ``vnode`` and PU slot in
+Spark SQL (no Python UDF for routing) → ``repartitionById`` (exactly one task per PU) →
+``mapInArrow`` running :func:`workers.epoch.run_task` on the PU's store; each next fragment's
+input is the previous one's outputs, re-keyed and routed the same way, so two stateful fragments
+are two shuffles in one job. The small per-task reports come back in a single collect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from workers.barrier import route_slots
+from workers.config import RunnerConfig
+from workers.epoch import TaskSpec, make_task, output_schema
+from workers.hashing import vnode_sql
+from workers.pipeline.model import Pipeline
+from workers.pipeline.placement import EpochPlan, FragmentActions, FragmentPlacement
+from workers.sources.spark import GENERATOR, JSONL, register
+
+CHECKPOINT_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+_SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double"}
+
+
+class SourceMissing(Exception):
+    """The configured source cannot be read; the message says what to do."""
+
+
+def build_spark(config: RunnerConfig, app_name: str) -> Any:
+    """A SparkSession configured for epoch jobs (one task per PU, no partition coalescing)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(config.spark_master)
+        # one task per PU: adaptive execution must not coalesce or split the PU partitions
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(max(config.pus_per_worker, 2)))
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_MANAGER)
+        .config("spark.ui.enabled", "true" if config.spark_ui else "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
+        .config("spark.sql.streaming.minBatchesToRetain", "20")
+    )
+    for key, value in config.spark_conf:
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)
+    return spark
+
+
+def spark_info(spark: Any) -> dict[str, Any]:
+    sc = spark.sparkContext
+    try:
+        alive = not sc._jsc.sc().isStopped()
+        executors = max(sc._jsc.sc().getExecutorMemoryStatus().size() - 1, 1)
+    except Exception:  # the JVM is gone: report Spark as down, the heartbeat says so
+        return {"alive": False, "master": sc.master, "app_id": sc.applicationId}
+    return {
+        "alive": alive,
+        "master": sc.master,
+        "app_id": sc.applicationId,
+        "ui_url": sc.uiWebUrl or "",
+        "version": sc.version,
+        "executors": executors,
+    }
+
+
+class EpochJob:
+    """Builds and runs one epoch's Spark job for a pipeline."""
+
+    def __init__(self, spark: Any, config: RunnerConfig, pipeline: Pipeline) -> None:
+        self.spark = spark
+        self.config = config
+        self.pipeline = pipeline
+
+    def source_stream(self, ticks_path: Path) -> Any:
+        """The pipeline's source as a streaming DataFrame (offsets carry the barrier tick)."""
+        cfg = self.config
+        reader = self.spark.readStream
+        if cfg.source == "generator":
+            options = {
+                "kind": self.pipeline.source_kind,
+                "key_space": cfg.key_space,
+                "zipf_s": cfg.zipf_s,
+                "seed": cfg.seed,
+                "pages": cfg.pages,
+                "words_per_line": cfg.words_per_line,
+                "rows_per_epoch": cfg.rows_per_epoch,
+                "partitions": cfg.source_partitions,
+                "barrier_ticks": ticks_path,
+            }
+            if cfg.epochs is not None:
+                options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
+            return (
+                reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
+            )
+        directory = cfg.source_dir
+        assert directory is not None
+        if not directory.is_dir():
+            raise SourceMissing(f"source directory {directory} does not exist: create it first")
+        return (
+            reader.format(JSONL)
+            .option("kind", self.pipeline.source_kind)
+            .option("path", str(directory))
+            .option("manifest", str(cfg.pipeline_dir / "source-manifest.txt"))
+            .option("max_files_per_epoch", str(cfg.max_files_per_epoch))
+            .option("barrier_ticks", str(ticks_path))
+            .load()
+        )
+
+    def stage(
+        self,
+        df: Any,
+        placement: FragmentPlacement,
+        actions: FragmentActions,
+        spec: TaskSpec,
+        key_col: str,
+    ) -> Any:
+        """Route records to their PU's task in Spark SQL: vnode, then slot (held vnodes go to
+        their target, marked ``held``), then one partition per PU."""
+        from pyspark.sql import functions as F
+
+        slots = ",".join(map(str, route_slots(placement, actions)))
+        is_rec = F.col("kind") == F.lit("rec")
+        routed = (
+            df.withColumnRenamed(key_col, "key")
+            .withColumn("vnode", F.when(is_rec, F.expr(vnode_sql("key", placement.vnodes))))
+            .withColumn(
+                "slot",
+                F.when(
+                    is_rec, F.expr(f"element_at(array({slots}), cast(vnode + 1 as int))")
+                ).otherwise(F.lit(0)),
+            )
+        )
+        if actions.held:
+            flags = ",".join(
+                "true" if v in actions.held else "false" for v in range(placement.vnodes)
+            )
+            is_held = F.expr(f"element_at(array({flags}), cast(vnode + 1 as int))")
+            routed = routed.withColumn(
+                "kind", F.when(is_rec & is_held, F.lit("held")).otherwise(F.col("kind"))
+            )
+        schema = output_schema(spec.operator)
+        ddl = ", ".join(f"`{f.name}` {_SPARK_TYPES[str(f.type)]}" for f in schema)
+        return routed.repartitionById(len(placement.pus), "slot").mapInArrow(make_task(spec), ddl)
+
+    def run(self, df: Any, plan: EpochPlan) -> list[dict[str, Any]]:
+        """Run ``plan`` over the epoch's records ``df``: one Spark job, every fragment; returns
+        the rows the tasks sent back (``stat`` reports of every PU task, ``malformed`` lines)."""
+        from pyspark.sql import functions as F
+
+        cfg = self.config
+        first = self.pipeline.fragments[0]
+        # one pass over the source: malformed rows ride along (kind "malformed") instead of
+        # being split off into a second branch, which would make Spark read the source twice
+        prepared = self.pipeline.prepare(df)
+        bad = F.col("_malformed").isNotNull()
+        stream = prepared.select(
+            F.when(bad, F.lit("malformed")).otherwise(F.lit("rec")).alias("kind"),
+            F.when(bad, F.lit(None)).otherwise(F.col(first.key)).alias(first.key),
+            "seq",
+            *first.operator.columns,
+            F.when(bad, F.lit(0)).otherwise(F.col("src")).alias("src"),
+            F.col("_malformed").alias("info"),
+        )
+        for i, frag in enumerate(self.pipeline.fragments):
+            placement = plan.placements[frag.name]
+            actions = plan.fragment_actions(frag.name)
+            spec = TaskSpec(
+                fragment=frag.name,
+                operator=frag.operator,
+                epoch=plan.epoch,
+                pus=placement.pus,
+                owned=tuple(
+                    tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
+                    for pu in placement.pus
+                ),
+                state_root=str(cfg.pipeline_dir),
+                backend=cfg.backend,
+                terminal=i == len(self.pipeline.fragments) - 1,
+                actions=tuple(actions.slot(pu) for pu in placement.pus),
+            )
+            if i > 0:
+                stream = stream.withColumn(
+                    "kind", F.when(F.col("kind") == "out", F.lit("rec")).otherwise(F.col("kind"))
+                ).withColumn("src", F.lit(0))
+            stream = self.stage(stream, placement, actions, spec, "key" if i > 0 else frag.key)
+        rows = stream.select("kind", "info").collect()
+        return [
+            {"kind": r.kind, **json.loads(r.info)}
+            if r.kind == "stat"
+            else {"kind": r.kind, "text": r.info}
+            for r in rows
+        ]
