@@ -34,6 +34,13 @@ Per strategy it reports (the definitions are also in the JSON's ``legend``):
   of the state is compared with ``workers.oracle`` (and, for the runner, each key must sit on
   the PU its vnode maps to, once).
 
+Strategies run ``--repeat`` times (3), interleaved: each round runs every strategy once, the
+order reversed in every other round, so that the drifting load of a shared machine falls on all
+of them alike. Each figure is the median with [min, max] over the runs; exact means every run's
+state was exact, and a goal is met only when every run met it. Nothing starts when the 1-minute
+load average is above 1.0, unless ``--allow-load``: then the result is marked invalid
+(``"valid": false`` in the JSON, ``INVALID`` over the table).
+
     .venv/bin/python bench/rescale.py                  # full: 2M-key space, ≥ 1M keys, 200k rows
     .venv/bin/python bench/rescale.py --quick          # ~100k keys, 20k rows/epoch, 32 vnodes
     .venv/bin/python bench/rescale.py --strategies fluid,spark_tws --keep
@@ -45,39 +52,25 @@ Prints a table, writes ``bench/results/rescale.json`` and ``bench/results/rescal
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import psutil
-from pyspark.sql import Row
-from pyspark.sql.streaming import StatefulProcessor
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python bench/rescale.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from bench._common import (  # noqa: E402  (needs ROOT on sys.path first)
-    format_table,
-    log,
-    machine_info,
-    percentile,
-    write_json,
-)
+from bench import _common as common  # noqa: E402  (needs ROOT on sys.path first)
+from bench import _spark as shared_spark  # noqa: E402
 
-RESULTS_DIR = ROOT / "bench" / "results"
 LOG_PREFIX = "rescale"
 FRAGMENT = "word_count"
 PIPELINE = "wordcount"
@@ -94,14 +87,16 @@ LABELS = {
     "spark_tws": "Spark TWS repartition",
     "spark_native": "Spark groupBy.count repartition",
 }
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PUS_BEFORE, PUS_AFTER = 2, 4
-CHILD_TIMEOUT_S = 2 * 3600
 OPERATION_TIMEOUT_S = 3600.0
 
 
 def say(message: str) -> None:
-    log(message, prefix=LOG_PREFIX)
+    common.log(message, prefix=LOG_PREFIX)
+
+
+# every run of a contender: this script again, in a fresh process
+CHILD = common.ChildRunner(Path(__file__).resolve(), LOG_PREFIX, timeout_s=2 * 3600)
 
 
 @dataclass(frozen=True)
@@ -127,18 +122,7 @@ class Params:
 
     def generator_options(self, max_rows: int) -> dict[str, str]:
         """The generator's options exactly as the runner passes them for ``wordcount``."""
-        options = {
-            "kind": "lines",
-            "key_space": self.key_space,
-            "zipf_s": self.zipf_s,
-            "seed": self.seed,
-            "pages": 500,
-            "words_per_line": 1,
-            "rows_per_epoch": self.rows_per_epoch,
-            "partitions": 2,
-            "max_rows": max_rows,
-        }
-        return {k: str(v) for k, v in options.items()}
+        return common.generator_options(self, max_rows, pages=500)
 
     def granularity(self, strategy: str) -> dict[str, int] | str:
         if strategy == "fluid":
@@ -157,14 +141,6 @@ def request_body(strategy: str, p: Params) -> dict[str, Any]:
 
 
 # -- the oracle ------------------------------------------------------------------------------------
-def _generator_config(p: Params) -> Any:
-    from workers.sources.generator import GeneratorConfig
-
-    return GeneratorConfig(
-        kind="lines", key_space=p.key_space, zipf_s=p.zipf_s, seed=p.seed, words_per_line=1
-    )
-
-
 def distinct_keys_per_epoch(p: Params, target: int, then: int, limit: int = 10_000) -> list[int]:
     """Distinct keys after each epoch of the stream, until ``then`` epochs after the state
     first holds ``target`` keys (or ``limit`` epochs)."""
@@ -172,7 +148,7 @@ def distinct_keys_per_epoch(p: Params, target: int, then: int, limit: int = 10_0
 
     from workers.sources.generator import generate
 
-    config = _generator_config(p)
+    config = common.generator_config(p)
     seen: set[str] = set()
     counts: list[int] = []
     reached: int | None = None
@@ -190,22 +166,13 @@ def distinct_keys_per_epoch(p: Params, target: int, then: int, limit: int = 10_0
 
 def verify(p: Params, end_offset: int, actual: dict[str, int], dupes: int) -> dict[str, Any]:
     """Every key of the state against ``workers.oracle`` over the records [0, end_offset)."""
-    from workers.oracle import compare, expected_from_generator
+    from workers.oracle import expected_from_generator
 
     say(f"oracle: expected state of the first {end_offset:,} records")
-    expected = expected_from_generator(PIPELINE, _generator_config(p), end_offset)
-    counts = expected.state[FRAGMENT]
-    problems = compare(counts, actual)
-    if dupes:
-        problems.append(f"{dupes} keys are stored more than once (I1 broken)")
+    expected = expected_from_generator(PIPELINE, common.generator_config(p), end_offset)
     return {
-        "exact": not problems,
         "end_offset": end_offset,
-        "keys_expected": len(counts),
-        "keys_actual": len(actual),
-        "total_expected": sum(counts.values()),
-        "total_actual": sum(actual.values()),
-        "problems": problems[:12],
+        **common.compare_counts(expected.state[FRAGMENT], actual, dupes),
     }
 
 
@@ -392,38 +359,18 @@ def verify_runner(config: Any, p: Params, end_offset: int) -> dict[str, Any]:
 
 
 # -- child: Spark's own route --------------------------------------------------------------------------
-class CountProcessor(StatefulProcessor):
-    """transformWithState (Row API): the key's count in a ValueState (repartitionable)."""
-
-    def init(self, handle: Any) -> None:
-        self.count = handle.getValueState("count", "value long")
-
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        n = sum(1 for _ in rows)
-        old = self.count.get()
-        total = (old[0] if old is not None else 0) + n
-        self.count.update((total,))
-        yield Row(key=key[0], count=total)
-
-    def close(self) -> None:
-        pass
-
-
 def _batches(query: Any) -> list[dict[str, Any]]:
     """The query's finished batches with input: id, rows, triggerExecution and commit time."""
-    from datetime import datetime
-
     out = []
-    for progress in query.recentProgress:
-        d = progress if isinstance(progress, dict) else json.loads(progress.json)
-        if int(d["numInputRows"]) == 0:
+    for b in common.progress_batches(query):
+        if b["num_input_rows"] == 0:
             continue  # an idle trigger (the source had nothing new)
-        started = datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")).timestamp()
-        trigger_s = int(d["durationMs"]["triggerExecution"]) / 1000
+        started = common.spark_time(b["timestamp"])
+        trigger_s = b["duration_ms"]["triggerExecution"] / 1000
         out.append(
             {
-                "epoch": int(d["batchId"]),
-                "rows": int(d["numInputRows"]),
+                "epoch": b["batch"],
+                "rows": b["num_input_rows"],
                 "duration_s": trigger_s,
                 "started_at": started,
                 "committed_at": started + trigger_s,
@@ -432,103 +379,47 @@ def _batches(query: Any) -> list[dict[str, Any]]:
     return out
 
 
-class BatchLogger:
-    """Logs each finished batch to stderr from a polling thread (off the timed path)."""
-
-    def __init__(self, name: str, query: Any, loads: dict[int, float]) -> None:
-        self.name, self.query, self.loads = name, query, loads
-        self._stop = threading.Event()
-        self._seen = -1
-        self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
-
-    def __enter__(self) -> BatchLogger:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                progress = self.query.lastProgress
-            except Exception:  # the query is stopping
-                return
-            if progress is None:
-                continue
-            d = progress if isinstance(progress, dict) else json.loads(progress.json)
-            batch = int(d["batchId"])
-            if batch > self._seen and int(d["numInputRows"]) > 0:
-                self._seen = batch
-                self.loads[batch] = round(os.getloadavg()[0], 2)
-                say(
-                    f"{self.name}: batch {batch} {d['numInputRows']} rows in "
-                    f"{d['durationMs'].get('triggerExecution', 0)} ms"
-                )
-
-
 def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
-    from workers.config import RunnerConfig
-    from workers.runner import build_spark
-    from workers.sources.spark import GENERATOR
-
-    conf = (
-        ("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER),
-        # the query's state partitions: its "PUs" (the repartition changes them 2 -> 4)
-        ("spark.sql.shuffle.partitions", str(PUS_BEFORE)),
-        ("spark.sql.streaming.numRecentProgressUpdates", "1000"),
+    # the query's state partitions are its "PUs" (the repartition changes them 2 -> 4)
+    spark = shared_spark.spark_session(
+        f"rescale-{strategy}", workdir, shared_spark.spark_conf(PUS_BEFORE)
     )
-    # The project's session settings (build_spark), so only the stateful operator differs.
-    config = RunnerConfig(
-        spark_ui=False, state_dir=workdir, spark_master="local[2]", spark_conf=conf
-    )
-    checkpoint = str(workdir / "checkpoint")
-    spark = build_spark(config, f"rescale-{strategy}")
+    checkpoint = workdir / "checkpoint"
+    native = strategy == "spark_native"
 
     def start(max_rows: int) -> Any:
-        lines = spark.readStream.format(GENERATOR).options(**p.generator_options(max_rows)).load()
-        # The split the wordcount pipeline does (one word per line: the key itself).
-        keys = lines.where(F.col("_malformed").isNull()).select(
-            F.explode(F.split("line", " ")).alias("key")
-        )
-        grouped = keys.where(F.col("key") != "").groupBy("key")
-        if strategy == "spark_native":
-            counted = grouped.count()
-        else:
-            counted = grouped.transformWithState(
-                CountProcessor(), "key string, count long", "Update", "None"
-            )
-        return (
-            counted.writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="0 seconds")
-            .queryName(f"rescale_{strategy}")
-            .start()
-        )
+        grouped = shared_spark.keys_grouped(spark, p.generator_options(max_rows))
+        counted = grouped.count() if native else shared_spark.tws_count(grouped)
+        return shared_spark.start_noop(counted, checkpoint, f"rescale_{strategy}")
 
     loads: dict[int, float] = {}
+
+    def on_batch(d: dict[str, Any]) -> None:
+        batch = int(d["batchId"])
+        loads[batch] = round(os.getloadavg()[0], 2)
+        say(
+            f"{strategy}: batch {batch} {d['numInputRows']} rows in "
+            f"{d['durationMs'].get('triggerExecution', 0)} ms"
+        )
+
     try:
         # The source ends after the warm-up and steady epochs (max_rows), so the query stops
         # with its last batch committed: the repartition refuses a checkpoint whose last batch
         # did not commit, and stopping a running processingTime query can leave one.
         query = start(p.pre_epochs * p.rows_per_epoch)
-        with BatchLogger(strategy, query, loads):
+        with common.ProgressPoller(query, on_batch):
             query.processAllAvailable()
         timeline = {"data_done_at": time.time()}
         query.stop()
         timeline["stopped_at"] = time.time()
         before = _batches(query)
         say(f"{strategy}: stopped after {len(before)} batches; repartitioning to {PUS_AFTER}")
-        spark._streamingCheckpointManager.repartition(checkpoint, PUS_AFTER)
+        spark._streamingCheckpointManager.repartition(str(checkpoint), PUS_AFTER)
         timeline["repartitioned_at"] = time.time()
         end_rows = (p.pre_epochs + p.post_epochs) * p.rows_per_epoch
         query = start(end_rows)
         timeline["restarted_at"] = time.time()
-        with BatchLogger(strategy, query, loads):
+        with common.ProgressPoller(query, on_batch):
             while not _batches(query):  # the first batch after the restart
                 if not query.isActive:
                     raise RuntimeError(f"the restarted query stopped: {query.exception()}")
@@ -545,15 +436,7 @@ def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
             f"restart {timeline['restarted_at'] - timeline['repartitioned_at']:.2f}s, first "
             f"batch {after[0]['duration_s']:.2f}s; reading the state back"
         )
-        reader = spark.read.format("statestore")
-        if strategy == "spark_tws":
-            reader = reader.option("stateVarName", "count")
-        value = "value.count" if strategy == "spark_native" else "value.value"
-        table = (
-            reader.load(checkpoint)
-            .select(F.col("key.key").alias("key"), F.col(value).alias("count"), "partition_id")
-            .toArrow()
-        )
+        table = shared_spark.read_counts(spark, checkpoint, native=native)
     finally:
         spark.stop()
     keys = table.column("key").to_pylist()
@@ -566,104 +449,34 @@ def run_spark_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
 
 def child_main(args: argparse.Namespace) -> int:
     p = Params(**json.loads(args.child_params))
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    say(f"{args.strategy}: starting (pid {os.getpid()})")
-    if args.strategy in RUNNER_STRATEGIES:
-        result = run_runner_child(args.strategy, p, workdir)
-    else:
-        result = run_spark_child(args.strategy, p, workdir)
-    write_json(workdir / "result.json", result)
-    say(f"{args.strategy}: done")
-    return 0
+    strategy = args.strategy
+
+    def work(workdir: Path) -> dict[str, Any]:
+        if strategy in RUNNER_STRATEGIES:
+            return run_runner_child(strategy, p, workdir)
+        return run_spark_child(strategy, p, workdir)
+
+    return CHILD.serve(Path(args.workdir), strategy, work)
 
 
 # -- parent: run the children ------------------------------------------------------------------------
-def _group_members(pgid: int) -> list[psutil.Process]:
-    members = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid:
-                members.append(proc)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            continue
-    return members
+def run_strategy(
+    name: str, rnd: int, *, p: Params, run_dir: Path, keys_at_operation: int
+) -> dict[str, Any]:
+    """One run of one strategy in its own process, summarized."""
+    args = ["--strategy-child", name, "--child-params", json.dumps(asdict(p))]
+    r = CHILD.run(args, run_dir / f"{name}-{rnd}", f"{name} #{rnd + 1}")
+    if "error" not in r or "epochs" in r:
+        r["keys_at_operation"] = keys_at_operation
+        _summarize_run(name, r, p)
+    return r
 
 
-def _reap_group(pgid: int) -> None:
-    """Stop whatever the child left in its own process group (a JVM, Python workers)."""
-    members = _group_members(pgid)
-    if not members:
-        return
-    say(f"cleaning up {len(members)} leftover process(es) of group {pgid}")
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(members, timeout=10)
-    if alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-
-
-def run_child(strategy: str, p: Params, run_dir: Path) -> dict[str, Any]:
-    workdir = run_dir / strategy
-    workdir.mkdir(parents=True)
-    log_path = workdir / "child.log"
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--strategy-child",
-        strategy,
-        "--child-params",
-        json.dumps(asdict(p)),
-        "--workdir",
-        str(workdir),
-    ]
-    env = dict(os.environ)
-    # Spark's Python workers import `workers` (the source) and unpickle the processor.
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    load = [round(x, 2) for x in os.getloadavg()]
-    say(f"{strategy}: launching (load average {load})")
-    started = time.time()
-    # A new session: the child, its JVM and Python workers share a process group we can reap.
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    tail: list[str] = []
-    timer = threading.Timer(CHILD_TIMEOUT_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
+def _summarize_run(name: str, r: dict[str, Any], p: Params) -> None:
     try:
-        assert proc.stdout is not None
-        with open(log_path, "w", encoding="utf-8") as log_file:
-            for line in proc.stdout:
-                log_file.write(line)
-                if line.startswith(f"[{LOG_PREFIX} "):  # only our lines: Spark is chatty
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
-                tail = [*tail[-59:], line.rstrip("\n")]
-        code = proc.wait()
-    finally:
-        timer.cancel()
-        _reap_group(proc.pid)
-    info = {
-        "process_s": round(time.time() - started, 1),
-        "load_avg_at_launch": load,
-        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
-    }
-    result_path = workdir / "result.json"
-    if code != 0 or not result_path.exists():
-        say(f"{strategy}: FAILED (exit {code}); log {log_path}")
-        for line in tail[-25:]:
-            print(f"    {line}", file=sys.stderr)
-        return {"error": f"exit code {code}", "log_tail": tail[-25:], "log": str(log_path), **info}
-    result: dict[str, Any] = json.loads(result_path.read_text("utf-8"))
-    return {**result, **info}
+        r["summary"] = summarize(name, r, p)
+    except (KeyError, IndexError, TypeError) as exc:  # a partial run: keep the rest
+        r["summary"] = {"error": f"cannot summarize: {exc!r}"}
 
 
 # -- parent: the numbers -----------------------------------------------------------------------------
@@ -718,9 +531,9 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         op_lat = [during[0]["committed_at"] - t0]
     else:
         op_lat = [e["duration_s"] for e in during]
-    p99 = percentile(steady_lat, 99) or 0.0
-    p50_gap = percentile(steady_gaps, 50) or 0.0
-    p99_gap = percentile(steady_gaps, 99) or 0.0
+    p99 = common.percentile(steady_lat, 99) or 0.0
+    p50_gap = common.percentile(steady_gaps, 50) or 0.0
+    p99_gap = common.percentile(steady_gaps, 99) or 0.0
     longest = max(gaps_during, default=0.0)
     total_s = t1 - t0
     out: dict[str, Any] = {
@@ -728,7 +541,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "operation_error": r.get("error") or (r.get("result") or {}).get("error") or "",
         "steady": {
             "epochs": len(steady),
-            "p50_latency_s": _r(percentile(steady_lat, 50)),
+            "p50_latency_s": _r(common.percentile(steady_lat, 50)),
             "p99_latency_s": _r(p99),
             "p50_gap_s": _r(p50_gap),
             "p99_gap_s": _r(p99_gap),
@@ -736,7 +549,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         },
         "after": {
             "epochs": len(after),
-            "p50_latency_s": _r(percentile([e["duration_s"] for e in after], 50)),
+            "p50_latency_s": _r(common.percentile([e["duration_s"] for e in after], 50)),
         },
         "epochs_during": len(during),
         "downtime": {
@@ -749,9 +562,11 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         },
         "non_moving": {
             "max_latency_s": _r(max(op_lat, default=None)),
-            "p99_latency_s": _r(percentile(op_lat, 99)),
+            "p99_latency_s": _r(common.percentile(op_lat, 99)),
             "max_over_steady_p99": _r(max(op_lat) / p99, 2) if op_lat and p99 else None,
-            "p99_over_steady_p99": _r((percentile(op_lat, 99) or 0) / p99, 2) if p99 else None,
+            "p99_over_steady_p99": _r((common.percentile(op_lat, 99) or 0) / p99, 2)
+            if p99
+            else None,
         },
         "total_s": _r(total_s),
         "operation_window": {"start": t0, "end": t1},
@@ -834,9 +649,9 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     out["moving"] = {
         "steps": len(steps),
         "extra_epochs_max": max(extra_epochs, default=None),
-        "extra_epochs_p50": percentile(extra_epochs, 50),
+        "extra_epochs_p50": common.percentile(extra_epochs, 50),
         "extra_s_max": _r(max(extra_s, default=None)),
-        "extra_s_p50": _r(percentile(extra_s, 50)),
+        "extra_s_p50": _r(common.percentile(extra_s, 50)),
         "collect_to_acquire_s_max": _r(max(held_s, default=None)),
         "hold_queue_max": max((s["hold_queue"] for s in steps), default=0),
         "export_s_max": _r(max((hi - lo for lo, hi in export_spans), default=None)),
@@ -897,10 +712,70 @@ def goals(strategy: str, s: dict[str, Any], spark: dict[str, Any] | None) -> dic
     return out
 
 
-def _fmt(value: Any, spec: str = ",.0f") -> str:
-    if value is None:
-        return "-"
-    return format(value, spec) if isinstance(value, (int, float)) else str(value)
+def _failed(r: Mapping[str, Any]) -> bool:
+    return "error" in r or "error" in r.get("summary", {})
+
+
+def _read(*path: str) -> Callable[[Mapping[str, Any]], Any]:
+    """One figure of a run's summary; None for a run that failed, whose numbers would mislead."""
+
+    def read(r: Mapping[str, Any]) -> Any:
+        return None if _failed(r) else common.dig(r, "summary", *path)
+
+    return read
+
+
+def _moved_by_s(r: Mapping[str, Any]) -> Any:
+    s = r.get("summary", {})
+    return _read("last_acquired_s" if "last_acquired_s" in s else "total_s")(r)
+
+
+def _keys_moved(r: Mapping[str, Any]) -> Any:
+    moved = _read("keys", "moved")(r)
+    return moved if moved is not None else _read("keys", "rewritten")(r)
+
+
+FIGURES: common.Figures = {
+    "downtime_s": _read("downtime", "longest_gap_s"),
+    "stopped_s": _read("downtime", "stopped_s"),
+    "steady_gap_s": _read("steady", "p50_gap_s"),
+    "non_moving_max_over_steady_p99": _read("non_moving", "max_over_steady_p99"),
+    "non_moving_p99_over_steady_p99": _read("non_moving", "p99_over_steady_p99"),
+    "moving_extra_epochs_max": _read("moving", "extra_epochs_max"),
+    "moving_extra_s_max": _read("moving", "extra_s_max"),
+    "total_s": _read("total_s"),
+    "moved_by_s": _moved_by_s,
+    "keys_moved": _keys_moved,
+    "keys_per_s": _read("keys", "per_s_total"),
+    "keys_per_s_transfer": _read("keys", "per_s_transfer"),
+}
+
+
+def _spark_summary(results: dict[str, dict[str, Any]], rnd: int) -> dict[str, Any] | None:
+    """The Spark route's summary in round ``rnd``: the yardstick of that round's live runs."""
+    for name in SPARK_STRATEGIES:
+        runs = common.dig(results, name, "runs") or []
+        summary: dict[str, Any] | None = (
+            common.dig(runs[rnd], "summary") if rnd < len(runs) else None
+        )
+        if summary and "phases_s" in summary:
+            return summary
+    return None
+
+
+def run_goals(results: dict[str, dict[str, Any]]) -> None:
+    """Each run's goals, and per strategy how many runs met each: a goal is met only when
+    every run met it, as one lucky run proves nothing."""
+    for name, r in results.items():
+        for rnd, run in enumerate(r["runs"]):
+            run.pop("goals", None)
+            if "downtime" in run.get("summary", {}):
+                run["goals"] = goals(name, run["summary"], _spark_summary(results, rnd))
+        names = dict.fromkeys(g for run in r["runs"] for g in run.get("goals", {}))
+        r["goals"] = {}
+        for g in names:
+            met = sum(1 for run in r["runs"] if common.dig(run, "goals", g, "met") is True)
+            r["goals"][g] = {"met_runs": met, "runs": len(r["runs"]), "met": met == len(r["runs"])}
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
@@ -922,31 +797,29 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     ]
     rows = []
     for name, r in results.items():
-        s = r.get("summary", {})
-        if "error" in r or "error" in s:
-            rows.append([LABELS[name], "failed", *[""] * 12, r.get("error") or s.get("error")])
+        h = r["headline"]
+        if h["total_s"] is None:  # not one run gave numbers
+            rows.append([LABELS[name], "failed", *[""] * 11, common.first_error(r["runs"])])
             continue
-        v = r.get("verification", {})
-        moved = s["keys"]["moved"] if s["keys"]["moved"] is not None else s["keys"]["rewritten"]
         rows.append(
             [
                 LABELS[name],
-                _fmt(s["downtime"]["longest_gap_s"], ".2f"),
-                _fmt(s["downtime"].get("stopped_s"), ".2f"),
-                _fmt(s["steady"]["p50_gap_s"], ".2f"),
-                _fmt(s["non_moving"]["max_over_steady_p99"], ".2f") + "x",
-                _fmt(s["non_moving"]["p99_over_steady_p99"], ".2f") + "x",
-                _fmt(s["moving"].get("extra_epochs_max"), "d"),
-                _fmt(s["moving"].get("extra_s_max"), ".2f"),
-                _fmt(s["total_s"], ".1f"),
-                _fmt(s.get("last_acquired_s", s["total_s"]), ".1f"),
-                _fmt(moved),
-                _fmt(s["keys"]["per_s_total"]),
-                _fmt(s["keys"]["per_s_transfer"]),
-                "yes" if v.get("exact") else f"NO ({len(v.get('problems', []))} problems)",
+                common.fmt_spread(h["downtime_s"], ".2f"),
+                common.fmt_spread(h["stopped_s"], ".2f"),
+                common.fmt_spread(h["steady_gap_s"], ".2f"),
+                common.fmt_spread(h["non_moving_max_over_steady_p99"], ".2f", "x"),
+                common.fmt_spread(h["non_moving_p99_over_steady_p99"], ".2f", "x"),
+                common.fmt_spread(h["moving_extra_epochs_max"], "g"),
+                common.fmt_spread(h["moving_extra_s_max"], ".2f"),
+                common.fmt_spread(h["total_s"], ".1f"),
+                common.fmt_spread(h["moved_by_s"], ".1f"),
+                common.fmt_spread(h["keys_moved"]),
+                common.fmt_spread(h["keys_per_s"]),
+                common.fmt_spread(h["keys_per_s_transfer"]),
+                common.exact_cell(r["runs"]),
             ]
         )
-    return format_table(headers, rows)
+    return common.format_table(headers, rows)
 
 
 LEGEND = (
@@ -965,22 +838,27 @@ LEGEND = (
     "finish barrier). keys moved: keys of vnodes that "
     "changed PU (Spark: every key of the state is rewritten); keys/s over the total, and over "
     "the transfer alone (live: union of the steps' collecting->exported spans; Spark: the "
-    "repartition call). exact: every key equals the oracle after a few more epochs."
+    "repartition call). exact: every key equals the oracle after a few more epochs, in every "
+    "run. Each figure: median [min, max] over the interleaved runs; the plot shows the run "
+    "with the median total s; goals: runs that met each, met only if all did."
 )
 
 
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run with the median total duration: the plot shows one run per strategy."""
+    ok = [r for r in runs if "operation_window" in r.get("summary", {})]
+    if not ok:
+        return None
+    return sorted(ok, key=lambda r: r["summary"]["total_s"])[len(ok) // 2]
+
+
 def plot(path: Path, results: dict[str, dict[str, Any]], warmup: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [n for n, r in results.items() if "summary" in r and "operation_window" in r["summary"]]
-    if not names:
+    plt = common.pyplot()
+    shown = {n: run for n, r in results.items() if (run := _median_run(r["runs"])) is not None}
+    if not shown:
         return
-    fig, axes = plt.subplots(len(names), 1, figsize=(10, 2.6 * len(names)), squeeze=False)
-    for ax, name in zip(axes[:, 0], names, strict=True):
-        r = results[name]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.6 * len(shown)), squeeze=False)
+    for ax, (name, r) in zip(axes[:, 0], shown.items(), strict=True):
         s = r["summary"]
         t0, t1 = s["operation_window"]["start"], s["operation_window"]["end"]
         # from the first steady epoch: warm-up epochs (JIT, worker start) would set the scale
@@ -1010,7 +888,8 @@ def plot(path: Path, results: dict[str, dict[str, Any]], warmup: int) -> None:
         if p99:
             ax.axhline(1.5 * p99, color="tab:red", ls="--", lw=0.8, label="1.5x steady p99")
         ax.set_title(
-            f"{LABELS[name]}: {s['total_s']:.1f}s, downtime {s['downtime']['longest_gap_s']:.2f}s",
+            f"{LABELS[name]} (run {r.get('round', 0) + 1}, the median): {s['total_s']:.1f}s, "
+            f"downtime {s['downtime']['longest_gap_s']:.2f}s",
             fontsize=9,
         )
         ax.set_ylim(bottom=0)
@@ -1018,10 +897,7 @@ def plot(path: Path, results: dict[str, dict[str, Any]], warmup: int) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("seconds since the operation started (at each epoch's commit)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def parent_main(args: argparse.Namespace) -> int:
@@ -1031,12 +907,10 @@ def parent_main(args: argparse.Namespace) -> int:
         args.fluid_in_flight = min(args.fluid_in_flight, 2)
         args.steady_epochs = min(args.steady_epochs, 6)
     key_space = args.key_space or 2 * args.keys
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown:
-        raise SystemExit(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
-    stem = "rescale_quick" if args.quick and args.out is None else "rescale"
-    out = Path(args.out) if args.out else RESULTS_DIR / f"{stem}.json"
+    strategies = common.parse_names(args.strategies, STRATEGIES, "strategies")
+    out = common.results_path(args.out, "rescale", args.quick)
+    # Before anything that loads the machine (counting the keys below keeps a core busy).
+    validity, load_before = common.check_load(args.allow_load, prefix=LOG_PREFIX)
 
     base = Params(
         key_space=key_space,
@@ -1058,35 +932,25 @@ def parent_main(args: argparse.Namespace) -> int:
         raise SystemExit(f"the key space {key_space:,} cannot give {args.keys:,} distinct keys")
     p = Params(**{**asdict(base), "warmup_epochs": warmup})
     keys_at_operation = counts[p.pre_epochs - 1]
-    machine = machine_info()
+    machine = common.machine_info()
     say(
-        f"{len(strategies)} strategies; {p.rows_per_epoch:,} rows/epoch over {key_space:,} keys "
-        f"(zipf s={p.zipf_s}), {p.warmup_epochs} warm-up epochs to {counts[warmup - 1]:,} keys, "
-        f"{keys_at_operation:,} keys at the operation; load {machine['load_avg_at_start']}"
+        f"{len(strategies)} strategies x {args.repeat} runs; {p.rows_per_epoch:,} rows/epoch "
+        f"over {key_space:,} keys (zipf s={p.zipf_s}), {p.warmup_epochs} warm-up epochs to "
+        f"{counts[warmup - 1]:,} keys, {keys_at_operation:,} keys at the operation; "
+        f"load {machine['load_avg_at_start']}"
     )
-    run_dir = Path(tempfile.mkdtemp(prefix="rescale-bench-"))
-    results: dict[str, dict[str, Any]] = {}
     started = time.time()
-    failed = False
-    try:
-        for name in strategies:
-            r = run_child(name, p, run_dir)
-            if "error" not in r or "epochs" in r:
-                r["keys_at_operation"] = keys_at_operation
-                try:
-                    r["summary"] = summarize(name, r, p)
-                except (KeyError, IndexError, TypeError) as exc:  # a partial run: keep the rest
-                    r["summary"] = {"error": f"cannot summarize: {exc!r}"}
-            failed |= "error" in r or not r.get("verification", {}).get("exact", False)
-            results[name] = r
-    finally:
-        if args.keep or failed:
-            say(f"kept the run directory {run_dir}")
-        else:
-            shutil.rmtree(run_dir, ignore_errors=True)
+    with common.RunDir("rescale-bench-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
+        run_one = functools.partial(
+            run_strategy, p=p, run_dir=run_dir.path, keys_at_operation=keys_at_operation
+        )
+        runs, launches = common.run_rounds(strategies, args.repeat, run_one)
+        failed = any("error" in r for rs in runs.values() for r in rs)
+        run_dir.keep |= failed or not all(common.all_exact(rs) for rs in runs.values())
     report = {
         "benchmark": "rescale",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": common.command_line(),
+        **common.trust_fields(validity, load_before, launches),
         "machine": {**machine, "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
         "parameters": {
             **asdict(p),
@@ -1097,10 +961,12 @@ def parent_main(args: argparse.Namespace) -> int:
             "trigger": "processingTime 0 (back to back)",
             "granularities": {n: p.granularity(n) for n in LIVE},
             "state_fsync": os.environ.get("RESCALER_STATE_FSYNC", "1 (default)"),
+            "repeat": args.repeat,
+            "order": "interleaved, every strategy once per round, reversed every other round",
             "quick": args.quick,
         },
         "elapsed_s": round(time.time() - started, 1),
-        "results": results,
+        "results": {name: {"runs": rs} for name, rs in runs.items()},
     }
     return finish(report, p, out)
 
@@ -1110,40 +976,31 @@ def resummarize(path: Path, out: Path | None) -> int:
     report = json.loads(path.read_text("utf-8"))
     p = Params(**{k: report["parameters"][k] for k in Params.__dataclass_fields__})
     for name, r in report["results"].items():
-        r.pop("goals", None)
-        if "epochs" in r:
-            r["summary"] = summarize(name, r, p)
-    report["resummarized"] = " ".join([Path(sys.executable).name, *sys.argv])
+        runs = r.get("runs", [r])  # a report from before --repeat holds one run
+        for run in runs:
+            if "epochs" in run:
+                _summarize_run(name, run, p)
+        report["results"][name] = {"runs": runs}
+    report["resummarized"] = common.command_line()
     return finish(report, p, out or path)
 
 
 def finish(report: dict[str, Any], p: Params, out: Path) -> int:
     """Goals, table, JSON, plot and stdout of a report whose results have summaries."""
     results: dict[str, dict[str, Any]] = report["results"]
-    png = out.with_suffix(".png")
-    spark = next(
-        (
-            results[n]["summary"]
-            for n in SPARK_STRATEGIES
-            if "phases_s" in results.get(n, {}).get("summary", {})
-        ),
-        None,
-    )
-    for name, r in results.items():
-        if "downtime" in r.get("summary", {}):
-            r["goals"] = goals(name, r["summary"], spark)
-    text = table(results)
+    for r in results.values():
+        r.update(common.combine_runs(r["runs"], FIGURES))
+    run_goals(results)
+    text = common.with_verdict(table(results), report)
     report.update(legend=LEGEND, table=text)
-    write_json(out, report)
-    try:
-        plot(png, results, p.warmup_epochs)
-    except Exception as exc:  # a plot must never cost the numbers
-        say(f"plot failed: {exc!r}")
+    png = common.save_report(
+        out, report, lambda path: plot(path, results, p.warmup_epochs), prefix=LOG_PREFIX
+    )
     print(text)
     print(f"\n{LEGEND}")
     for name, r in results.items():
-        met = {k: g["met"] for k, g in r.get("goals", {}).items()}
-        print(f"goals {LABELS[name]}: {met}")
+        met = {k: f"{g['met_runs']}/{g['runs']}" for k, g in r["goals"].items()}
+        print(f"goals {LABELS[name]} (runs that met each): {met}")
     print(f"\nwrote {out} and {png}")
     return 0
 
@@ -1161,6 +1018,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-vnodes", type=int, default=16, help="batched: vnodes per step")
     parser.add_argument("--batched-in-flight", type=int, default=1)
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
+    common.add_trust_args(parser)
     parser.add_argument("--quick", action="store_true", help="~100k keys, a few minutes")
     parser.add_argument("--out", help="JSON path (the PNG goes beside it)")
     parser.add_argument("--keep", action="store_true", help="keep the run directory")

@@ -13,7 +13,7 @@ generator, the same records for every contender) runs through:
 
 Spark contenders use the RocksDB state store provider, a noop sink in update mode and
 ``--shuffle-partitions`` (4) partitions; all four share the project's SparkSession settings
-(``workers.runner.build_spark``: ``local[2]``, the fast checkpoint file manager, no UI).
+(``workers.job.build_spark``: ``local[2]``, the fast checkpoint file manager, no UI).
 
 Each contender runs in its own fresh subprocess (this script with ``--contender``), so no JVM,
 Python worker or page cache of one is reused by the next. Per contender it measures, over the
@@ -35,6 +35,13 @@ Every contender runs one extra, unmeasured epoch after the measured ones: the ru
 query as soon as its last epoch's ``foreachBatch`` returns, which can race with Spark's commit
 and progress report of that epoch.
 
+Contenders run ``--repeat`` times (3), interleaved: each round runs every contender once,
+the order reversed in every other round, so that the drifting load of a shared machine falls
+on all of them alike. Each figure is the median with [min, max] over the runs (the ratio vs
+rescaler: over the rounds' ratios); exact means every run's state was exact. Nothing starts
+when the 1-minute load average is above 1.0, unless ``--allow-load``: then the result is marked
+invalid (``"valid": false`` in the JSON, ``INVALID`` over the table).
+
     .venv/bin/python bench/steady_state.py                 # 1M keys, 200k rows/epoch, both dists
     .venv/bin/python bench/steady_state.py --quick         # a few minutes: a smoke run
     .venv/bin/python bench/steady_state.py --contenders rescaler,native --dist zipf
@@ -46,41 +53,27 @@ epoch latency per contender, ``bench/results/steady_state.png`` (``--quick``: ``
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python bench/steady_state.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from bench._common import (  # noqa: E402  (needs ROOT on sys.path first)
-    PeakRssSampler,
-    format_table,
-    log,
-    machine_info,
-    percentile,
-    write_json,
-)
+from bench import _common as common  # noqa: E402  (needs ROOT on sys.path first)
+from bench import _spark as shared_spark  # noqa: E402
 
-RESULTS_DIR = ROOT / "bench" / "results"
 SEED = 7
+
 CONTENDERS = ("rescaler", "tws", "tws_pandas", "native", "native_changelog")
 DEFAULT_CONTENDERS = ("rescaler", "tws", "tws_pandas", "native")
 LABELS = {
@@ -90,14 +83,16 @@ LABELS = {
     "native": "native groupBy.count",
     "native_changelog": "native + changelog ckpt",
 }
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 LOG_PREFIX = "steady_state"
-CHILD_TIMEOUT_S = 3 * 3600
 
 
 def say(message: str) -> None:
-    log(message, prefix=LOG_PREFIX)
+    common.log(message, prefix=LOG_PREFIX)
+
+
+# every run of a contender: this script again, in a fresh process
+CHILD = common.ChildRunner(Path(__file__).resolve(), LOG_PREFIX, timeout_s=3 * 3600)
 
 
 @dataclass(frozen=True)
@@ -123,37 +118,10 @@ class Workload:
 
     def source_options(self) -> dict[str, str]:
         """The generator's options, exactly as the runner passes them for ``wordcount``."""
-        options = {
-            "kind": "lines",
-            "key_space": self.key_space,
-            "zipf_s": self.zipf_s,
-            "seed": self.seed,
-            "words_per_line": 1,
-            "rows_per_epoch": self.rows_per_epoch,
-            "partitions": 2,
-            "max_rows": self.end_offset,
-        }
-        return {k: str(v) for k, v in options.items()}
+        return common.generator_options(self, self.end_offset)
 
 
-# -- the stateful processors (Spark pickles them to its Python workers) ---------------------------
-class CountProcessor(StatefulProcessor):
-    """transformWithState (Row API): the key's count in a ValueState, one output row per key."""
-
-    def init(self, handle: Any) -> None:
-        self.count = handle.getValueState("count", "value long")
-
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        n = sum(1 for _ in rows)
-        old = self.count.get()
-        total = (old[0] if old is not None else 0) + n
-        self.count.update((total,))
-        yield Row(key=key[0], count=total)
-
-    def close(self) -> None:
-        pass
-
-
+# -- the pandas processor (pickled to Spark's Python workers; the Row API's is in _spark.py) --
 class PandasCountProcessor(StatefulProcessor):
     """transformWithStateInPandas: the same logic, rows arrive as pandas DataFrames."""
 
@@ -174,73 +142,10 @@ class PandasCountProcessor(StatefulProcessor):
 
 
 # -- child side: one contender in this process -----------------------------------------------------
-def _offset(value: Any) -> int:
-    if isinstance(value, str):
-        value = json.loads(value)
-    # the first batch starts before any offset: Spark reports it as null
-    return 0 if value is None else int(value["offset"])
-
-
-def _progress_dicts(query: Any) -> list[dict[str, Any]]:
-    out = []
-    for p in query.recentProgress:
-        d = p if isinstance(p, dict) else json.loads(p.json)
-        source = d["sources"][0]
-        out.append(
-            {
-                "batch": int(d["batchId"]),
-                # Rows from the source's offsets, not numInputRows: Spark sums numInputRows
-                # over every scan of the source in the plan, so a plan that reads the source
-                # twice reports twice the rows it consumed.
-                "rows": _offset(source["endOffset"]) - _offset(source["startOffset"]),
-                "num_input_rows": int(d["numInputRows"]),
-                "timestamp": d["timestamp"],
-                "duration_ms": {k: int(v) for k, v in d["durationMs"].items()},
-            }
-        )
-    return out
-
-
 def _phase(w: Workload, epoch: int) -> str:
     if epoch < w.warmup:
         return "warm-up"
     return "measured" if epoch < w.warmup + w.epochs else "trailing"
-
-
-class ProgressLogger:
-    """Logs each finished batch of a query to stderr, from a polling thread off the timed path."""
-
-    def __init__(self, name: str, w: Workload, query: Any) -> None:
-        self.name, self.w, self.query = name, w, query
-        self._stop = threading.Event()
-        self._seen = -1
-        self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
-
-    def __enter__(self) -> ProgressLogger:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                p = self.query.lastProgress
-            except Exception:  # the query is stopping; the final numbers come from recentProgress
-                return
-            if p is None:
-                continue
-            d = p if isinstance(p, dict) else json.loads(p.json)
-            batch = int(d["batchId"])
-            if batch > self._seen and int(d["numInputRows"]) > 0:
-                self._seen = batch
-                say(
-                    f"{self.name} {self.w.dist}: epoch {batch + 1}/{self.w.total_epochs} "
-                    f"({_phase(self.w, batch)}) in "
-                    f"{d['durationMs'].get('triggerExecution', 0)} ms"
-                )
 
 
 def _write_state(path: Path, keys: list[str], counts: list[int]) -> None:
@@ -287,18 +192,18 @@ def run_rescaler(w: Workload, workdir: Path) -> dict[str, Any]:
             f"({_phase(w, report.epoch)}) {report.rows} rows, foreachBatch {report.duration_s:.3f} s"
         )
         if report.epoch == w.total_epochs - 1:
-            snapshot.extend(_progress_dicts(runner.query))
+            snapshot.extend(common.progress_batches(runner.query))
 
     runner = PipelineRunner(config, LocalControl(workdir / "control"), on_epoch=on_epoch)
     started = time.time()
-    sampler = PeakRssSampler().start()
+    sampler = common.PeakRssSampler().start()
     try:
         runner.run()
     finally:
         memory = sampler.stop()
     finished = time.time()
     try:  # the JVM object outlives spark.stop(); it may hold the trailing epoch too
-        progress = _progress_dicts(runner.query)
+        progress = common.progress_batches(runner.query)
     except Exception:
         progress = snapshot
 
@@ -324,72 +229,43 @@ def run_rescaler(w: Workload, workdir: Path) -> dict[str, Any]:
 
 
 def run_spark_contender(name: str, w: Workload, workdir: Path) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
-    from workers.config import RunnerConfig
-    from workers.runner import build_spark
-    from workers.sources.spark import GENERATOR
-
-    conf = [
-        ("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER),
-        ("spark.sql.shuffle.partitions", str(w.shuffle_partitions)),
-        ("spark.sql.streaming.numRecentProgressUpdates", "1000"),
-    ]
+    conf = shared_spark.spark_conf(w.shuffle_partitions)
     if name == "native_changelog":
-        conf.append((CHANGELOG_CONF, "true"))
-    # The project's session settings (build_spark), so only the stateful operator differs.
-    config = RunnerConfig(
-        spark_ui=False, state_dir=workdir, spark_master="local[2]", spark_conf=tuple(conf)
-    )
+        conf = (*conf, (CHANGELOG_CONF, "true"))
     checkpoint = workdir / "checkpoint"
     started = time.time()
-    sampler = PeakRssSampler().start()
-    spark = build_spark(config, f"steady-state-{name}")
-    try:
-        lines = spark.readStream.format(GENERATOR).options(**w.source_options()).load()
-        # The same split the wordcount pipeline does (one word per line: the key itself).
-        keys = lines.where(F.col("_malformed").isNull()).select(
-            F.explode(F.split("line", " ")).alias("key")
+    sampler = common.PeakRssSampler().start()
+    spark = shared_spark.spark_session(f"steady-state-{name}", workdir, conf)
+
+    def on_batch(d: dict[str, Any]) -> None:
+        batch = int(d["batchId"])
+        say(
+            f"{name} {w.dist}: epoch {batch + 1}/{w.total_epochs} ({_phase(w, batch)}) in "
+            f"{d['durationMs'].get('triggerExecution', 0)} ms"
         )
-        keys = keys.where(F.col("key") != "")
-        grouped = keys.groupBy("key")
+
+    try:
+        grouped = shared_spark.keys_grouped(spark, w.source_options())
         if name in ("native", "native_changelog"):
             counted = grouped.count()
         elif name == "tws":
-            counted = grouped.transformWithState(
-                CountProcessor(), "key string, count long", "Update", "None"
-            )
+            counted = shared_spark.tws_count(grouped)
         elif name == "tws_pandas":
             counted = grouped.transformWithStateInPandas(
                 PandasCountProcessor(), "key string, count long", "Update", "None"
             )
         else:
             raise ValueError(f"unknown contender {name!r}")
-        query = (
-            counted.writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="0 seconds")
-            .queryName(f"steady_state_{name}")
-            .start()
-        )
-        with ProgressLogger(name, w, query):
+        query = shared_spark.start_noop(counted, checkpoint, f"steady_state_{name}")
+        with common.ProgressPoller(query, on_batch):
             query.processAllAvailable()  # the source ends at max_rows: every epoch is done
         query.stop()
         memory = sampler.stop()
         finished = time.time()
-        progress = _progress_dicts(query)
+        progress = common.progress_batches(query)
 
         say(f"{name} {w.dist}: reading the state back (statestore reader)")
-        reader = spark.read.format("statestore")
-        if name.startswith("tws"):
-            reader = reader.option("stateVarName", "count")
-        value = "value.count" if name.startswith("native") else "value.value"
-        state = (
-            reader.load(str(checkpoint))
-            .select(F.col("key.key").alias("key"), F.col(value).alias("count"))
-            .toArrow()
-        )
+        state = shared_spark.read_counts(spark, checkpoint, native=name.startswith("native"))
         _write_state(
             workdir / "state.feather",
             state.column("key").to_pylist(),
@@ -408,121 +284,26 @@ def run_spark_contender(name: str, w: Workload, workdir: Path) -> dict[str, Any]
 
 def child_main(args: argparse.Namespace) -> int:
     w = Workload(**json.loads(args.child_workload))
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    say(f"{args.contender} {w.dist}: starting (pid {os.getpid()})")
-    if args.contender == "rescaler":
-        result = run_rescaler(w, workdir)
-    else:
-        result = run_spark_contender(args.contender, w, workdir)
-    result["state_file"] = str(workdir / "state.feather")
-    write_json(workdir / "result.json", result)
-    say(f"{args.contender} {w.dist}: done")
-    return 0
+    name = args.contender
+
+    def work(workdir: Path) -> dict[str, Any]:
+        if name == "rescaler":
+            result = run_rescaler(w, workdir)
+        else:
+            result = run_spark_contender(name, w, workdir)
+        return {**result, "state_file": str(workdir / "state.feather")}
+
+    return CHILD.serve(Path(args.workdir), f"{name} {w.dist}", work)
 
 
 # -- parent side: run the children, verify, summarize --------------------------------------------
-def _group_members(pgid: int) -> list[psutil.Process]:
-    members = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid:
-                members.append(proc)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            continue
-    return members
-
-
-def _reap_group(pgid: int) -> None:
-    """Stop whatever the child left in its own process group (a JVM, Python workers)."""
-    members = _group_members(pgid)
-    if not members:
-        return
-    # The JVM notices its driver is gone and exits by itself a moment later: give it the chance.
-    _, members = psutil.wait_procs(members, timeout=15)
-    if not members:
-        return
-    names = []
-    for proc in members:
-        with contextlib.suppress(psutil.Error):
-            names.append(f"{proc.pid}:{proc.name()}")
-    say(f"cleaning up leftover process(es) of group {pgid}: {', '.join(names)}")
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(members, timeout=10)
-    if alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-
-
-def run_child(contender: str, w: Workload, run_dir: Path) -> dict[str, Any]:
-    workdir = run_dir / f"{w.dist}-{contender}"
-    workdir.mkdir(parents=True)
-    log_path = workdir / "child.log"
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--contender",
-        contender,
-        "--child-workload",
-        json.dumps(asdict(w)),
-        "--workdir",
-        str(workdir),
-    ]
-    env = dict(os.environ)
-    # Spark's Python workers import `workers` (the source) and unpickle the processors.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    load = [round(x, 2) for x in os.getloadavg()]
-    say(f"{contender} {w.dist}: launching (load average {load})")
-    started = time.time()
-    # A new session: the child, its JVM and Python workers share a process group we can reap.
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    tail: list[str] = []
-    timer = threading.Timer(CHILD_TIMEOUT_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
-    try:
-        assert proc.stdout is not None
-        with open(log_path, "w", encoding="utf-8") as log_file:
-            for line in proc.stdout:
-                log_file.write(line)
-                # Only our own progress lines: Spark and its TWS workers are very chatty.
-                if line.startswith(f"[{LOG_PREFIX} "):
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
-                tail = [*tail[-59:], line.rstrip("\n")]
-        code = proc.wait()
-    finally:
-        timer.cancel()
-        _reap_group(proc.pid)
-    elapsed = round(time.time() - started, 1)
-    result_path = workdir / "result.json"
-    if code != 0 or not result_path.exists():
-        say(f"{contender} {w.dist}: FAILED (exit {code}); log {log_path}")
-        for line in tail[-25:]:
-            print(f"    {line}", file=sys.stderr)
-        return {
-            "error": f"exit code {code}",
-            "log_tail": tail[-25:],
-            "process_s": elapsed,
-            "load_avg_at_launch": load,
-        }
-    result: dict[str, Any] = json.loads(result_path.read_text("utf-8"))
-    result["process_s"] = elapsed
-    result["load_avg_at_launch"] = load
-    return result
-
-
-def _parse_ts(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+def run_contender(name: str, rnd: int, *, w: Workload, run_dir: Path) -> dict[str, Any]:
+    """One run of one contender in its own process, summarized (it is verified later)."""
+    args = ["--contender", name, "--child-workload", json.dumps(asdict(w))]
+    r = CHILD.run(args, run_dir / f"{w.dist}-{name}-{rnd}", f"{name} {w.dist} #{rnd + 1}")
+    if "progress" in r:
+        r["summary"] = summarize(r["progress"], w)
+    return r
 
 
 def summarize(progress: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
@@ -535,7 +316,9 @@ def summarize(progress: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
         return {"error": f"no progress (or no rows) for the measured epochs {list(wanted)}"}
 
     def end(p: dict[str, Any]) -> float:
-        return _parse_ts(p["timestamp"]) + p["duration_ms"]["triggerExecution"] / 1000
+        return (
+            common.spark_time(p["timestamp"]) + float(p["duration_ms"]["triggerExecution"]) / 1000
+        )
 
     trigger_ms = [p["duration_ms"]["triggerExecution"] for p in measured]
     rows = sum(p["rows"] for p in measured)
@@ -543,7 +326,7 @@ def summarize(progress: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
     before = by_batch.get(w.warmup - 1)
     # Wall time from the commit that ended the warm-up (or the first measured start) to the
     # commit of the last measured epoch: includes the gaps between batches.
-    wall_start = end(before) if before is not None else _parse_ts(measured[0]["timestamp"])
+    wall_start = end(before) if before is not None else common.spark_time(measured[0]["timestamp"])
     wall_s = end(measured[-1]) - wall_start
     components = sorted({k for p in measured for k in p["duration_ms"]})
     return {
@@ -559,8 +342,8 @@ def summarize(progress: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
         "wall_s": round(wall_s, 3),
         "rows_per_s": round(rows / busy_s, 1) if busy_s > 0 else None,
         "rows_per_s_wall": round(rows / wall_s, 1) if wall_s > 0 else None,
-        "p50_ms": percentile(trigger_ms, 50),
-        "p99_ms": percentile(trigger_ms, 99),
+        "p50_ms": common.percentile(trigger_ms, 50),
+        "p99_ms": common.percentile(trigger_ms, 99),
         "max_ms": max(trigger_ms),
         "mean_ms_by_component": {
             k: round(sum(p["duration_ms"].get(k, 0) for p in measured) / len(measured), 1)
@@ -578,16 +361,9 @@ class Oracle:
     def expected(self, w: Workload) -> dict[str, int]:
         if w not in self._cache:
             from workers.oracle import expected_from_generator
-            from workers.sources.generator import GeneratorConfig
 
             say(f"oracle {w.dist}: computing the expected state of {w.end_offset} records")
-            gen = GeneratorConfig(
-                kind="lines",
-                key_space=w.key_space,
-                zipf_s=w.zipf_s,
-                seed=w.seed,
-                words_per_line=1,
-            )
+            gen = common.generator_config(w)
             result = expected_from_generator("wordcount", gen, w.end_offset)
             self._cache[w] = result.state["word_count"]
         return self._cache[w]
@@ -596,49 +372,52 @@ class Oracle:
 def verify(state_file: Path, expected: dict[str, int]) -> dict[str, Any]:
     import pyarrow.feather as feather
 
-    from workers.oracle import compare
-
     table = feather.read_table(str(state_file))
     keys = table.column("key").to_pylist()
     actual = dict(zip(keys, table.column("count").to_pylist(), strict=True))
-    problems = compare(expected, actual)
-    if len(actual) != len(keys):
-        problems.append(f"{len(keys) - len(actual)} keys appear more than once in the state")
-    return {
-        "exact": not problems,
-        "keys_expected": len(expected),
-        "keys_actual": len(actual),
-        "total_expected": sum(expected.values()),
-        "total_actual": sum(actual.values()),
-        "problems": problems[:12],
-    }
+    return common.compare_counts(expected, actual, len(keys) - len(actual))
 
 
-def _fmt_int(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+FIGURES: common.Figures = {
+    "rows_per_s": lambda r: common.dig(r, "summary", "rows_per_s"),
+    "rows_per_s_wall": lambda r: common.dig(r, "summary", "rows_per_s_wall"),
+    "p50_ms": lambda r: common.dig(r, "summary", "p50_ms"),
+    "p99_ms": lambda r: common.dig(r, "summary", "p99_ms"),
+    "peak_rss_mb": lambda r: common.dig(r, "memory", "peak_rss_mb"),
+}
+
+
+def add_ratios(contenders: dict[str, dict[str, Any]]) -> None:
+    """Each contender's ``ratio_vs_rescaler`` headline: rescaler rows/s ÷ its rows/s, round by
+    round (runs at one index shared a round, so they saw the same stretch of load)."""
+    base = [
+        common.dig(r, "summary", "rows_per_s")
+        for r in common.dig(contenders, "rescaler", "runs") or []
+    ]
+    for c in contenders.values():
+        other = [common.dig(r, "summary", "rows_per_s") for r in c["runs"]]
+        c["headline"]["ratio_vs_rescaler"] = common.spread(
+            round(a / b, 3) if a and b else None for a, b in zip(base, other, strict=False)
+        )
 
 
 def table_for(dist: str, contenders: dict[str, dict[str, Any]]) -> str:
-    base = contenders.get("rescaler", {}).get("summary", {}).get("rows_per_s")
     rows = []
-    for name, r in contenders.items():
-        s = r.get("summary", {})
-        if "error" in r or "error" in s:
-            rows.append([LABELS[name], "failed", "", "", "", "", "", r.get("error") or s["error"]])
+    for name, c in contenders.items():
+        h = c["headline"]
+        if h["rows_per_s"] is None:  # not one run gave numbers
+            rows.append([LABELS[name], "failed", "", "", "", "", "", common.first_error(c["runs"])])
             continue
-        ratio = f"{base / s['rows_per_s']:.2f}x" if base and s.get("rows_per_s") else "-"
-        v = r["verification"]
-        exact = "yes" if v["exact"] else f"NO ({len(v['problems'])} problems)"
         rows.append(
             [
                 LABELS[name],
-                _fmt_int(s["rows_per_s"]),
-                _fmt_int(s["rows_per_s_wall"]),
-                ratio,
-                _fmt_int(s["p50_ms"]),
-                _fmt_int(s["p99_ms"]),
-                _fmt_int(r["memory"]["peak_rss_mb"]),
-                exact,
+                common.fmt_spread(h["rows_per_s"]),
+                common.fmt_spread(h["rows_per_s_wall"]),
+                common.fmt_spread(h["ratio_vs_rescaler"], ".2f", "x"),
+                common.fmt_spread(h["p50_ms"]),
+                common.fmt_spread(h["p99_ms"]),
+                common.fmt_spread(h["peak_rss_mb"]),
+                common.exact_cell(c["runs"]),
             ]
         )
     headers = [
@@ -651,47 +430,48 @@ def table_for(dist: str, contenders: dict[str, dict[str, Any]]) -> str:
         "peak MB",
         "exact",
     ]
-    return f"== {dist} ==\n" + format_table(headers, rows)
+    return f"== {dist} ==\n" + common.format_table(headers, rows)
 
 
 def goals(contenders: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The issue's goals, measured (not asserted): rescaler ≥ 10x tws and ≥ 1.5x native."""
-
-    def rps(name: str) -> float | None:
-        value = contenders.get(name, {}).get("summary", {}).get("rows_per_s")
-        return float(value) if value else None
-
+    """The issue's goals, measured (not asserted): rescaler ≥ 10x tws and ≥ 1.5x native, by the
+    median of the rounds' ratios (min and max beside it)."""
     out: dict[str, Any] = {}
-    base = rps("rescaler")
     for name, target in (("tws", 10.0), ("native", 1.5)):
-        other = rps(name)
-        if base and other:
-            ratio = base / other
-            out[f"vs_{name}"] = {"ratio": round(ratio, 2), "goal": target, "met": ratio >= target}
+        ratio = common.dig(contenders, name, "headline", "ratio_vs_rescaler")
+        if ratio is not None:
+            out[f"vs_{name}"] = {
+                "ratio": round(ratio["median"], 2),
+                "min": ratio["min"],
+                "max": ratio["max"],
+                "goal": target,
+                "met": ratio["median"] >= target,
+            }
     return out
 
 
 def plot(path: Path, results: dict[str, Any], w_by_dist: dict[str, Workload]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Epoch latency per contender, one line per run (one colour per contender)."""
     from matplotlib.ticker import MaxNLocator
 
+    plt = common.pyplot()
     dists = list(results)
     fig, axes = plt.subplots(1, len(dists), figsize=(7 * len(dists), 4.8), squeeze=False)
     for ax, dist in zip(axes[0], dists, strict=True):
         w = w_by_dist[dist]
-        for name, r in results[dist]["contenders"].items():
-            progress = sorted(r.get("progress", []), key=lambda p: p["batch"])
-            points = [
-                (p["batch"], p["duration_ms"]["triggerExecution"])
-                for p in progress
-                if p["rows"] > 0 and p["batch"] < w.warmup + w.epochs
-            ]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", markersize=3, label=LABELS[name])
+        for i, (name, c) in enumerate(results[dist]["contenders"].items()):
+            legend: str | None = LABELS[name]
+            for r in c["runs"]:
+                progress = sorted(r.get("progress", []), key=lambda p: p["batch"])
+                points = [
+                    (p["batch"], p["duration_ms"]["triggerExecution"])
+                    for p in progress
+                    if p["rows"] > 0 and p["batch"] < w.warmup + w.epochs
+                ]
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    ax.plot(xs, ys, marker="o", markersize=3, color=f"C{i}", label=legend)
+                    legend = None  # one legend entry per contender
         if w.warmup:
             ax.axvspan(-0.5, w.warmup - 0.5, color="0.9", label="warm-up")
         ax.set_yscale("log")
@@ -704,23 +484,17 @@ def plot(path: Path, results: dict[str, Any], w_by_dist: dict[str, Workload]) ->
         )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def parent_main(args: argparse.Namespace) -> int:
     if args.quick:
         args.rows_per_epoch, args.key_space, args.epochs, args.warmup = 20_000, 50_000, 3, 1
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    unknown = [c for c in contenders if c not in CONTENDERS]
-    if unknown:
-        raise SystemExit(f"unknown contenders {unknown}; choose from {', '.join(CONTENDERS)}")
+    contenders = common.parse_names(args.contenders, CONTENDERS, "contenders")
     dists = ["zipf", "uniform"] if args.dist == "both" else [args.dist]
-    stem = "steady_state_quick" if args.quick and args.out is None else "steady_state"
-    out = Path(args.out) if args.out else RESULTS_DIR / f"{stem}.json"
-    png = out.with_suffix(".png")
+    out = common.results_path(args.out, "steady_state", args.quick)
+    # Before anything that loads the machine: a loaded start skews every number.
+    validity, load_before = common.check_load(args.allow_load, prefix=LOG_PREFIX)
 
     workloads = {
         dist: Workload(
@@ -734,51 +508,52 @@ def parent_main(args: argparse.Namespace) -> int:
         )
         for dist in dists
     }
-    machine = machine_info()
+    machine = common.machine_info()
     say(
-        f"{len(contenders)} contenders x {len(dists)} distributions; "
+        f"{len(contenders)} contenders x {len(dists)} distributions x {args.repeat} runs; "
         f"{args.rows_per_epoch:,} rows/epoch, {args.key_space:,} keys, "
-        f"{args.warmup} warm-up + {args.epochs} measured epochs; load {machine['load_avg_at_start']}"
+        f"{args.warmup} warm-up + {args.epochs} measured epochs; load {load_before}"
     )
-    run_dir = Path(tempfile.mkdtemp(prefix="steady_state-"))
     oracle = Oracle()
     results: dict[str, Any] = {}
+    launches: list[dict[str, Any]] = []
     started = time.time()
-    try:
+    with common.RunDir("steady_state-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
         for dist, w in workloads.items():
-            per: dict[str, dict[str, Any]] = {}
-            for name in contenders:
-                r = run_child(name, w, run_dir)
-                if "progress" in r:
-                    r["summary"] = summarize(r["progress"], w)
-                per[name] = r
+            run_one = functools.partial(run_contender, w=w, run_dir=run_dir.path)
+            runs, at_launch = common.run_rounds(contenders, args.repeat, run_one)
+            launches += [{"dist": dist, **launch} for launch in at_launch]
             # The oracle runs after this distribution's contenders, never beside one of them.
             expected = oracle.expected(w)
-            for name, r in per.items():
-                if "state_file" in r:
-                    r["verification"] = verify(Path(r.pop("state_file")), expected)
-                    v = r["verification"]
-                    say(
-                        f"{name} {dist}: exact={v['exact']} keys {v['keys_actual']:,}/"
-                        f"{v['keys_expected']:,} total {v['total_actual']:,}/{v['total_expected']:,}"
-                    )
+            for name, attempts in runs.items():
+                for r in attempts:
+                    if "state_file" in r:
+                        r["verification"] = verify(Path(r.pop("state_file")), expected)
+                        v = r["verification"]
+                        say(
+                            f"{name} {dist} #{r['round'] + 1}: exact={v['exact']} keys "
+                            f"{v['keys_actual']:,}/{v['keys_expected']:,} total "
+                            f"{v['total_actual']:,}/{v['total_expected']:,}"
+                        )
+            per = {name: common.combine_runs(attempts, FIGURES) for name, attempts in runs.items()}
+            add_ratios(per)
             results[dist] = {"workload": asdict(w), "contenders": per, "goals": goals(per)}
-    finally:
-        if args.keep:
-            say(f"kept the run directory {run_dir}")
-        else:
-            shutil.rmtree(run_dir, ignore_errors=True)
 
-    tables = [table_for(dist, results[dist]["contenders"]) for dist in results]
+    trust = common.trust_fields(validity, load_before, launches)
+    tables = [
+        common.with_verdict(table_for(dist, results[dist]["contenders"]), trust) for dist in results
+    ]
     legend = (
         "rows/s: rows / sum of triggerExecution over the measured epochs; rows/s wall: rows / "
-        "wall time between commits; ratio vs rescaler: rescaler rows/s ÷ this contender's "
-        "(goals: ≥10x transformWithState, ≥1.5x native); peak MB: summed RSS of the contender's "
-        "process tree; exact: full state equals the oracle key for key"
+        "wall time between commits; ratio vs rescaler: rescaler rows/s ÷ this contender's, per "
+        "round (goals: ≥10x transformWithState, ≥1.5x native); peak MB: summed RSS of the "
+        "contender's process tree; each figure: median [min, max] over the interleaved runs; "
+        "exact: every run's full state equals the oracle key for key"
     )
     report = {
         "benchmark": "steady_state",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": common.command_line(),
+        **trust,
         "machine": machine,
         "parameters": {
             "contenders": contenders,
@@ -795,6 +570,8 @@ def parent_main(args: argparse.Namespace) -> int:
             "trigger": "processingTime 0 (back to back)",
             "latency_measure": "StreamingQueryProgress.durationMs.triggerExecution",
             "memory_measure": "summed RSS of the process tree, sampled every 100 ms",
+            "repeat": args.repeat,
+            "order": "interleaved, every contender once per round, reversed every other round",
             "quick": args.quick,
         },
         "elapsed_s": round(time.time() - started, 1),
@@ -802,19 +579,21 @@ def parent_main(args: argparse.Namespace) -> int:
         "tables": tables,
         "results": results,
     }
-    write_json(out, report)
-    try:
-        plot(png, results, workloads)
-    except Exception as exc:  # a plot must never cost the numbers
-        say(f"plot failed: {exc!r}")
+    png = common.save_report(out, report, lambda p: plot(p, results, workloads), prefix=LOG_PREFIX)
     print("\n\n".join(tables))
     print(f"\n{legend}")
     for dist in results:
         for key, g in results[dist]["goals"].items():
-            print(f"{dist}: rescaler {key}: {g['ratio']}x (goal {g['goal']}x, met: {g['met']})")
+            print(
+                f"{dist}: rescaler {key}: {g['ratio']}x [{g['min']}, {g['max']}] "
+                f"(goal {g['goal']}x, met: {g['met']})"
+            )
     print(f"\nJSON: {out}\nplot: {png}")
     failed = [
-        f"{d}/{n}" for d in results for n, r in results[d]["contenders"].items() if "error" in r
+        f"{d}/{n}"
+        for d in results
+        for n, c in results[d]["contenders"].items()
+        if any("error" in r for r in c["runs"])
     ]
     return 1 if failed else 0
 
@@ -835,6 +614,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--shuffle-partitions", type=int, default=4, help="state partitions of Spark contenders"
     )
+    common.add_trust_args(p)
     p.add_argument("--quick", action="store_true", help="20k rows, 50k keys, 1+3 epochs")
     p.add_argument("--out", help="JSON path (default bench/results/steady_state[_quick].json)")
     p.add_argument("--keep", action="store_true", help="keep checkpoints, stores and child logs")
