@@ -28,6 +28,7 @@ from workers.state import (
     VnodeStats,
     checksum_items,
     encode_key,
+    max_user_key_bytes,
     open_store,
     vnode_range,
 )
@@ -160,6 +161,16 @@ def test_failed_commit_writes_nothing(backend: str, store: StateStore) -> None:
         with pytest.raises(StateStoreError, match=r"(?i)size"):
             store.commit_epoch(1, [new(k(1, b"c"), b"y"), new(k(1, b"x" * 600), b"z")])
     assert snapshot(store) == before
+
+
+def test_the_declared_key_limit_is_the_backends_own(backend: str, store: StateStore) -> None:
+    """The API refuses a too long key from the declared limit, without opening a store: the
+    limit must be exactly where the backend's own refusal starts."""
+    longest = max_user_key_bytes(backend)
+    assert store.commit_epoch(0, [new(k(1, b"x" * (longest or 4096)), b"v")])
+    if longest is not None:
+        with pytest.raises(StateStoreError, match=r"(?i)size"):
+            store.commit_epoch(1, [new(k(1, b"y" * (longest + 1)), b"v")])
 
 
 def test_stats_follow_updates(store: StateStore) -> None:
