@@ -10,7 +10,10 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from dashboard.api.selectors import cluster_info, operation_list
+from dashboard.console import METRICS, cluster_matrix
 from rescaler.health import down_components, system_health
+from rescaler.operations.models import RescaleOperation
 
 
 def _health_body() -> tuple[bool, dict[str, Any]]:
@@ -54,20 +57,37 @@ def _component_rows(components: dict[str, dict[str, Any]]) -> list[dict[str, Any
     ]
 
 
+def _matrix_context() -> dict[str, Any]:
+    cluster = cluster_info()
+    return {"matrix": cluster_matrix(cluster), "metrics": METRICS, "cluster": cluster}
+
+
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """The cluster's status page; the last-epoch ticker updates live over ws/cluster/."""
+    """The cluster page: component health, the fragment × PU matrix and running operations.
+    The last-epoch ticker and the matrix update live over ws/cluster/."""
     ok, body = _health_body()
     last_epoch = body["components"]["runner"].get("last_epoch")
+    running = operation_list().exclude(status__in=RescaleOperation.FINAL)[:20]
     return render(
         request,
-        "dashboard/home.html",
+        "dashboard/cluster.html",
         {
+            **_matrix_context(),
             "health": body,
             "all_up": ok,
             "components": _component_rows(body["components"]),
             # The runner reports -1 until its first epoch commits.
             "last_epoch": last_epoch if isinstance(last_epoch, int) and last_epoch >= 0 else None,
+            "running": running,
         },
     )
+
+
+@never_cache
+@login_required
+@require_GET
+def matrix_partial(request: HttpRequest) -> HttpResponse:
+    """The matrix alone, re-fetched by the page when the cluster changes."""
+    return render(request, "dashboard/partials/matrix.html", _matrix_context())

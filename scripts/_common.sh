@@ -74,5 +74,19 @@ require_java() {
     die "Java is not installed; Spark needs it (Debian: apt-get install -y openjdk-17-jre-headless)."
 }
 
+# The browser of the e2e tests: Debian's chromium (Playwright cannot download its own here).
+require_chromium() {
+  if [[ -n "${CHROMIUM:-}" ]] || command -v chromium >/dev/null 2>&1; then
+    return 0
+  fi
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    say "Installing Debian's chromium for the browser tests (once; about 100 MB)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } ||
+      die "could not install chromium (apt-get install -y chromium); the e2e tests need it."
+    return 0
+  fi
+  die "chromium is not installed; the e2e tests need it (as root: apt-get install -y chromium, or set CHROMIUM to a Chromium binary)."
+}
+
 # Seconds since the epoch, for durations.
 now_s() { date +%s; }

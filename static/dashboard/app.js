@@ -31,6 +31,8 @@
         return;
       }
       if (message.type === "epoch.committed") onEpoch(message);
+      // any cluster event may have changed the matrix: the console re-fetches it
+      document.dispatchEvent(new CustomEvent("rescaler:cluster-changed", { detail: message }));
     });
 
     socket.addEventListener("close", () => {

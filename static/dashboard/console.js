@@ -1,0 +1,121 @@
+// Rescaler console: the fragment × PU matrix. The server renders it (dashboard/console.py);
+// this script switches the metric it is coloured by, lists a cell's vnodes, and re-fetches the
+// rendered matrix when the cluster changes (events from app.js), at most once a second.
+(function () {
+  "use strict";
+
+  const $ = (id) => document.getElementById(id);
+  let metric = "vnodes";
+  let selected = null; // "fragment/pu" of the cell whose vnodes are listed
+
+  function number(value) {
+    return Number(value).toLocaleString();
+  }
+
+  function bytes(value) {
+    const units = ["B", "KB", "MB", "GB", "TB"];
+    let v = Number(value);
+    let i = 0;
+    while (v >= 1024 && i < units.length - 1) {
+      v /= 1024;
+      i += 1;
+    }
+    return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+  }
+
+  function show(value) {
+    return metric === "bytes" ? bytes(value) : number(value);
+  }
+
+  function paint() {
+    for (const cell of document.querySelectorAll("button.cell")) {
+      const heat = Number(cell.dataset[`heat${metric[0].toUpperCase()}${metric.slice(1)}`] || 0);
+      cell.style.setProperty("--heat", String(heat));
+      cell.classList.toggle("hot", heat > 0.6);
+      cell.querySelector(".value").textContent = show(cell.dataset[metric]);
+      const key = `${cell.dataset.fragment}/${cell.dataset.pu}`;
+      cell.setAttribute("aria-pressed", key === selected ? "true" : "false");
+    }
+    for (const td of document.querySelectorAll("td.skew")) {
+      td.textContent = td.dataset[`skew${metric[0].toUpperCase()}${metric.slice(1)}`] || "–";
+    }
+    detail();
+  }
+
+  function detail() {
+    const box = $("cell-detail");
+    if (!box) return;
+    const cell = selected
+      ? document.querySelector(
+          `button.cell[data-fragment="${CSS.escape(selected.split("/")[0])}"][data-pu="${selected.split("/")[1]}"]`,
+        )
+      : null;
+    if (!cell) {
+      box.hidden = true;
+      return;
+    }
+    const list = cell.dataset.vnodeList ? cell.dataset.vnodeList.split(",") : [];
+    box.replaceChildren();
+    const title = document.createElement("div");
+    const strong = document.createElement("strong");
+    strong.textContent = `${cell.dataset.fragment} on PU ${cell.dataset.pu}`;
+    title.append(
+      strong,
+      ` — ${number(cell.dataset.vnodes)} vnodes, ${number(cell.dataset.keys)} keys, ` +
+        `${bytes(cell.dataset.bytes)}, ${number(cell.dataset.rows)} records in the last epoch`,
+    );
+    const vnodes = document.createElement("div");
+    vnodes.className = "vnodes";
+    vnodes.textContent = list.length ? `vnodes: ${list.join(" ")}` : "no vnodes";
+    box.append(title, vnodes);
+    box.hidden = false;
+  }
+
+  // --- live: re-fetch the rendered matrix --------------------------------------------------
+  let pending = false;
+  let last = 0;
+
+  async function refresh() {
+    pending = false;
+    last = Date.now();
+    try {
+      const response = await fetch("/partials/matrix", { headers: { Accept: "text/html" } });
+      if (!response.ok) return;
+      const holder = document.createElement("div");
+      holder.innerHTML = await response.text();
+      const fresh = holder.querySelector("#matrix");
+      const current = $("matrix");
+      if (fresh && current) {
+        current.replaceWith(fresh);
+        paint();
+      }
+    } catch (err) {
+      // the next event tries again; app.js shows whether the page is live
+    }
+  }
+
+  function scheduleRefresh() {
+    if (pending) return;
+    pending = true;
+    window.setTimeout(refresh, Math.max(0, 1000 - (Date.now() - last)));
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    if (!$("matrix")) return;
+    for (const input of document.querySelectorAll('fieldset.metric input[name="metric"]')) {
+      input.addEventListener("change", () => {
+        metric = input.value;
+        paint();
+      });
+    }
+    document.addEventListener("click", (event) => {
+      const cell = event.target.closest("button.cell");
+      if (!cell) return;
+      const key = `${cell.dataset.fragment}/${cell.dataset.pu}`;
+      selected = selected === key ? null : key;
+      paint();
+    });
+    document.addEventListener("rescaler:cluster-changed", scheduleRefresh);
+    paint();
+  });
+})();

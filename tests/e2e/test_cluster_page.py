@@ -1,0 +1,88 @@
+"""The cluster page in a real browser: the fragment × PU matrix, its metrics, a cell's vnodes,
+and a live update pushed over the websocket when the placement changes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rescaler.cluster import services as cluster_services
+from tests.e2e.conftest import screenshot, sign_in
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, register_cluster
+from workers.control import EpochReport, PuLoad, Topology
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def as_the_runner(action: Callable[[], None]) -> None:
+    """Run ``action`` in a thread of its own, as the runner's reports arrive: Playwright's
+    event loop in this thread would refuse the synchronous channel-layer publish."""
+    thread = threading.Thread(target=action)
+    thread.start()
+    thread.join(timeout=30)
+
+
+def cell(page: Any, pu: int) -> Any:
+    return page.locator(f'button.cell[data-fragment="{FRAGMENT}"][data-pu="{pu}"]')
+
+
+def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live_url: str) -> None:
+    as_the_runner(lambda: register_cluster(vnodes=16, initial_pus=(0, 1)) and None)
+    page = sign_in(browser, live_url, "viewer")
+
+    # the matrix: one row per stateful fragment, a column per PU, a cell where it runs
+    assert page.locator("table.matrix tbody tr").count() == 1
+    assert page.locator("table.matrix thead th.pu").count() == 4  # PUs 0-3 of local-0
+    assert cell(page, 0).inner_text() == "8" and cell(page, 1).inner_text() == "8"
+    assert cell(page, 2).count() == 0, "the fragment does not run on PU 2"
+    assert page.locator("td.skew").inner_text() == "1.00"
+
+    # another metric: keys (register_cluster reports 10 keys per vnode)
+    page.get_by_label("keys", exact=True).check()
+    assert cell(page, 0).inner_text() == "80"
+    # a cell lists its vnodes, for the keyboard too
+    cell(page, 1).focus()
+    page.keyboard.press("Enter")
+    detail = page.locator("#cell-detail")
+    assert "word_count on PU 1" in detail.inner_text()
+    assert "vnodes: 8 9 10 11 12 13 14 15" in detail.inner_text()
+    page.wait_for_selector('#ws-state:text("connected")')
+    screenshot(page, "cluster")
+
+    # the runner moves four vnodes to PU 2 and commits an epoch: the page follows, no reload
+    mapping = [0] * 6 + [2] * 4 + [1] * 6
+
+    def move_and_commit() -> None:
+        cluster_services.topology_register(
+            topology=Topology(
+                pipeline=PIPELINE,
+                workers={"local-0": [0, 1, 2, 3]},
+                fragments={
+                    FRAGMENT: {"kind": "stateful", "region": 1, "vnodes": 16, "key": "word",
+                               "operator": "count", "pus": [0, 1, 2], "mapping": mapping,
+                               "version": 2},
+                },
+                spark={"alive": True, "master": "local[2]"},
+            )
+        )  # fmt: skip
+        cluster_services.epoch_record(
+            report=EpochReport(
+                pipeline=PIPELINE, epoch=5, rows=10, malformed=0, duration_s=0.1,
+                committed_at=time.time(), source_offset={"offset": 10},
+                per_pu=[PuLoad(FRAGMENT, pu, 3, 10, 100) for pu in (0, 1, 2)],
+                per_vnode={FRAGMENT: {v: (10, 100 + v) for v in range(16)}},
+                mapping_versions={FRAGMENT: 2},
+            )
+        )  # fmt: skip
+
+    published = time.monotonic()
+    as_the_runner(move_and_commit)
+    page.wait_for_selector(f'button.cell[data-fragment="{FRAGMENT}"][data-pu="2"]', timeout=10_000)
+    seen = time.monotonic() - published
+    assert cell(page, 2).inner_text() == "40", "the chosen metric (keys) is kept"
+    assert "mapping v2" in page.locator("table.matrix tbody th.frag").inner_text()
+    print(f"placement change to matrix on screen: {seen:.2f}s")
