@@ -129,7 +129,12 @@ class BarrierTicks:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text(str(value), "ascii")
         os.replace(tmp, self.path)
+        again = self._last_tick is not None  # Spark has not started an epoch for the last one
         self._last_tick = self._clock()
         self.forced += 1
-        log.info("control work waits between epochs: forcing a barrier (tick %d)", value)
+        log.log(
+            logging.DEBUG if again else logging.INFO,
+            "control work waits between epochs: forcing a barrier (tick %d)",
+            value,
+        )
         return value

@@ -90,13 +90,18 @@ def request(change: dict[str, list[int]], strategy: str, granularity: Any) -> Re
 
 
 def orchestrator(
-    state: Path, runner: RunnerProcess, op: str, req: RescheduleRequest
+    state: Path,
+    runner: RunnerProcess,
+    op: str,
+    req: RescheduleRequest,
+    *,
+    step_timeout_s: float = 30,  # a healthy idle operation must never trip the watchdog
 ) -> Orchestrator:
     return Orchestrator(
         LocalChannel(LocalControl(runner.control_dir)),
         op,
         plan_local(state / PIPELINE, req),
-        step_timeout_s=30,  # a healthy idle operation must never trip the watchdog
+        step_timeout_s=step_timeout_s,
     )
 
 
@@ -220,7 +225,11 @@ def test_kill_9_while_idle_mid_operation_then_restart(tmp_path: Path) -> None:
     runner = launch(state, inbox)
     wait_idle(runner, 2_000)
     orch = orchestrator(
-        state, runner, "idle-kill", request({"added_parallel_units": [2, 3]}, "live", BATCHED)
+        state,
+        runner,
+        "idle-kill",
+        request({"added_parallel_units": [2, 3]}, "live", BATCHED),
+        step_timeout_s=300,  # the restart (a new JVM) takes longer than a healthy step
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
