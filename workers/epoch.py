@@ -29,6 +29,7 @@ from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import SlotActions
 from workers.state import open_store
 from workers.state.base import StateStore, Update, encode_key
+from workers.vectorised import apply_batch
 
 ARROW_TYPES = {"int64": pa.int64(), "double": pa.float64(), "string": pa.string()}
 
@@ -51,13 +52,16 @@ class TaskSpec:
     fragment: str
     operator: KeyedOperator
     epoch: int
-    pus: tuple[int, ...]  # Spark partition i runs PU pus[i]
-    owned: tuple[tuple[int, ...], ...]  # owned[i]: the vnodes PU pus[i] applies records of
+    parallel_units: tuple[int, ...]  # Spark partition i runs PU parallel_units[i]
+    owned: tuple[
+        tuple[int, ...], ...
+    ]  # owned[i]: the vnodes PU parallel_units[i] applies records of
     state_root: str
     backend: str
     terminal: bool  # the last fragment writes the sink instead of emitting outputs
-    actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU pus[i]
+    actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU parallel_units[i]
     sink_retention: int = 50
+    vectorised: bool = True  # False: every operator takes the per-key path (tests, benchmarks)
 
     def slot_actions(self, slot: int) -> SlotActions:
         return self.actions[slot] if self.actions else SlotActions()
@@ -224,13 +228,45 @@ def _acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Tabl
     return read_hold([Path(p) for p in actions.replay_files], set(actions.replay_vnodes))
 
 
+def _check_owned(spec: TaskSpec, slot: int, vnodes: pa.ChunkedArray) -> None:
+    owned = pa.array(spec.owned[slot], vnodes.type)
+    stray = pc.unique(vnodes.filter(pc.invert(pc.is_in(vnodes, value_set=owned))))
+    if len(stray):
+        raise RoutingError(
+            f"{spec.fragment} PU {spec.parallel_units[slot]}, epoch {spec.epoch}: records of "
+            f"vnodes {sorted(stray.to_pylist())[:8]} it does not own"
+        )
+
+
+def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa.Table:
+    """Fold the epoch's records into the store and commit; returns the epoch's outputs.
+
+    Built-in operators take the vectorised path (one read, arrays, one column commit) unless
+    the spec turns it off; custom operators, and batches the arrays cannot take exactly, the
+    per-key path. Both commit updates, outputs and the marker in one atomic write.
+    """
+    operator = spec.operator
+    batch = None
+    if spec.vectorised:
+        cols = _columns("key", "seq", "vnode", *operator.columns)
+        batch = apply_batch(operator, records.select(cols), store.get_column)
+    if batch is not None:
+        store.commit_columns(spec.epoch, batch.updates, outputs=_ipc_bytes(batch.outputs))
+        return batch.outputs
+    vnodes = dict(zip(records.column("key").to_pylist(), records.column("vnode").to_pylist()))
+    cols = _columns("key", "seq", *operator.columns)
+    updates, outputs = apply_records(store, operator, records.select(cols), vnodes)
+    store.commit_epoch(spec.epoch, updates, outputs=_ipc_bytes(outputs))
+    return outputs
+
+
 def run_task(
     spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """Process one PU's slice of one epoch. ``slot`` is the Spark partition index."""
     started = time.perf_counter()
     schema = output_schema(spec.operator)
-    pu = spec.pus[slot]
+    pu = spec.parallel_units[slot]
     actions = spec.slot_actions(slot)
     received = list(batches)
     held = None
@@ -275,20 +311,11 @@ def run_task(
             n_records = records.num_rows if records is not None else 0
             if n_records:
                 assert records is not None
-                vnode_col = records.column("vnode").to_pylist()
-                owned = set(spec.owned[slot])
-                stray = set(vnode_col) - owned
-                if stray:
-                    raise RoutingError(
-                        f"{spec.fragment} PU {pu}, epoch {spec.epoch}: records of vnodes "
-                        f"{sorted(stray)[:8]} it does not own"
-                    )
-                vnodes = dict(zip(records.column("key").to_pylist(), vnode_col))
-                cols = _columns("key", "seq", *spec.operator.columns)
-                updates, outputs = apply_records(store, spec.operator, records.select(cols), vnodes)
+                _check_owned(spec, slot, records.column("vnode"))
+                outputs = _fold_and_commit(spec, store, records)
             else:
-                updates, outputs = [], empty_outputs(spec.operator)
-            store.commit_epoch(spec.epoch, updates, outputs=_ipc_bytes(outputs))
+                outputs = empty_outputs(spec.operator)
+                store.commit_epoch(spec.epoch, [], outputs=_ipc_bytes(outputs))
         stats = store.vnode_stats()
     finally:
         store.close()

@@ -5,6 +5,11 @@ it defines :meth:`KeyedOperator.combine`, one pre-aggregated row per key compute
 returns the key's new state and the rows it emits downstream. State is serialized as one version
 byte followed by msgpack, so it is compact and a future encoding can read an old one.
 
+The built-in operators also run vectorised (``workers/vectorised.py``: a whole epoch slice on
+arrays), so their encodings are laid out for arrays: the numeric ones write msgpack's fixed-width
+forms (:class:`FixedForm`, still version 1: any msgpack reader reads them), ``UserActivity``
+writes a columnar layout (version 2; version 1 values are read and rewritten on their next update).
+
 Writing your own operator::
 
     class LastPage(KeyedOperator):
@@ -24,13 +29,18 @@ State must be msgpack-serializable (None, bool, int, float, str, bytes, list, di
 
 from __future__ import annotations
 
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any, ClassVar
 
 import msgpack
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from workers.columnar import binary_from_parts, binary_parts, gather_segments
 
 Record = tuple[Any, ...]
 Output = tuple[Any, ...]  # (output key, *output_fields)
@@ -87,20 +97,100 @@ class KeyedOperator(ABC):
         return self.name
 
 
+class FixedForm:
+    """A state of a few int64/float64 numbers in msgpack's fixed-width forms.
+
+    msgpack writes small integers in one byte and larger ones in 3, 5 or 9, so a column of
+    compact values has no fixed stride. Always writing the 9-byte forms (``0xd3`` int 64,
+    ``0xcb`` float 64, inside a ``fixarray`` when there are several) keeps the value valid
+    msgpack that any reader (``KeyedOperator.decode``, older code) reads as before, and gives every
+    value of an operator one width, so numpy reads a whole column of them as one record array.
+    """
+
+    _TAGS = {"i": 0xD3, "f": 0xCB}
+    _TYPES = {"i": ">i8", "f": ">f8"}
+
+    def __init__(self, version: int, kinds: str) -> None:
+        """``kinds``: one letter per number, ``i`` (int64) or ``f`` (float64)."""
+        self.version = version
+        self.kinds = kinds
+        fields: list[tuple[str, str]] = [("version", "u1")]
+        codes = ">B"
+        self.prefix: tuple[int, ...] = (version,)
+        if len(kinds) > 1:
+            fields.append(("array", "u1"))
+            codes += "B"
+            self.prefix += (0x90 | len(kinds),)
+        for i, kind in enumerate(kinds):
+            fields += [(f"tag{i}", "u1"), (f"v{i}", self._TYPES[kind])]
+            codes += "Bq" if kind == "i" else "Bd"
+        self.dtype = np.dtype(fields)
+        self.struct = struct.Struct(codes)
+
+    def pack(self, *values: float) -> bytes:
+        """One state's bytes (the per-key path's encoding)."""
+        args: list[Any] = list(self.prefix)
+        for kind, value in zip(self.kinds, values, strict=True):
+            args += [self._TAGS[kind], value]
+        return self.struct.pack(*args)
+
+    def pack_columns(self, columns: Sequence[np.ndarray]) -> pa.LargeBinaryArray:
+        """The states of a batch of keys, one per row of ``columns``, as the bytes of :meth:`pack`."""
+        n = len(columns[0])
+        rows = np.empty(n, self.dtype)
+        rows["version"] = self.version
+        if len(self.kinds) > 1:
+            rows["array"] = self.prefix[1]
+        for i, (kind, column) in enumerate(zip(self.kinds, columns, strict=True)):
+            rows[f"tag{i}"] = self._TAGS[kind]
+            rows[f"v{i}"] = column
+        return binary_from_parts(np.full(n, self.dtype.itemsize, np.int64), rows.view(np.uint8))
+
+    def unpack_columns(self, values: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(in_form, columns): which values are in this fixed form, and their numbers.
+
+        Null values and values in another form (msgpack's compact forms, written before the
+        fixed form existed) are not in the form; their rows of ``columns`` are zero.
+        """
+        n = len(values)
+        offsets, data = binary_parts(values)
+        size = self.dtype.itemsize
+        in_form = np.asarray(values.is_valid(), bool) & (np.diff(offsets) == size)
+        rows = np.zeros(n, self.dtype)
+        candidates = np.flatnonzero(in_form)
+        if len(candidates):
+            raw = gather_segments(data, offsets[candidates], np.full(len(candidates), size))
+            found = raw.view(self.dtype)
+            ok = found["version"] == self.version
+            if len(self.kinds) > 1:
+                ok &= found["array"] == self.prefix[1]
+            for i, kind in enumerate(self.kinds):
+                ok &= found[f"tag{i}"] == self._TAGS[kind]
+            in_form[candidates[~ok]] = False
+            rows[candidates[ok]] = found[ok]
+        native = {"i": np.int64, "f": np.float64}
+        return in_form, [rows[f"v{i}"].astype(native[k]) for i, k in enumerate(self.kinds)]
+
+
 class Count(KeyedOperator):
     """Records per key."""
 
     name = "count"
     order_sensitive = False
     output_fields = (("count", "int64"),)
+    form = FixedForm(1, "i")
+    aggregates: ClassVar[tuple[tuple[str, str], ...]] = (("seq", "count"),)
 
     def combine(self, table: pa.Table) -> pa.Table:
-        out = table.group_by("key").aggregate([("seq", "count")])
+        out = _group(table).aggregate(list(self.aggregates))
         return _named(out, key="key", n="seq_count")
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         new = (state or 0) + records[0][0]
         return new, [(key, new)]
+
+    def encode(self, state: Any) -> bytes:
+        return self.form.pack(state)
 
 
 class _ColumnAggregate(KeyedOperator):
@@ -108,15 +198,20 @@ class _ColumnAggregate(KeyedOperator):
 
     agg: ClassVar[str] = ""
     order_sensitive = False
+    form = FixedForm(1, "f")
 
     def __init__(self, column: str) -> None:
         self.column = column
         self.columns = (column,)  # type: ignore[misc]
         self.output_fields = ((self.agg, "double"),)  # type: ignore[misc]
+        self.aggregates = ((column, self.agg),)
 
     def combine(self, table: pa.Table) -> pa.Table:
-        out = table.group_by("key").aggregate([(self.column, self.agg)])
+        out = _group(table).aggregate(list(self.aggregates))
         return _named(out, key="key", part=f"{self.column}_{self.agg}")
+
+    def encode(self, state: Any) -> bytes:
+        return self.form.pack(state)
 
     def _fold(self, state: float, part: float) -> float:
         raise NotImplementedError
@@ -159,15 +254,20 @@ class Mean(KeyedOperator):
 
     name = "mean"
     order_sensitive = False
+    form = FixedForm(1, "fi")
 
     def __init__(self, column: str) -> None:
         self.column = column
         self.columns = (column,)  # type: ignore[misc]
         self.output_fields = (("mean", "double"),)  # type: ignore[misc]
+        self.aggregates = ((column, "sum"), (column, "count"))
 
     def combine(self, table: pa.Table) -> pa.Table:
-        out = table.group_by("key").aggregate([(self.column, "sum"), (self.column, "count")])
+        out = _group(table).aggregate(list(self.aggregates))
         return _named(out, key="key", s=f"{self.column}_sum", n=f"{self.column}_count")
+
+    def encode(self, state: Any) -> bytes:
+        return self.form.pack(*state)
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         total, count = state or (0.0, 0)
@@ -236,9 +336,45 @@ class UserActivity(KeyedOperator):
     name = "user_activity"
     columns = ("page", "ts", "bytes")
     output_fields = (("first_visit", "int64"),)
+    #: 2: the columnar layout below; 1 (msgpack) is still read and rewritten at the next update
+    state_version = 2
+    #: version, events, bytes, sessions, last_ts, number of pages; then one little-endian u32
+    #: end offset per page; then the pages' UTF-8 bytes, in sorted order, back to back
+    header = struct.Struct("<BqqqqI")
+    header_dtype = np.dtype(
+        [
+            ("version", "u1"),
+            ("events", "<i8"),
+            ("nbytes", "<i8"),
+            ("sessions", "<i8"),
+            ("last_ts", "<i8"),
+            ("pages", "<u4"),
+        ]
+    )
 
     def __init__(self, session_gap_s: int = 1800) -> None:
         self.session_gap_s = session_gap_s
+
+    def encode(self, state: Any) -> bytes:
+        events, nbytes, sessions, last_ts, pages = state
+        data = [page.encode("utf-8") for page in pages]
+        ends = struct.pack(f"<{len(data)}I", *accumulate(map(len, data)))
+        head = self.header.pack(self.state_version, events, nbytes, sessions, last_ts, len(data))
+        return head + ends + b"".join(data)
+
+    def decode(self, data: bytes) -> Any:
+        if data[0] == 1:  # msgpack, from before the columnar layout
+            return msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+        if data[0] != self.state_version:
+            raise StateVersionError(
+                f"{self.name}: state version {data[0]} stored, this operator reads 1 and "
+                f"{self.state_version}"
+            )
+        _, events, nbytes, sessions, last_ts, n = self.header.unpack_from(data)
+        ends = struct.unpack_from(f"<{n}I", data, self.header.size)
+        body = data[self.header.size + 4 * n :]
+        pages = [body[a:b].decode("utf-8") for a, b in zip((0, *ends), ends)]
+        return [events, nbytes, sessions, last_ts, pages]
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         events, nbytes, sessions, last_ts, pages = state or (0, 0, 0, None, [])
@@ -274,10 +410,15 @@ class PageStats(KeyedOperator):
     order_sensitive = False
     columns = ("first_visit",)
     output_fields = (("views", "int64"), ("unique_users", "int64"))
+    form = FixedForm(1, "ii")
+    aggregates: ClassVar[tuple[tuple[str, str], ...]] = (("seq", "count"), ("first_visit", "sum"))
 
     def combine(self, table: pa.Table) -> pa.Table:
-        out = table.group_by("key").aggregate([("seq", "count"), ("first_visit", "sum")])
+        out = _group(table).aggregate(list(self.aggregates))
         return _named(out, key="key", views="seq_count", uniques="first_visit_sum")
+
+    def encode(self, state: Any) -> bytes:
+        return self.form.pack(*state)
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         views, uniques = state or (0, 0)
@@ -286,6 +427,12 @@ class PageStats(KeyedOperator):
 
     def to_json(self, state: Any) -> Any:
         return {"views": state[0], "unique_users": state[1]}
+
+
+def _group(table: pa.Table) -> pa.TableGroupBy:
+    """Group by key, single-threaded: groups then come in the order of their keys' first rows,
+    so the per-key and the vectorised path (and a re-run) emit outputs in the same order."""
+    return table.group_by("key", use_threads=False)
 
 
 def _named(table: pa.Table, **columns: str) -> pa.Table:

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 VNODE_PREFIX = struct.Struct(">H")
 MAX_VNODES = 1 << 16
 
@@ -69,6 +71,19 @@ class Update:
     key: bytes  # the store key (vnode prefix included)
     old: bytes | None
     new: bytes | None
+
+
+@dataclass(frozen=True)
+class ColumnUpdates:
+    """An epoch's updates as Arrow columns (the vectorised epoch's form of a list of Update).
+
+    ``keys`` are distinct store keys; ``old[i]`` is the value the task read for ``keys[i]`` (null:
+    absent), ``new[i]`` the value to write (null: delete). Binary or large_binary columns.
+    """
+
+    keys: pa.Array
+    old: pa.Array
+    new: pa.Array
 
 
 @dataclass(frozen=True)
@@ -132,6 +147,17 @@ class StateStore(ABC):
     def get(self, key: bytes) -> bytes | None:
         return self.get_many([key])[0]
 
+    def get_column(self, keys: pa.Array) -> pa.LargeBinaryArray:
+        """Values of a column of store keys as one large_binary column, null where absent.
+
+        One consistent read, like :meth:`get_many`; the vectorised epoch decodes the column's
+        buffers at once instead of value by value.
+        """
+        values: pa.LargeBinaryArray = pa.array(
+            self.get_many(keys.to_pylist()), type=pa.large_binary()
+        )
+        return values
+
     @abstractmethod
     def scan(self, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < end (end None: to the last entry), in key order."""
@@ -161,6 +187,15 @@ class StateStore(ABC):
         Returns False and changes nothing when ``epoch`` <= the applied epoch (a replay).
         Raises VnodeSealed, changing nothing, when an update touches a sealed vnode.
         Outputs of epochs older than ``epoch - 1`` are discarded in the same write.
+        """
+
+    @abstractmethod
+    def commit_columns(
+        self, epoch: int, updates: ColumnUpdates, outputs: bytes | None = None
+    ) -> bool:
+        """:meth:`commit_epoch` for updates given as columns: the same single atomic write, the
+        same replay and seal rules. Raises ValueError, writing nothing, when a key repeats, is
+        null or lacks its vnode prefix, or when the columns differ in length.
         """
 
     @abstractmethod

@@ -28,6 +28,8 @@ from workers.state import (
     OUTPUT_KEY,
     STATS,
     VNODE_PREFIX,
+    ColumnUpdates,
+    CommitPlan,
     StateStore,
     StateStoreError,
     Update,
@@ -38,6 +40,7 @@ from workers.state import (
     check_epoch,
     check_vnodes,
     fsync_enabled,
+    plan_columns,
     plan_commit,
     verify_export,
     vnode_range,
@@ -233,9 +236,9 @@ class LmdbStore(StateStore):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         e = self._env()
         with e.txn(db=e.dbs["entries"]) as txn:
-            get = txn.get
-            # buffers=False (the default): values are bytes, never memoryviews.
-            return cast("list[bytes | None]", [get(k) for k in keys])
+            # buffers=False (the default): values are bytes, never memoryviews. map() drives the
+            # C getter without a Python step per key.
+            return cast("list[bytes | None]", list(map(txn.get, keys)))
 
     def scan(self, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         e = self._env()
@@ -276,8 +279,18 @@ class LmdbStore(StateStore):
         self, epoch: int, updates: Iterable[Update], outputs: bytes | None = None
     ) -> bool:
         check_epoch(epoch)
+        self._writable()
+        return self._commit(epoch, plan_commit(updates), outputs)
+
+    def commit_columns(
+        self, epoch: int, updates: ColumnUpdates, outputs: bytes | None = None
+    ) -> bool:
+        check_epoch(epoch)
+        self._writable()
+        return self._commit(epoch, plan_columns(updates), outputs)
+
+    def _commit(self, epoch: int, plan: CommitPlan, outputs: bytes | None) -> bool:
         e = self._writable()
-        plan = plan_commit(updates)
         dbs = e.dbs
         with e.txn(write=True) as txn:
             raw = txn.get(APPLIED_EPOCH_KEY, db=dbs["meta"])

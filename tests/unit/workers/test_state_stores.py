@@ -12,6 +12,7 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from workers.state import (
     BACKENDS,
     DEFAULT_BACKEND,
+    ColumnUpdates,
     IngestMismatch,
     StateStore,
     StateStoreError,
@@ -542,6 +544,59 @@ def test_lmdb_fork_during_a_scan_leaves_the_parent_reader_alone(tmp_path: Path) 
         assert s.get(k(1, b"b")) == b"changed"
 
 
+# -- batch methods (the vectorised epoch) --------------------------------------------------------
+def test_get_column_reads_values_and_nulls(store: StateStore) -> None:
+    store.commit_epoch(0, [new(k(3, b"a"), b"1"), new(k(65535, b"b"), b""), new(k(4, b"c"), b"x")])
+    keys = [k(3, b"a"), k(3, b"zz"), k(65535, b"b"), k(4, b"c")]
+    for typ in (pa.binary(), pa.large_binary()):
+        got = store.get_column(pa.array(keys, typ))
+        assert got.type == pa.large_binary()
+        assert got.to_pylist() == [b"1", None, b"", b"x"] == store.get_many(keys)
+    assert store.get_column(pa.array([], pa.binary())).to_pylist() == []
+
+
+def columns(keys: list[bytes], old: list[bytes | None], new: list[bytes | None]) -> ColumnUpdates:
+    return ColumnUpdates(*(pa.array(c, pa.binary()) for c in (keys, old, new)))
+
+
+def test_commit_columns_applies_updates_stats_outputs_and_marker(store: StateStore) -> None:
+    a, b, c = k(3, b"a"), k(3, b"b"), k(9, b"c")
+    assert store.commit_columns(
+        0, columns([b, a, c], [None, None, None], [b"22", b"1", b"333"]), b"o"
+    )
+    assert list(store.scan()) == [(a, b"1"), (b, b"22"), (c, b"333")]
+    assert store.vnode_stats() == stats_of({a: b"1", b: b"22", c: b"333"})
+    assert store.epoch_outputs(0) == b"o" and store.applied_epoch() == 0
+    assert store.commit_columns(1, columns([a, c], [b"1", b"333"], [b"1111", None]))
+    assert list(store.scan()) == [(a, b"1111"), (b, b"22")]
+    assert store.vnode_stats() == stats_of({a: b"1111", b: b"22"})
+    before = snapshot(store)
+    assert store.commit_columns(1, columns([a], [b"1111"], [b"x"]), b"again") is False
+    assert snapshot(store) == before, "a replayed epoch writes nothing"
+
+
+def test_commit_columns_refuses_bad_columns_and_sealed_vnodes_writing_nothing(
+    store: StateStore,
+) -> None:
+    a = k(3, b"a")
+    store.commit_epoch(0, [new(a, b"1")], b"o0")
+    before = snapshot(store)
+    bad = [
+        columns([a, a], [b"1", b"1"], [b"2", b"3"]),  # a key repeats
+        columns([b"\x03"], [None], [b"2"]),  # no vnode prefix
+        columns([a], [b"1"], [b"2", b"3"]),  # lengths differ
+        ColumnUpdates(pa.array([None], pa.binary()), *(pa.array([b"2"], pa.binary()),) * 2),
+    ]
+    for updates in bad:
+        with pytest.raises(ValueError):
+            store.commit_columns(1, updates, b"o1")
+        assert snapshot(store) == before
+    store.seal([3])
+    with pytest.raises(VnodeSealed):
+        store.commit_columns(1, columns([k(5, b"x"), a], [None, b"1"], [b"y", b"2"]), b"o1")
+    assert snapshot(store) == (*before[:4], {3}), "only the seal changed"
+
+
 # -- a random walk against a model ---------------------------------------------------------------
 VNODES = st.sampled_from([0, 1, 2, 65534, 65535])
 USER_KEYS = st.sampled_from([b"", b"a", b"b", b"\x00", b"\xff"])
@@ -554,6 +609,7 @@ OPS = st.one_of(
         st.integers(-2, 2),
         st.lists(st.tuples(VNODES, USER_KEYS, VALUES), max_size=6),
         st.one_of(st.none(), st.binary(max_size=3)),
+        st.booleans(),  # as columns (commit_columns) rather than a list of Update
     ),
     st.tuples(st.just("seal"), STORE_IDX, st.lists(VNODES, max_size=2)),
     st.tuples(st.just("unseal"), STORE_IDX, st.lists(VNODES, max_size=2)),
@@ -619,24 +675,38 @@ def _apply(
     kind, i = op[0], op[1]
     s, m = stores[i], models[i]
     if kind == "commit":
-        _, _, delta, changes, outputs = op
+        _, _, delta, changes, outputs, as_columns = op
         epoch = max(m.applied + delta, 0)
         work = dict(m.entries)
         updates = []
+        final: dict[bytes, bytes | None] = {}
         for vnode, user_key, value in changes:
             key = k(vnode, user_key)
             updates.append(Update(key, work.get(key), value))
+            final[key] = value
             if value is None:
                 work.pop(key, None)
             else:
                 work[key] = value
+
+        def commit() -> bool:
+            if not as_columns:
+                return s.commit_epoch(epoch, updates, outputs)
+            keys = list(final)
+            columns = ColumnUpdates(
+                pa.array(keys, pa.binary()),
+                pa.array([m.entries.get(key) for key in keys], pa.binary()),
+                pa.array([final[key] for key in keys], pa.large_binary()),
+            )
+            return s.commit_columns(epoch, columns, outputs)
+
         if epoch <= m.applied:
-            assert s.commit_epoch(epoch, updates, outputs) is False
+            assert commit() is False
         elif {vnode for vnode, _, _ in changes} & m.sealed:
             with pytest.raises(VnodeSealed):
-                s.commit_epoch(epoch, updates, outputs)
+                commit()
         else:
-            assert s.commit_epoch(epoch, updates, outputs) is True
+            assert commit() is True
             m.entries, m.applied = work, epoch
             if outputs is not None:
                 m.outputs[epoch] = outputs
