@@ -207,5 +207,28 @@ def system_health() -> tuple[bool, dict[str, Component]]:
     return all(c["status"] == "up" for c in components.values()), components
 
 
+# What a caller who is not signed in sees of each component besides its status: figures that
+# name nothing. Host names, database and worker names, the Spark master, application id and UI
+# URL, and every error message (exception texts quote hosts and URLs) stay with signed-in users.
+PUBLIC_DETAILS: dict[str, tuple[str, ...]] = {
+    "runner": ("state", "last_epoch", "heartbeat_age_s"),
+}
+
+
+def public_components(components: dict[str, Component]) -> dict[str, Component]:
+    """The components as an anonymous caller (a load balancer) may see them: each one's status
+    and the allow-listed figures of ``PUBLIC_DETAILS``; an allow-list, so a detail added to a
+    check later stays private until someone decides otherwise."""
+    public: dict[str, Component] = {}
+    for name, component in components.items():
+        shown = {
+            key: component[key]
+            for key in PUBLIC_DETAILS.get(name, ())
+            if isinstance(component.get(key), int | float | str)
+        }
+        public[name] = {"status": component["status"], **shown}
+    return public
+
+
 def down_components(components: dict[str, Component]) -> list[str]:
     return [name for name, component in components.items() if component["status"] != "up"]

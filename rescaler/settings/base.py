@@ -4,6 +4,7 @@ environment (see README.md, "Configuration"); local/test/production adjust what 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from rescaler.dbsetup import DEFAULT_DATABASE_URL
@@ -15,6 +16,8 @@ from .env import (
     env_bool,
     env_float,
     env_list,
+    env_lockout_parameters,
+    env_rate,
     env_str,
 )
 
@@ -68,6 +71,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    # sign-in throttling (rescaler/signin.py): failed attempts are kept in the database
+    "axes",
     "rescaler.cluster",
     "rescaler.operations",
     "dashboard",
@@ -82,6 +87,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last, as django-axes requires: turns a locked-out sign-in into the lockout page
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "rescaler.urls"
@@ -108,6 +115,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes' guard first: it refuses a locked-out client before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "rescaler.signin.RequestAxesBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:home"
@@ -164,15 +176,41 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_SEND_TASK_EVENTS = False
 
+# --- abuse: sign-in lockout, API throttles (README.md, "Configuration") ------------------------
+# How many proxies in front of daphne append to X-Forwarded-For: 0 believes only REMOTE_ADDR, so
+# a client cannot pick its own address to dodge per-client limits. Behind one TLS proxy: 1.
+RESCALER_TRUSTED_PROXIES = int(env_float("RESCALER_TRUSTED_PROXIES", 0))
+# django-axes: after this many failed sign-ins (dashboard and admin) the client is locked out
+# for the cool-off; a successful sign-in clears the count.
+AXES_FAILURE_LIMIT = int(env_float("RESCALER_LOGIN_FAILURE_LIMIT", 5))
+_login_cooloff_minutes = env_float("RESCALER_LOGIN_COOLOFF_MINUTES", 15)
+# 0: locked until an administrator unlocks it (`python manage.py axes_reset`).
+AXES_COOLOFF_TIME = timedelta(minutes=_login_cooloff_minutes) if _login_cooloff_minutes else None
+# By default one user name from one client: a stranger cannot lock the admin out everywhere,
+# nor can a shared address (a proxy not counted in RESCALER_TRUSTED_PROXIES) lock everyone out.
+AXES_LOCKOUT_PARAMETERS = env_lockout_parameters("RESCALER_LOGIN_LOCKOUT_BY", "username+ip_address")
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "rescaler.signin.client_ip"
+AXES_LOCKOUT_CALLABLE = "rescaler.signin.lockout_response"
+# DRF throttles (dashboard/api/throttles.py): unsafe API requests per user, and failed token
+# authentications per client. Empty or "off" turns one off. They count in the default cache
+# (local memory): one daphne process serves the API, so its counts are the whole truth.
+RESCALER_THROTTLE_MUTATIONS = env_rate("RESCALER_THROTTLE_MUTATIONS", "30/minute")
+RESCALER_THROTTLE_BAD_TOKENS = env_rate("RESCALER_THROTTLE_BAD_TOKENS", "10/minute")
+
 # --- REST API -----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes an anonymous request a 401 (with session
-    # auth first DRF answers 403, which would not tell a client to authenticate).
+    # auth first DRF answers 403, which would not tell a client to authenticate). The token
+    # class also answers 429 to a client that keeps sending wrong tokens.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "dashboard.api.throttles.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # POST/PUT/PATCH/DELETE per user; rates come from RESCALER_THROTTLE_* (read per request)
+    "DEFAULT_THROTTLE_CLASSES": ["dashboard.api.throttles.MutationRateThrottle"],
+    "NUM_PROXIES": RESCALER_TRUSTED_PROXIES,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
@@ -190,11 +228,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # request bodies get their own components (the reschedule request is not an operation)
+    # request bodies get their own components (the operation request is not an operation)
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "ENUM_NAME_OVERRIDES": {
-        "OperationStatusEnum": "rescaler.operations.models.RescaleOperation.Status",
+        "OperationStatusEnum": "workers.rescale.protocol.OperationStatus",
+        "StepPhaseEnum": "workers.rescale.protocol.StepPhase",
+        "StrategyEnum": "workers.rescale.protocol.Strategy",
         "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
     },
 }
@@ -202,6 +242,11 @@ SPECTACULAR_SETTINGS = {
 # /metrics (Prometheus): unauthenticated by default, as scrapers on an internal network expect;
 # set it to 1 to require a token (`Authorization: Token <key>`) or a logged-in session.
 RESCALER_METRICS_REQUIRE_AUTH = env_bool("RESCALER_METRICS_REQUIRE_AUTH", False)
+# /api/schema/, /api/docs/, /api/redoc/ for anyone (on) or signed-in users only (off).
+RESCALER_PUBLIC_API_DOCS = env_bool("RESCALER_PUBLIC_API_DOCS", False)
+# /healthz always answers anyone with the overall and per-component status; this also shows
+# anonymous callers each component's details and errors, which name internal hosts.
+RESCALER_PUBLIC_HEALTH_DETAILS = env_bool("RESCALER_PUBLIC_HEALTH_DETAILS", False)
 
 # --- logging ------------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()

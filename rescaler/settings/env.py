@@ -6,6 +6,7 @@ Kept free of Django imports so they can be unit-tested and used before settings 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -56,6 +57,55 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+# A DRF throttle rate: requests per second, minute, hour or day ("30/minute", "5/s").
+_RATE = re.compile(r"^\d+/(s|sec|second|m|min|minute|h|hour|d|day)$")
+
+
+def env_rate(name: str, default: str | None) -> str | None:
+    """A throttle rate such as ``30/minute``; empty or ``off`` turns the throttle off (None).
+
+    Checked here, at start-up: DRF would only reject a malformed rate on the first request."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in ("", "off", "none", "0"):
+        return None
+    if not _RATE.match(value):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a rate: write requests/period, e.g. 30/minute, or off."
+        )
+    return value
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of words; anything else stops the process at start-up."""
+    value = os.environ.get(name, default).strip().lower() or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}.")
+    return value
+
+
+_LOCKOUT_PARAMETERS = ("username", "ip_address", "user_agent")
+
+
+def env_lockout_parameters(name: str, default: str) -> list[str | list[str]]:
+    """django-axes' ``AXES_LOCKOUT_PARAMETERS`` from ``a,b+c``: commas separate what is locked
+    out independently, ``+`` joins parameters locked out together (``username+ip_address``
+    locks one user name from one client, not the user everywhere nor the client for everyone)."""
+    raw = os.environ.get(name, default).strip() or default
+    result: list[str | list[str]] = []
+    for group in raw.split(","):
+        parts = [part.strip() for part in group.split("+") if part.strip()]
+        unknown = [part for part in parts if part not in _LOCKOUT_PARAMETERS]
+        if not parts or unknown:
+            raise ImproperlyConfigured(
+                f"{name}={raw!r}: use {', '.join(_LOCKOUT_PARAMETERS)}, joined by + or ,"
+            )
+        result.append(parts[0] if len(parts) == 1 else parts)
+    return result
 
 
 def database_config(url: str) -> dict[str, Any]:

@@ -14,6 +14,10 @@ DEBUG = env_bool("DEBUG", True)
 SECRET_KEY = env_str("SECRET_KEY", "django-insecure-local-development-only")
 # Any host: a developer may open the dashboard by the machine's address, not only localhost.
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
+# A developer's machine: the API docs open without signing in, and /healthz shows every
+# component's errors to scripts/dev, which polls it anonymously and prints what to fix.
+RESCALER_PUBLIC_API_DOCS = env_bool("RESCALER_PUBLIC_API_DOCS", True)
+RESCALER_PUBLIC_HEALTH_DETAILS = env_bool("RESCALER_PUBLIC_HEALTH_DETAILS", True)
 
 # Postgres when it answers (the database is created if missing), else SQLite under var/ with a
 # warning. scripts/dev makes this choice once and passes DATABASE_URL to every process it starts,

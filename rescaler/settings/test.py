@@ -9,6 +9,15 @@ SECRET_KEY = "test-only-not-a-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 
+# The suite's API and health tests read the docs and /healthz anonymously; the tests of the
+# production behaviour (tests/unit/test_hardening.py) turn these off with override_settings.
+RESCALER_PUBLIC_API_DOCS = True
+RESCALER_PUBLIC_HEALTH_DETAILS = True
+# Every test client is 127.0.0.1 and the local-memory cache lives for the whole session, so
+# real rates would let one test's requests throttle the next; throttle tests set a low rate.
+RESCALER_THROTTLE_MUTATIONS = None
+RESCALER_THROTTLE_BAD_TOKENS = None
+
 # Hashing strength is not under test; MD5 makes each login in a test microseconds, not 0.3 s.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
