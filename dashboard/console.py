@@ -85,7 +85,7 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
     for frag in cluster["fragments"]:
         if frag["kind"] != "stateful":
             continue
-        mapping = (frag.get("mapping") or {}).get("pus") or []
+        mapping = frag.get("mapping") or []
         vnodes_of: dict[int, list[int]] = {}
         for vnode, pu in enumerate(mapping):
             vnodes_of.setdefault(pu, []).append(vnode)
@@ -115,7 +115,7 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
                 fragment=frag["name"],
                 pipeline=frag["pipeline"],
                 vnodes=int(frag["vnodes"] or 0),
-                mapping_version=(frag.get("mapping") or {}).get("version"),
+                mapping_version=frag.get("mapping_version"),
                 busy_with=frag.get("busy_with"),
                 cells=tuple(cells),
                 skew={m: skew([c.value(m) for c in found]) for m, _ in METRICS},

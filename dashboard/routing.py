@@ -1,9 +1,11 @@
-"""Websocket URLs (mounted by rescaler/asgi.py)."""
+"""Websocket URLs (mounted by rescaler/asgi.py). The last pattern refuses every other path."""
 
-from django.urls import path
+from django.urls import path, re_path
 
-from dashboard.consumers import ClusterConsumer
+from dashboard.consumers import ClusterConsumer, NotFoundConsumer, OperationConsumer
 
 websocket_urlpatterns = [
     path("ws/cluster/", ClusterConsumer.as_asgi()),
+    path("ws/operations/<str:operation_id>/", OperationConsumer.as_asgi()),
+    re_path(r"", NotFoundConsumer.as_asgi()),
 ]

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from dashboard.api.selectors import cluster_info, operation_list
+from dashboard.api.errors import ApiError
+from dashboard.api.filters import OperationFilter
+from dashboard.api.selectors import cluster_info, operation_get, operation_list
 from dashboard.console import METRICS, cluster_matrix
-from rescaler.health import down_components, system_health
-from rescaler.operations.models import RescaleOperation
+from rescaler.health import down_components, public_components, system_health
+from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
 
 def _health_body() -> tuple[bool, dict[str, Any]]:
@@ -28,8 +32,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """200 when every component is up, else 503 with the names of those down in ``down``.
 
     Public on purpose: load balancers, compose healthchecks and scripts/dev poll it unauthenticated.
+    But the details name internal hosts, databases and workers: a caller who is not signed in
+    gets only the statuses, unless ``RESCALER_PUBLIC_HEALTH_DETAILS`` says otherwise.
     """
     ok, body = _health_body()
+    if not (request.user.is_authenticated or settings.RESCALER_PUBLIC_HEALTH_DETAILS):
+        body["components"] = public_components(body["components"])
+        body["details"] = "sign in to see each component's details and errors"
     return JsonResponse(body, status=200 if ok else 503)
 
 
@@ -69,7 +78,7 @@ def home(request: HttpRequest) -> HttpResponse:
     The last-epoch ticker and the matrix update live over ws/cluster/."""
     ok, body = _health_body()
     last_epoch = body["components"]["runner"].get("last_epoch")
-    running = operation_list().exclude(status__in=RescaleOperation.FINAL)[:20]
+    running = operation_list().exclude(status__in=FINAL)[:20]
     return render(
         request,
         "dashboard/cluster.html",
@@ -91,3 +100,110 @@ def home(request: HttpRequest) -> HttpResponse:
 def matrix_partial(request: HttpRequest) -> HttpResponse:
     """The matrix alone, re-fetched by the page when the cluster changes."""
     return render(request, "dashboard/partials/matrix.html", _matrix_context())
+
+
+@login_required
+@require_GET
+def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
+    """One operation, live: its vnodes by phase, progress, steps and timeline. The page reads
+    ``GET /api/v1/operations/<operation_id>`` and re-reads it on every websocket event."""
+    try:
+        op = operation_get(operation_id=operation_id)
+    except ApiError:
+        raise Http404(f"no operation {operation_id!r}") from None
+    return render(
+        request,
+        "dashboard/operation.html",
+        {"op": op, "can_cancel": request.user.has_perm("operations.rescale")},
+    )
+
+
+@login_required
+@require_GET
+def rescale_page(request: HttpRequest) -> HttpResponse:
+    """Pick a fragment and its new PUs, preview the plan (a dry run), then start it: the page
+    posts to ``/api/v1/operations`` like any client, so it has no rules of its own."""
+    cluster = cluster_info()
+    matrix = cluster_matrix(cluster)
+    return render(
+        request,
+        "dashboard/rescale.html",
+        {
+            "fragments": [f for f in cluster["fragments"] if f["kind"] == "stateful"],
+            "parallel_units": matrix.columns,
+            "can_rescale": request.user.has_perm("operations.rescale"),
+        },
+    )
+
+
+@login_required
+@require_GET
+def history_page(request: HttpRequest) -> HttpResponse:
+    """Every operation, newest first, filtered exactly as ``GET /api/v1/operations`` filters
+    (the same FilterSet), 50 to a page."""
+    params = request.GET.copy()
+    for name in ("created_after", "created_before"):  # the browser's local time, no zone
+        value = params.get(name, "")
+        if len(value) == 16:
+            params[name] = f"{value}:00"
+    for name in [k for k, v in params.items() if v == ""]:
+        del params[name]
+    filterset = OperationFilter(params, queryset=operation_list())
+    errors = {} if filterset.is_valid() else filterset.errors
+    operations = filterset.qs if not errors else operation_list().none()
+    page = Paginator(operations, 50).get_page(request.GET.get("page"))
+    params.pop("page", None)
+    return render(
+        request,
+        "dashboard/history.html",
+        {
+            "page": page,
+            "errors": errors,
+            "current": {k: request.GET.get(k) for k in OperationFilter.base_filters},
+            "query": params.urlencode(),
+            "statuses": [s.value for s in OperationStatus],
+            "strategies": [s.value for s in Strategy],
+        },
+    )
+
+
+# -- errors outside any view: JSON under /api/, Django's pages elsewhere ------------------------
+def _api_error(request: HttpRequest, status: int, code: str, detail: str) -> HttpResponse | None:
+    if not request.path.startswith("/api/"):
+        return None
+    return JsonResponse({"code": code, "detail": detail}, status=status)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """400 raised before a view (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a bad host)."""
+    from django.views import defaults
+
+    detail = str(exception) if exception else "the request could not be read"
+    return _api_error(request, 400, "bad_request", detail) or defaults.bad_request(
+        request, exception or Exception()
+    )
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    from django.views import defaults
+
+    return _api_error(
+        request, 403, "permission_denied", "you may not do this"
+    ) or defaults.permission_denied(request, exception or Exception())
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404 for a path no URL matches (an unknown endpoint, a key with a line break)."""
+    from django.views import defaults
+
+    return _api_error(
+        request, 404, "not_found", f"no API endpoint at {request.path!r}; see /api/v1/"
+    ) or defaults.page_not_found(request, exception or Exception())
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    from django.views import defaults
+
+    return _api_error(
+        request, 500, "server_error", "the server failed; the error is logged"
+    ) or defaults.server_error(request)

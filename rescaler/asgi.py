@@ -16,17 +16,16 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
 
 from dashboard.routing import websocket_urlpatterns
+from rescaler.wsorigin import SameOriginValidator
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         # The origin check stops another site's page from opening a websocket with the user's
-        # session cookie; the auth stack puts that user in the scope for the consumer to check.
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # session cookie (rescaler/wsorigin.py); the auth stack puts that user in the scope
+        # for the consumer to check.
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -8,6 +8,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from dashboard import views as dashboard_views
+from dashboard.api.docs import ApiDocsPermission, docs_page
 from rescaler.metrics import metrics_view
 
 urlpatterns = [
@@ -17,8 +18,23 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("dashboard.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    # Signed-in users only unless RESCALER_PUBLIC_API_DOCS (dashboard/api/docs.py).
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(permission_classes=[ApiDocsPermission]),
+        name="schema",
+    ),
+    path(
+        "api/docs/",
+        docs_page(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="swagger-ui",
+    ),
+    path("api/redoc/", docs_page(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
     path("", include("dashboard.urls")),
 ]
+
+# JSON under /api/, Django's pages elsewhere (dashboard/views.py)
+handler400 = "dashboard.views.bad_request"
+handler403 = "dashboard.views.permission_denied"
+handler404 = "dashboard.views.page_not_found"
+handler500 = "dashboard.views.server_error"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from rescaler.cluster import services as cluster_services
 from tests.e2e.conftest import screenshot, sign_in
@@ -21,9 +22,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 def as_the_runner(action: Callable[[], None]) -> None:
     """Run ``action`` in a thread of its own, as the runner's reports arrive: Playwright's
     event loop in this thread would refuse the synchronous channel-layer publish."""
-    thread = threading.Thread(target=action)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # re-raised in the test's thread below
+            failures.append(exc)
+        finally:
+            connection.close()  # this thread's own; left open it would outlive the test database
+
+    thread = threading.Thread(target=run)
     thread.start()
     thread.join(timeout=30)
+    if failures:
+        raise failures[0]
 
 
 def cell(page: Any, pu: int) -> Any:
@@ -63,7 +76,7 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
                 workers={"local-0": [0, 1, 2, 3]},
                 fragments={
                     FRAGMENT: {"kind": "stateful", "region": 1, "vnodes": 16, "key": "word",
-                               "operator": "count", "pus": [0, 1, 2], "mapping": mapping,
+                               "operator": "count", "parallel_units": [0, 1, 2], "mapping": mapping,
                                "version": 2},
                 },
                 spark={"alive": True, "master": "local[2]"},

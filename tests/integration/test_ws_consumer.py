@@ -11,9 +11,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from dashboard.consumers import CLOSE_UNAUTHENTICATED
+from dashboard.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from rescaler.asgi import application
-from rescaler.events import publish
+from rescaler.events import CLUSTER_GROUP, operation_group, publish
+from workers.rescale.protocol import Event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -29,8 +30,16 @@ def _session_cookie() -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-async def _communicator(*headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
-    return WebsocketCommunicator(application, "/ws/cluster/", headers=list(headers))
+async def _communicator(
+    *headers: tuple[bytes, bytes], path: str = "/ws/cluster/"
+) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, path, headers=list(headers))
+
+
+def _without_time(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as published, less the publish time every event carries."""
+    assert isinstance(message.pop("published_at"), float)
+    return message
 
 
 @pytest.mark.asyncio
@@ -43,18 +52,11 @@ async def test_signed_in_client_receives_epoch_committed(redis_service: str) -> 
     try:
         payload: dict[str, Any] = {"pipeline": "clickstream", "epoch": 42, "rows": 200_000}
         # publish() is the synchronous helper the runner and Celery tasks call.
-        await sync_to_async(publish)("cluster", "epoch.committed", payload)
+        await sync_to_async(publish)(CLUSTER_GROUP, Event.EPOCH_COMMITTED, payload)
 
         message = await communicator.receive_json_from(timeout=10)
 
-        assert message == {"type": "epoch.committed", **payload}
-
-        progress = {"operation": 7, "moved_vnodes": 12, "total_vnodes": 64}
-        await sync_to_async(publish)("cluster", "rescale.progress", progress)
-        assert await communicator.receive_json_from(timeout=10) == {
-            "type": "rescale.progress",
-            **progress,
-        }
+        assert _without_time(message) == {"type": "epoch.committed", **payload}
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
@@ -82,6 +84,63 @@ async def test_another_sites_page_cannot_open_the_socket(redis_service: str) -> 
     assert not connected
 
 
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("origin", "host", "accepted"),
+    [
+        (b"http://evil.example", b"rescaler.local:8000", False),
+        (b"http://rescaler.local:8000", b"rescaler.local:8000", True),
+        (b"http://rescaler.local:9000", b"rescaler.local:8000", False),
+        (b"", b"rescaler.local:8000", False),  # not a browser: no Origin, no socket
+    ],
+)
+async def test_the_origin_must_be_the_host_itself_even_with_any_host_allowed(
+    redis_service: str, settings: Any, origin: bytes, host: bytes, accepted: bool
+) -> None:
+    settings.ALLOWED_HOSTS = ["*"]  # the local settings: Channels' own check lets anything in
+    cookie = await database_sync_to_async(_session_cookie)()
+    headers = [(b"host", host), (b"cookie", cookie)] + ([(b"origin", origin)] if origin else [])
+    communicator = await _communicator(*headers)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected is accepted
+    if connected:
+        await communicator.disconnect()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_an_unknown_path_is_refused_cleanly(redis_service: str) -> None:
+    cookie = await database_sync_to_async(_session_cookie)()
+    for path in ("/ws/nowhere/", "/ws/operations/../../x/", "/"):
+        communicator = await _communicator(ORIGIN, (b"cookie", cookie), path=path)
+        connected, code = await communicator.connect(timeout=10)
+        assert not connected and code == CLOSE_NOT_FOUND, path
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/cluster/", "/ws/operations/abc123/"])
+async def test_every_event_type_reaches_the_page_and_the_socket_stays_open(
+    redis_service: str, path: str
+) -> None:
+    """A consumer without the handler of an event it receives closes its socket: each type."""
+    cookie = await database_sync_to_async(_session_cookie)()
+    communicator = await _communicator(ORIGIN, (b"cookie", cookie), path=path)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    group = CLUSTER_GROUP if path == "/ws/cluster/" else operation_group("abc123")
+    try:
+        for event in Event:
+            payload = {"operation_id": "abc123", "event": event.value}
+            await sync_to_async(publish)(group, event, payload)
+            message = await communicator.receive_json_from(timeout=10)
+            assert _without_time(message) == {"type": event.value, **payload}
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+
 def test_publish_never_raises_when_redis_is_down(settings: Any, caplog: Any) -> None:
     from channels.layers import channel_layers
 
@@ -93,7 +152,7 @@ def test_publish_never_raises_when_redis_is_down(settings: Any, caplog: Any) -> 
     }
     channel_layers.backends.clear()  # forget the layer built from the real settings
     try:
-        publish("cluster", "epoch.committed", {"epoch": 1})
+        publish(CLUSTER_GROUP, Event.EPOCH_COMMITTED, {"epoch": 1})
     finally:
         channel_layers.backends.clear()
     assert "Could not publish epoch.committed" in caplog.text

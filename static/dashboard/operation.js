@@ -1,0 +1,293 @@
+// Rescaler console: one operation, live. Everything shown comes from GET /api/v1/operations/<id>
+// (the same view the API serves); the websocket ws/operations/<id>/ only says "something changed"
+// and the page re-reads the operation, so a missed or reordered event can never leave it wrong.
+(function () {
+  "use strict";
+
+  const $ = (id) => document.getElementById(id);
+  const PHASE_SYMBOL = {
+    owned: "·", planned: "○", pending: "◔", collecting: "H", exported: "E", acquiring: "A",
+    acquired: "a", dropping: "D", done: "✓", cancelled: "×",
+  };
+  const FINAL = new Set(["completed", "cancelled", "failed"]);
+
+  let root;
+  let operationId;
+  let current = null;
+  let selected = null; // "fragment/vnode"
+
+  const number = (v) => (v === null || v === undefined ? "–" : Number(v).toLocaleString());
+  function bytes(value) {
+    if (value === null || value === undefined) return "–";
+    const units = ["B", "KB", "MB", "GB", "TB"];
+    let v = Number(value);
+    let i = 0;
+    while (v >= 1024 && i < units.length - 1) {
+      v /= 1024;
+      i += 1;
+    }
+    return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+  }
+  function duration(seconds) {
+    if (!Number.isFinite(seconds) || seconds < 0) return "–";
+    if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 1 : 0)} s`;
+    const m = Math.floor(seconds / 60);
+    return m < 60 ? `${m} min ${Math.round(seconds % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+  }
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else node.setAttribute(k, v);
+    }
+    node.append(...children);
+    return node;
+  }
+
+  // --- rendering ---------------------------------------------------------------------------
+  function totals(op) {
+    const frags = Object.values((op.plan && op.plan.fragments) || {});
+    return {
+      keys: frags.reduce((n, f) => n + (f.keys_moved || 0), 0),
+      bytes: frags.reduce((n, f) => n + (f.bytes_moved || 0), 0),
+      vnodes: frags.reduce((n, f) => n + (f.vnodes_moved || 0), 0),
+    };
+  }
+
+  function bar(id, value, max, text) {
+    const b = $(`${id}-bar`);
+    b.max = Math.max(max, 1);
+    b.value = Math.min(value, b.max);
+    $(`${id}-text`).textContent = text;
+  }
+
+  function renderHeader(op) {
+    const status = $("op-status");
+    status.textContent = op.status;
+    status.className = `badge status-${op.status}`;
+    const waiting = $("op-waiting");
+    waiting.hidden = !op.waiting;
+    if (op.waiting) waiting.textContent = op.waiting.detail;
+    const outcome = $("op-outcome");
+    outcome.hidden = !op.outcome;
+    outcome.textContent = op.outcome ? `Outcome: ${op.outcome}${op.error_code ? ` (${op.error_code})` : ""}` : "";
+
+    const t = totals(op);
+    const pct = (v, m) => (m ? ` (${Math.round((100 * v) / m)} %)` : "");
+    bar("keys", op.keys_moved, t.keys, `${number(op.keys_moved)} of ${number(t.keys)}${pct(op.keys_moved, t.keys)}`);
+    bar("bytes", op.bytes_moved, t.bytes, `${bytes(op.bytes_moved)} of ${bytes(t.bytes)}${pct(op.bytes_moved, t.bytes)}`);
+    bar("vnodes", op.vnodes_moved, t.vnodes, `${number(op.vnodes_moved)} of ${number(t.vnodes)}${pct(op.vnodes_moved, t.vnodes)}`);
+    const started = op.started_at ? Date.parse(op.started_at) : null;
+    const ended = op.finished_at ? Date.parse(op.finished_at) : Date.now();
+    const elapsed = started ? (ended - started) / 1000 : null;
+    if (elapsed && elapsed > 0 && op.keys_moved > 0) {
+      const rate = op.keys_moved / elapsed;
+      $("rate-text").textContent = `${number(Math.round(rate))} keys/s`;
+      $("eta-text").textContent = FINAL.has(op.status)
+        ? `took ${duration(elapsed)}`
+        : `ETA ${duration(Math.max(t.keys - op.keys_moved, 0) / rate)}`;
+    } else {
+      $("rate-text").textContent = "–";
+      $("eta-text").textContent = elapsed ? `${FINAL.has(op.status) ? "took" : "running for"} ${duration(elapsed)}` : "not started";
+    }
+    const cancel = $("cancel");
+    if (cancel) cancel.hidden = FINAL.has(op.status) || op.status === "cancelling";
+  }
+
+  function stepTimes(op) {
+    const byStep = new Map();
+    for (const s of op.steps || []) byStep.set(s.step, s);
+    return byStep;
+  }
+
+  // cells are updated in place (never rebuilt), so focus and layout survive every refresh
+  function gridFor(holder, name, size) {
+    let grid = holder.querySelector(`.vgrid[data-fragment="${CSS.escape(name)}"]`);
+    if (grid && grid.children.length === size) return grid;
+    if (grid) grid.previousElementSibling.remove();
+    if (grid) grid.remove();
+    grid = el("div", { class: "vgrid", role: "list", "aria-label": `vnodes of ${name}`, "data-fragment": name });
+    for (let vnode = 0; vnode < size; vnode += 1) {
+      grid.append(el("button", { type: "button", class: "vn", role: "listitem", "data-key": `${name}/${vnode}` }));
+    }
+    holder.append(el("h3", { text: `${name} · ${size} vnodes` }), grid);
+    return grid;
+  }
+
+  function renderGrid(op) {
+    const holder = $("vnode-grids");
+    const byVnode = new Map();
+    for (const v of op.vnodes || []) byVnode.set(`${v.fragment}/${v.vnode}`, v);
+    const steps = stepTimes(op);
+    const now = Date.now() / 1000;
+    for (const [name, frag] of Object.entries((op.plan && op.plan.fragments) || {})) {
+      const before = frag.mapping_before || [];
+      const grid = gridFor(holder, name, before.length);
+      before.forEach((owner, vnode) => {
+        const key = `${name}/${vnode}`;
+        const v = byVnode.get(key);
+        const phase = v ? v.phase : "owned";
+        const step = v ? steps.get(v.step) : null;
+        const since = step && step.timings ? step.timings[phase] : null;
+        const label = v
+          ? `vnode ${vnode}: PU ${v.source_pu} → PU ${v.target_pu}, ${phase}, ${number(v.keys)} keys, ` +
+            `${bytes(v.bytes)}, hold queue ${number(v.hold_queue)}` +
+            (since ? `, ${duration(now - since)} in phase` : "")
+          : `vnode ${vnode}: stays on PU ${owner}`;
+        const cell = grid.children[vnode];
+        cell.className = `vn phase-${phase}`;
+        cell.textContent = PHASE_SYMBOL[phase] || "?";
+        cell.title = label;
+        cell.setAttribute("aria-label", label);
+        cell.setAttribute("aria-pressed", key === selected ? "true" : "false");
+        cell.dataset.phase = phase;
+      });
+    }
+    const detail = $("vnode-detail");
+    const pressed = selected && holder.querySelector(`[data-key="${CSS.escape(selected)}"]`);
+    detail.hidden = !pressed;
+    if (pressed) detail.textContent = pressed.getAttribute("aria-label");
+  }
+
+  function renderSteps(op) {
+    const now = Date.now() / 1000;
+    const tbody = $("steps");
+    tbody.replaceChildren();
+    const perSource = new Map();
+    for (const s of op.steps || []) {
+      const since = s.timings ? s.timings[s.phase] : null;
+      tbody.append(
+        el("tr", { "data-phase": s.phase },
+          el("td", { text: String(s.step) }),
+          el("td", { text: s.fragment }),
+          el("td", { text: `PU ${s.source_pu} → PU ${s.target_pu}` }),
+          el("td", { text: (s.vnodes || []).join(" ") }),
+          el("td", {}, el("span", { class: `vn phase-${s.phase}`, text: PHASE_SYMBOL[s.phase] || "?" }), ` ${s.phase}`),
+          el("td", { text: number(s.keys_moved || s.keys) }),
+          el("td", { text: bytes(s.bytes_moved || s.bytes) }),
+          el("td", { text: number(s.hold_queue) }),
+          el("td", { text: since && !["done", "cancelled", "planned"].includes(s.phase) ? duration(now - since) : "–" }),
+        ),
+      );
+      const key = `${s.fragment} · PU ${s.source_pu}`;
+      const entry = perSource.get(key) || { done: 0, total: 0 };
+      entry.total += 1;
+      if (s.phase === "done") entry.done += 1;
+      perSource.set(key, entry);
+    }
+    const box = $("per-source");
+    box.replaceChildren();
+    for (const [key, e] of perSource) {
+      const p = el("progress", { max: String(e.total), value: String(e.done) });
+      box.append(el("div", { class: "per-source" }, el("span", { text: `${key} ` }), p, ` ${e.done} / ${e.total} steps done${e.done === e.total ? " — done" : ""}`));
+    }
+  }
+
+  function renderTimeline(op) {
+    const list = $("timeline");
+    list.replaceChildren();
+    for (const e of op.events || []) {
+      const at = new Date(e.at);
+      list.append(
+        el("li", {},
+          el("time", { datetime: e.at, text: at.toLocaleTimeString() }),
+          el("b", { text: ` ${e.action} ` }),
+          el("span", { class: "muted", text: `${e.object_type} ${e.object_id} by ${e.actor_name}` }),
+        ),
+      );
+    }
+  }
+
+  function render(op) {
+    current = op;
+    renderHeader(op);
+    renderGrid(op);
+    renderSteps(op);
+    renderTimeline(op);
+  }
+
+  // --- data: REST, refreshed on every websocket event ---------------------------------------
+  let inflight = false;
+  let again = false;
+
+  async function load() {
+    if (inflight) {
+      again = true;
+      return;
+    }
+    inflight = true;
+    try {
+      const response = await fetch(`/api/v1/operations/${encodeURIComponent(operationId)}`, {
+        headers: { Accept: "application/json" },
+      });
+      if (response.ok) render(await response.json());
+    } catch (err) {
+      // the socket's state says whether the page is live; the next event or poll retries
+    } finally {
+      inflight = false;
+      if (again) {
+        again = false;
+        load();
+      }
+    }
+  }
+
+  let retryMs = 500;
+  let poller = null;
+  function connect() {
+    const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    const socket = new WebSocket(`${scheme}//${window.location.host}/ws/operations/${encodeURIComponent(operationId)}/`);
+    socket.addEventListener("open", () => {
+      retryMs = 500;
+      $("live-state").textContent = "live";
+      $("live-state").className = "live";
+      if (poller) window.clearInterval(poller);
+      poller = null;
+      load(); // resync: anything may have happened while the socket was down
+    });
+    socket.addEventListener("message", () => load());
+    socket.addEventListener("close", () => {
+      $("live-state").textContent = `not live — reconnecting in ${Math.round(retryMs / 1000)} s`;
+      $("live-state").className = "muted";
+      if (!poller) poller = window.setInterval(load, 5000);
+      window.setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 15000);
+    });
+  }
+
+  async function cancel() {
+    if (!window.confirm("Cancel this operation? Steps in flight finish; no new step starts.")) return;
+    const error = $("action-error");
+    error.hidden = true;
+    const token = document.querySelector('meta[name="csrf-token"]').content;
+    const response = await fetch(`/api/v1/operations/${encodeURIComponent(operationId)}/cancel`, {
+      method: "POST",
+      headers: { Accept: "application/json", "X-CSRFToken": token },
+    });
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      error.textContent = `${body.code || response.status}: ${body.detail || "the cancel was refused"}`;
+      error.hidden = false;
+    }
+    load();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    root = $("operation");
+    if (!root) return;
+    operationId = root.dataset.operationId;
+    const button = $("cancel");
+    if (button) button.addEventListener("click", cancel);
+    $("vnode-grids").addEventListener("click", (event) => {
+      const cell = event.target.closest("button.vn");
+      if (!cell) return;
+      selected = selected === cell.dataset.key ? null : cell.dataset.key;
+      if (current) renderGrid(current);
+    });
+    load();
+    connect();
+    // times in phase and the ETA move on their own
+    window.setInterval(() => current && !FINAL.has(current.status) && render(current), 1000);
+  });
+})();

@@ -1,0 +1,94 @@
+"""Rescale, operation and history pages in a real browser, on a registered cluster (no runner,
+no Celery: an accepted operation stays pending, which is what the pages must then show)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rescaler.operations.models import AuditEvent, RescaleOperation
+from tests.e2e.conftest import screenshot, sign_in
+from tests.e2e.test_cluster_page import as_the_runner
+from tests.unit.api.fixtures import FRAGMENT, register_cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+@pytest.fixture
+def cluster(live_url: str) -> None:
+    as_the_runner(lambda: register_cluster(vnodes=16, initial_pus=(0, 1)) and None)
+
+
+def test_an_operator_previews_the_plan_then_starts_the_rescale(
+    browser: Any, live_url: str, cluster: None
+) -> None:
+    page = sign_in(browser, live_url, "operator", perms=("rescale",))
+    page.get_by_role("link", name="Rescale", exact=True).click()
+    page.get_by_label("Fragment", exact=True).select_option(FRAGMENT)
+
+    # a refusal is shown next to the field it concerns, and nothing is created
+    page.locator('input[name="remove"][value="0"]').check()
+    page.locator('input[name="remove"][value="1"]').check()
+    page.get_by_label("Reason (goes to the audit trail)", exact=True).fill("e2e: remove everything")
+    page.get_by_role("button", name="Preview plan").click()
+    error = page.locator('.field[data-field="removed_parallel_units"] .field-error')
+    error.wait_for()
+    assert "removes_every_parallel_unit" in error.inner_text()
+    assert page.get_by_role("button", name="Start rescale").is_disabled()
+
+    # scale out 2 -> 4 by the number of PUs; the plan is drawn against the placement
+    page.get_by_label("Number of parallel units", exact=True).fill("4")
+    page.get_by_label("Number of parallel units", exact=True).dispatch_event("change")
+    assert page.locator('input[name="add"]:checked').count() == 2
+    page.get_by_label("Reason (goes to the audit trail)", exact=True).fill(
+        "e2e: more room for the evening peak"
+    )
+    page.get_by_role("button", name="Preview plan").click()
+    plan = page.locator("#plan")
+    plan.get_by_text("scale out:").wait_for()
+    assert "8 vnodes move" in plan.inner_text()
+    after = plan.locator("table.plan tbody tr").nth(1).inner_text()
+    assert "4 (-4)" in after and "4 (+4)" in after, after
+    assert RescaleOperation.objects.count() == 0, "a preview creates nothing"
+    screenshot(page, "rescale-plan")
+
+    page.get_by_role("button", name="Start rescale").click()
+    page.wait_for_url(f"{live_url}/operations/*/")
+    op = RescaleOperation.objects.get()
+    assert page.url.endswith(f"/operations/{op.operation_id}/")
+    requested = AuditEvent.objects.get(action="operation.requested")
+    assert requested.actor_name == "operator"
+    assert (requested.after or {}).get("reason") == "e2e: more room for the evening peak"
+
+    # the operation page: pending, its planned vnodes drawn, and why it waits
+    page.locator("#op-waiting").wait_for()
+    assert "orchestrator" in page.locator("#op-waiting").inner_text()
+    assert page.locator(".vgrid .vn.phase-planned").count() == 8
+    assert page.locator(".vgrid .vn.phase-owned").count() == 8
+    assert page.get_by_role("button", name="Cancel operation").is_visible()
+    page.locator("#live-state:text('live')").wait_for()
+    screenshot(page, "operation-pending")
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel operation").click()
+    page.locator("#op-status:text('cancelling')").wait_for()
+    assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 1
+
+    # history lists it, filtered by status
+    page.get_by_role("link", name="History").click()
+    page.get_by_label("Status", exact=True).select_option("cancelling")
+    page.get_by_role("button", name="Filter").click()
+    assert page.locator("table.history tbody tr").count() == 1
+    assert op.operation_id in page.locator("table.history tbody").inner_text()
+    page.get_by_label("Status", exact=True).select_option("completed")
+    page.get_by_role("button", name="Filter").click()
+    assert "No operation matches." in page.locator("table.history tbody").inner_text()
+    screenshot(page, "history")
+
+
+def test_a_viewer_sees_no_enabled_action(browser: Any, live_url: str, cluster: None) -> None:
+    page = sign_in(browser, live_url, "viewer")
+    page.goto(f"{live_url}/rescale/")
+    assert page.get_by_role("button", name="Preview plan").is_disabled()
+    assert "needs the permission" in page.locator("#rescale-title + p").inner_text()

@@ -1,0 +1,70 @@
+"""The console's pages render for a signed-in user, refuse visitors, and say 404 for unknown
+operations. What they show is checked in a real browser (tests/e2e)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from dashboard.api.selectors import cluster_info
+from dashboard.console import cluster_matrix, skew
+from rescaler.operations.models import RescaleOperation
+from rescaler.operations.requests import operation_request
+from tests.unit.api.fixtures import make_user, register_cluster, request_body
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ("/", "/rescale/", "/operations/", "/partials/matrix")
+
+
+@pytest.fixture
+def signed_in(client: Client, monkeypatch: pytest.MonkeyPatch) -> Client:
+    from rescaler.operations import requests
+
+    monkeypatch.setattr(requests, "_enqueue_drive", lambda pk: None)
+    register_cluster(vnodes=16, initial_pus=(0, 1))
+    client.force_login(make_user("someone", rescale=True))
+    return client
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_visitors_are_sent_to_sign_in(client: Client, url: str) -> None:
+    response = client.get(url)
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_pages_render(signed_in: Client, url: str) -> None:
+    response = signed_in.get(url)
+    assert response.status_code == 200, response.content[:2000]
+
+
+def test_operation_page_and_unknown_operation(signed_in: Client) -> None:
+    user: Any = signed_in.get("/").wsgi_request.user
+    op = operation_request(user=user, body=request_body(added_parallel_units=[2, 3]))
+    assert isinstance(op, RescaleOperation)
+    page = signed_in.get(f"/operations/{op.operation_id}/")
+    assert page.status_code == 200 and op.operation_id in page.content.decode()
+    assert b"Cancel operation" in page.content
+    assert signed_in.get("/operations/nope/").status_code == 404
+    listed = signed_in.get("/operations/", {"status": "pending"}).content.decode()
+    assert op.operation_id in listed
+    assert (
+        op.operation_id not in signed_in.get("/operations/", {"status": "failed"}).content.decode()
+    )
+    bad = signed_in.get("/operations/", {"status": "bogus"})
+    assert bad.status_code == 200 and "status" in bad.content.decode()
+
+
+def test_the_matrix_counts_vnodes_per_pu_and_its_skew(signed_in: Client) -> None:
+    matrix = cluster_matrix(cluster_info())
+    assert [c.pu for c in matrix.columns] == [0, 1, 2, 3]
+    (row,) = matrix.rows
+    cells = {c.pu: c for c in row.cells if c is not None}
+    assert (
+        set(cells) == {0, 1} and cells[0].vnodes == 8 and cells[1].vnode_list == tuple(range(8, 16))
+    )
+    assert row.skew["vnodes"] == 1.0
+    assert skew([]) is None and skew([0, 0]) is None and skew([3, 1]) == 1.5
