@@ -43,32 +43,32 @@ def build_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from rescaler.cluster import services as cluster_services
     from rescaler.operations import requests as operation_requests
     from workers.control import EpochReport, PuLoad, Topology
-    from workers.pipeline.placement import FragmentPlacement
+    from workers.pipeline.placement import VnodeMapping
 
-    operation_requests._enqueue_drive = lambda operation_id: None  # no Celery here
+    operation_requests._enqueue_drive = lambda pk: None  # no Celery here
     workers = {
         f"executor-{w}": list(range(w * args.pus_per_worker, (w + 1) * args.pus_per_worker))
         for w in range(args.workers)
     }
     all_pus = [pu for pus in workers.values() for pu in pus]
     fragment_pus = all_pus[: args.fragment_pus]
-    placement = FragmentPlacement.initial("word_count", args.vnodes, fragment_pus)
+    placement = VnodeMapping.initial("word_count", args.vnodes, fragment_pus)
     topology = Topology(
         pipeline="wordcount",
         workers=workers,
         fragments={
-            "source": {"kind": "source", "pus": fragment_pus},
+            "source": {"kind": "source", "parallel_units": fragment_pus},
             "word_count": {
                 "kind": "stateful",
                 "region": 1,
                 "vnodes": args.vnodes,
                 "key": "word",
                 "operator": "count",
-                "pus": fragment_pus,
+                "parallel_units": fragment_pus,
                 "mapping": list(placement.mapping),
                 "version": 1,
             },
-            "sink": {"kind": "sink", "pus": fragment_pus},
+            "sink": {"kind": "sink", "parallel_units": fragment_pus},
         },
         spark={"alive": True, "master": "local[2]"},
     )
@@ -98,12 +98,12 @@ def build_cluster(args: argparse.Namespace) -> dict[str, Any]:
         pipeline="wordcount", epoch=args.epochs - 1, status="running", spark={"alive": True}
     )
     user = get_user_model().objects.create_user("bench")
-    user.user_permissions.add(Permission.objects.get(codename="reschedule"))
+    user.user_permissions.add(Permission.objects.get(codename="rescale"))
     spare = [pu for pu in all_pus if pu not in fragment_pus][:2]
     if spare:  # an operation in progress: the busy lookup has a row to find
         operation_requests.operation_request(
             user=user,
-            body={"reschedules": {"word_count": {"added_parallel_units": spare}}},
+            body={"changes": {"word_count": {"added_parallel_units": spare}}},
         )
     return {
         "token": Token.objects.create(user=user).key,
@@ -129,7 +129,7 @@ def measure(token: str, warmup: int, requests: int) -> dict[str, Any]:
     query_count = len(queries)  # now: the log it slices is reset by the next request
     assert response.status_code == 200, response.content[:500]
     body = response.json()
-    assert len(body["fragments"][1]["mapping"]["pus"]) > 0
+    assert len(body["fragments"][1]["mapping"]) > 0
     times_ms: list[float] = []
     cpu0 = time.process_time()
     for _ in range(requests):

@@ -134,7 +134,7 @@ class Params:
 
 def request_body(strategy: str, p: Params) -> dict[str, Any]:
     return {
-        "reschedules": {FRAGMENT: {"added_parallel_units": list(range(PUS_BEFORE, PUS_AFTER))}},
+        "changes": {FRAGMENT: {"added_parallel_units": list(range(PUS_BEFORE, PUS_AFTER))}},
         "strategy": "stop_start" if strategy == "stop_start" else "live",
         "granularity": p.granularity(strategy),
     }
@@ -224,7 +224,7 @@ def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
     from workers.config import RunnerConfig
     from workers.control import LocalControl
     from workers.rescale.local import plan_local, rescale
-    from workers.rescale.request import RescheduleRequest
+    from workers.rescale.protocol import OperationRequest, Tick
     from workers.runner import PipelineRunner
 
     config = RunnerConfig(
@@ -253,7 +253,7 @@ def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
         try:
             alive = running.is_set
             epochs.wait_for(p.pre_epochs, alive)
-            request = RescheduleRequest.parse(request_body(strategy, p))
+            request = OperationRequest.parse(request_body(strategy, p))
             plan = plan_local(config.pipeline_dir, request).to_json()
             frag = plan["fragments"][FRAGMENT]
             say(
@@ -263,20 +263,20 @@ def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
             )
             last_log = [0.0]
 
-            def on_tick(tick: dict[str, Any]) -> None:
+            def on_tick(tick: Tick) -> None:
                 now = time.monotonic()
                 if now - last_log[0] < 5:
                     return
                 last_log[0] = now
-                steps = (tick.get("progress") or {}).get("steps", [])
-                done = sum(1 for s in steps if s["phase"] == "done")
-                say(f"{strategy}: {tick['status']}, steps done {done}/{len(plan['steps'])}")
+                steps = tick.progress.steps if tick.progress else ()
+                done = sum(1 for s in steps if s.phase == "done")
+                say(f"{strategy}: {tick.status}, steps done {done}/{len(plan['steps'])}")
 
             outcome["epochs_before"] = len(epochs)
             outcome["requested_at"] = time.time()
             result = rescale(
                 config.pipeline_dir, request, timeout_s=OPERATION_TIMEOUT_S, on_tick=on_tick
-            )
+            ).to_json()
             outcome["completed_at"] = time.time()
             outcome["result"] = result
             outcome["plan"] = {
@@ -351,9 +351,10 @@ def verify_runner(config: Any, p: Params, end_offset: int) -> dict[str, Any]:
     if misplaced:
         result["problems"].append(f"{misplaced} keys are not on the PU their vnode maps to")
         result["exact"] = False
-    result["pus_after"] = list(placements[FRAGMENT].pus)
+    result["parallel_units_after"] = list(placements[FRAGMENT].parallel_units)
     result["vnodes_per_pu_after"] = {
-        str(pu): sum(1 for owner in mapping if owner == pu) for pu in placements[FRAGMENT].pus
+        str(pu): sum(1 for owner in mapping if owner == pu)
+        for pu in placements[FRAGMENT].parallel_units
     }
     return result
 
@@ -956,7 +957,7 @@ def parent_main(args: argparse.Namespace) -> int:
             **asdict(p),
             "strategies": strategies,
             "keys_at_operation": keys_at_operation,
-            "pus": f"{PUS_BEFORE} -> {PUS_AFTER}",
+            "parallel_units": f"{PUS_BEFORE} -> {PUS_AFTER}",
             "spark_master": "local[2]",
             "trigger": "processingTime 0 (back to back)",
             "granularities": {n: p.granularity(n) for n in LIVE},

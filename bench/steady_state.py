@@ -221,7 +221,7 @@ def run_rescaler(w: Workload, workdir: Path) -> dict[str, Any]:
         "run_s": round(finished - started, 3),
         "settings": {
             "state_backend": config.backend,
-            "pus": config.initial_pus,
+            "parallel_units": config.initial_pus,
             "vnodes": config.vnodes,
             "state_fsync": os.environ.get("RESCALER_STATE_FSYNC", "1 (default)"),
         },

@@ -42,6 +42,7 @@ from rest_framework.request import Request
 from rescaler.cluster.models import EpochMetric, Fragment, Pipeline, VnodeMapping
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import runner_alive
+from workers.rescale.protocol import FINAL
 
 # the epoch-latency gauge histogram covers this many of each pipeline's latest epochs
 EPOCH_WINDOW = 600
@@ -163,7 +164,7 @@ class RescalerCollector(Collector):
         )
         mappings = dict(
             VnodeMapping.objects.filter(version=F("fragment__mapping_version")).values_list(
-                "fragment_id", "pus"
+                "fragment_id", "mapping"
             )
         )
         fragments = Fragment.objects.filter(kind=Fragment.Kind.STATEFUL).select_related("pipeline")
@@ -227,7 +228,7 @@ class RescalerCollector(Collector):
         for row in RescaleOperation.objects.values("status", "strategy").annotate(n=Count("id")):
             by_status.add_metric([row["status"], row["strategy"]], float(row["n"]))
         for row in (
-            RescaleOperation.objects.filter(status__in=RescaleOperation.FINAL)
+            RescaleOperation.objects.filter(status__in=FINAL)
             .values("status", "strategy", "error_code")
             .annotate(n=Count("id"))
         ):
@@ -236,7 +237,7 @@ class RescalerCollector(Collector):
             )
         ended: dict[tuple[str, str], list[float]] = defaultdict(list)
         for status, strategy, started, ended_at in RescaleOperation.objects.filter(
-            status__in=RescaleOperation.FINAL,
+            status__in=FINAL,
             started_at__isnull=False,
             finished_at__isnull=False,
         ).values_list("status", "strategy", "started_at", "finished_at"):

@@ -27,14 +27,13 @@ from workers.control import Command, ControlInterface
 from workers.pipeline.placement import (
     EpochPlan,
     FragmentActions,
-    FragmentPlacement,
     PlacementStore,
+    VnodeMapping,
 )
 from workers.rescale.executor import CommandRefused, RescaleExecutor
+from workers.rescale.protocol import OPERATION_COMMANDS, CommandKind
 
 log = logging.getLogger("workers.barrier")
-
-COMMAND_KINDS = ("stop", "rescale.begin", "rescale.step", "rescale.cancel", "rescale.finish")
 
 
 class BarrierError(Exception):
@@ -64,7 +63,7 @@ class Barrier:
         pipeline: str,
         control: ControlInterface,
         executor: RescaleExecutor,
-        placements: dict[str, FragmentPlacement],
+        placements: dict[str, VnodeMapping],
         store: PlacementStore,
         *,
         on_stop: Callable[[], None] = lambda: None,
@@ -90,10 +89,10 @@ class Barrier:
                 f"checkpoint is older than the state directory {self.store.dir}"
             )
         acks = [self.apply(command, epoch) for command in self.control.poll_commands(self.pipeline)]
-        before = {n: (p.version, p.pus) for n, p in self.placements.items()}
+        before = {n: (p.version, p.parallel_units) for n, p in self.placements.items()}
         actions = self.executor.plan(epoch)
         self.store.save(self.placements)
-        if before != {n: (p.version, p.pus) for n, p in self.placements.items()}:
+        if before != {n: (p.version, p.parallel_units) for n, p in self.placements.items()}:
             self._on_placements_changed()
         self.executor.placements_saved()
         plan = EpochPlan(epoch, dict(self.placements), actions)
@@ -104,10 +103,10 @@ class Barrier:
 
     def apply(self, command: Command, epoch: int) -> Ack:
         """Apply one command at the barrier of ``epoch``; a refusal is an ack, never a raise."""
-        if command.kind == "stop":
+        if command.kind == CommandKind.STOP:
             self._on_stop()
             return Ack(command.id, "done", f"stopping after epoch {epoch - 1}")
-        if command.kind.startswith("rescale."):
+        if command.kind in OPERATION_COMMANDS:
             try:
                 return Ack(command.id, "done", self.executor.handle(command))
             except CommandRefused as exc:
@@ -117,14 +116,14 @@ class Barrier:
         return Ack(
             command.id,
             "failed",
-            f"unknown command {command.kind!r}; this runner knows: {', '.join(COMMAND_KINDS)}",
+            f"unknown command {command.kind!r}; this runner knows: {', '.join(CommandKind)}",
         )
 
 
-def route_slots(placement: FragmentPlacement, actions: FragmentActions) -> list[int]:
+def route_slots(placement: VnodeMapping, actions: FragmentActions) -> list[int]:
     """For each vnode, the slot (Spark partition = PU task) its records go to this epoch: its
     owner's, or for a held vnode its step's target's, whose task appends them to the hold queue."""
-    slot_of = {pu: i for i, pu in enumerate(placement.pus)}
+    slot_of = {pu: i for i, pu in enumerate(placement.parallel_units)}
     slots = placement.slot_of_vnode()
     for vnode, target in actions.held.items():
         slots[vnode] = slot_of[target]

@@ -12,6 +12,7 @@ from typing import Any
 
 from workers.config import ConfigError, RunnerConfig
 from workers.pipeline.builtins import BUILTINS
+from workers.rescale.protocol import Strategy
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,14 +82,14 @@ def main(
     resc.add_argument("--fragment", required=True, action="append", help="repeat for several")
     resc.add_argument("--add", default="", help="parallel units to add, e.g. 2,3")
     resc.add_argument("--remove", default="", help="parallel units to remove, e.g. 1")
-    resc.add_argument("--strategy", default="live", choices=["live", "stop_start"])
+    resc.add_argument("--strategy", default="live", choices=[s.value for s in Strategy])
     resc.add_argument(
         "--granularity", default="fluid", help="fluid, batched, all_at_once, or a JSON object"
     )
     resc.add_argument("--weighted", action="store_true", help="balance measured bytes too")
     resc.add_argument("--dry-run", action="store_true", help="print the plan, move nothing")
     resc.add_argument("--state-dir", type=Path)
-    resc.add_argument("--operation", help="operation id (default: a new one)")
+    resc.add_argument("--operation-id", help="operation id (default: a new one)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -142,13 +143,13 @@ def rescale_main(args: argparse.Namespace) -> int:
     from workers.config import default_state_dir
     from workers.rescale.errors import RescaleError
     from workers.rescale.local import plan_local, rescale
-    from workers.rescale.request import RescheduleRequest
+    from workers.rescale.protocol import OperationRequest, StepPhase, Tick, TickStatus
 
     granularity: Any = args.granularity
     if granularity.startswith("{"):
         granularity = json.loads(granularity)
     body = {
-        "reschedules": {
+        "changes": {
             frag: {
                 "added_parallel_units": _units(args.add),
                 "removed_parallel_units": _units(args.remove),
@@ -162,28 +163,27 @@ def rescale_main(args: argparse.Namespace) -> int:
     }
     pipeline_dir = (args.state_dir or default_state_dir()) / args.pipeline
     try:
-        request = RescheduleRequest.parse(body)
+        request = OperationRequest.parse(body)
         if args.dry_run:
             print(json.dumps(plan_local(pipeline_dir, request).to_json(), indent=2))
             return 0
 
-        def show(tick: dict[str, Any]) -> None:
-            progress = tick.get("progress") or {}
-            steps = progress.get("steps", [])
-            done = sum(1 for s in steps if s["phase"] == "done")
+        def show(tick: Tick) -> None:
+            steps = tick.progress.steps if tick.progress else ()
+            keys_moved = tick.progress.keys_moved if tick.progress else 0
+            done = sum(1 for s in steps if s.phase == StepPhase.DONE)
             print(
-                f"\r{tick['status']:<10} steps done {done}/{len(steps)}  "
-                f"keys moved {progress.get('keys_moved', 0):>10}",
+                f"\r{tick.status:<10} steps done {done}/{len(steps)}  keys moved {keys_moved:>10}",
                 end="",
                 file=sys.stderr,
                 flush=True,
             )
 
-        result = rescale(pipeline_dir, request, operation=args.operation, on_tick=show)
+        result = rescale(pipeline_dir, request, operation_id=args.operation_id, on_tick=show)
     except (RescaleError, FileNotFoundError) as exc:
         code = getattr(exc, "code", "error")
         print(f"refused ({code}): {exc}", file=sys.stderr)
         return 2
     print(file=sys.stderr)
-    print(json.dumps({k: v for k, v in result.items() if k != "progress"}))
-    return 0 if result["status"] == "completed" else 1
+    print(json.dumps({k: v for k, v in result.to_json().items() if k != "progress"}))
+    return 0 if result.status == TickStatus.COMPLETED else 1

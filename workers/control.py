@@ -23,7 +23,7 @@ class Command:
     """An instruction for the runner, executed at the next epoch boundary."""
 
     id: int
-    kind: str  # "stop", and the rescale protocol's kinds
+    kind: str  # a protocol.CommandKind
     payload: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,7 +68,7 @@ class Topology:
 
     pipeline: str
     workers: dict[str, list[int]]  # worker id -> its parallel unit ids
-    # fragment name -> {"kind", "region", "vnodes", "pus": [...], "mapping": [pu per vnode],
+    # fragment name -> {"kind", "region", "vnodes", "parallel_units": [...], "mapping": [pu per vnode],
     #                   "version": int, "operator": str}
     fragments: dict[str, dict[str, Any]]
     spark: dict[str, Any]  # master, app id, ui url, version
@@ -158,11 +158,11 @@ class LocalControl:
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
         (self.dir / "progress").mkdir(exist_ok=True)
-        self._write_atomic(f"progress/{progress['operation']}.json", progress)
+        self._write_atomic(f"progress/{progress['operation_id']}.json", progress)
         self._append("progress.jsonl", {"at": time.time(), **progress})
 
-    def progress(self, operation: str) -> dict[str, Any] | None:
-        path = self.dir / "progress" / f"{operation}.json"
+    def progress(self, operation_id: str) -> dict[str, Any] | None:
+        path = self.dir / "progress" / f"{operation_id}.json"
         return json.loads(path.read_text("utf-8")) if path.exists() else None
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:

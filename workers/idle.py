@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workers.rescale.protocol import STEP_ENDED, StepPhase, Strategy
+
 if TYPE_CHECKING:  # the sources import this module in Spark's Python workers: keep it light
     from workers.rescale.operation import OperationState
 
@@ -54,12 +56,12 @@ def awaits_barrier(operations: Iterable[OperationState]) -> bool:
     for op in operations:
         if op.final:
             continue
-        if op.strategy != "live" or op.begun_epoch is None:
+        if op.strategy != Strategy.LIVE or op.begun_epoch is None:
             return True
         phases = {step.phase for step in op.steps.values()}
-        if phases - {"collecting", "done", "cancelled"}:
+        if phases - {StepPhase.COLLECTING, *STEP_ENDED}:
             return True
-        if not phases - {"done", "cancelled"} and (op.finish_requested or op.cancel_requested):
+        if not phases - STEP_ENDED and (op.finish_requested or op.cancel_requested):
             return True
     return False
 

@@ -20,7 +20,7 @@ from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import vnode_sql
 from workers.pipeline.model import Pipeline
-from workers.pipeline.placement import EpochPlan, FragmentActions, FragmentPlacement
+from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
 from workers.sources.spark import GENERATOR, JSONL, register
 
 CHECKPOINT_MANAGER = (
@@ -123,7 +123,7 @@ class EpochJob:
     def stage(
         self,
         df: Any,
-        placement: FragmentPlacement,
+        placement: VnodeMapping,
         actions: FragmentActions,
         spec: TaskSpec,
         key_col: str,
@@ -154,7 +154,9 @@ class EpochJob:
             )
         schema = output_schema(spec.operator)
         ddl = ", ".join(f"`{f.name}` {_SPARK_TYPES[str(f.type)]}" for f in schema)
-        return routed.repartitionById(len(placement.pus), "slot").mapInArrow(make_task(spec), ddl)
+        return routed.repartitionById(len(placement.parallel_units), "slot").mapInArrow(
+            make_task(spec), ddl
+        )
 
     def run(self, df: Any, plan: EpochPlan) -> list[dict[str, Any]]:
         """Run ``plan`` over the epoch's records ``df``: one Spark job, every fragment; returns
@@ -182,15 +184,15 @@ class EpochJob:
                 fragment=frag.name,
                 operator=frag.operator,
                 epoch=plan.epoch,
-                pus=placement.pus,
+                parallel_units=placement.parallel_units,
                 owned=tuple(
                     tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
-                    for pu in placement.pus
+                    for pu in placement.parallel_units
                 ),
                 state_root=str(cfg.pipeline_dir),
                 backend=cfg.backend,
                 terminal=i == len(self.pipeline.fragments) - 1,
-                actions=tuple(actions.slot(pu) for pu in placement.pus),
+                actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
             )
             if i > 0:
                 stream = stream.withColumn(

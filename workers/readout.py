@@ -16,7 +16,7 @@ from workers.hashing import vnode_of
 from workers.layout import store_path
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import Fragment
-from workers.pipeline.placement import FragmentPlacement, PlacementStore
+from workers.pipeline.placement import PlacementStore, VnodeMapping
 from workers.state import open_store
 from workers.state.base import decode_key, encode_key
 
@@ -36,7 +36,7 @@ class KeyState:
     mapping_version: int
 
 
-def _placement(pipeline_dir: Path, fragment: str) -> FragmentPlacement:
+def _placement(pipeline_dir: Path, fragment: str) -> VnodeMapping:
     placements = PlacementStore(pipeline_dir).load()
     if placements is None:
         raise ReadoutError(

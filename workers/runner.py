@@ -33,7 +33,7 @@ from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, spark_info
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import Pipeline
-from workers.pipeline.placement import EpochPlan, FragmentPlacement, PlacementStore
+from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
 
 log = logging.getLogger("workers.runner")
@@ -64,7 +64,7 @@ class PipelineRunner:
         self.control = control
         self.pipeline: Pipeline = get_pipeline(config.pipeline, config.vnodes)
         self.placements_store = PlacementStore(config.pipeline_dir)
-        self.placements: dict[str, FragmentPlacement] = {}
+        self.placements: dict[str, VnodeMapping] = {}
         self.executor: RescaleExecutor
         self.barrier: Barrier
         self.job: EpochJob
@@ -84,7 +84,7 @@ class PipelineRunner:
     def worker_pus(self) -> dict[str, list[int]]:
         return {LOCAL_WORKER: list(range(self.config.pus_per_worker))}
 
-    def _load_placements(self) -> dict[str, FragmentPlacement]:
+    def _load_placements(self) -> dict[str, VnodeMapping]:
         saved = self.placements_store.load()
         if saved is not None:
             names = {f.name for f in self.pipeline.fragments}
@@ -96,8 +96,7 @@ class PipelineRunner:
             return saved
         initial = list(range(self.config.initial_pus))
         placements = {
-            f.name: FragmentPlacement.initial(f.name, f.vnodes, initial)
-            for f in self.pipeline.fragments
+            f.name: VnodeMapping.initial(f.name, f.vnodes, initial) for f in self.pipeline.fragments
         }
         self.placements_store.save(placements)
         return placements
@@ -121,12 +120,14 @@ class PipelineRunner:
             placement = self.placements.get(row["name"])
             if placement is not None:
                 entry.update(
-                    pus=list(placement.pus),
+                    parallel_units=list(placement.parallel_units),
                     mapping=list(placement.mapping),
                     version=placement.version,
                 )
             else:
-                entry["pus"] = sorted({pu for p in self.placements.values() for pu in p.pus})
+                entry["parallel_units"] = sorted(
+                    {pu for p in self.placements.values() for pu in p.parallel_units}
+                )
             fragments[row["name"]] = entry
         return Topology(
             pipeline=self.pipeline.name,
@@ -215,7 +216,9 @@ class PipelineRunner:
         reported = {(s["fragment"], s["pu"]) for s in stats}
         for frag in self.pipeline.fragments:
             missing = [
-                pu for pu in plan.placements[frag.name].pus if (frag.name, pu) not in reported
+                pu
+                for pu in plan.placements[frag.name].parallel_units
+                if (frag.name, pu) not in reported
             ]
             if missing:
                 raise RunnerError(

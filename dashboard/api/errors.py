@@ -99,7 +99,7 @@ class ErrorSerializer(serializers.Serializer):
 _DESCRIPTIONS = {
     400: "Refused: the request cannot be carried out as written (see code).",
     401: "Not authenticated: send `Authorization: Token <key>` or log in.",
-    403: "Authenticated, but not allowed (needs the operations.reschedule permission).",
+    403: "Authenticated, but not allowed (needs the operations.rescale permission).",
     404: "No such object.",
     406: "No representation in the accepted media type.",
     409: "Conflicts with the state of the cluster (fragment_busy, operation_final).",

@@ -10,7 +10,8 @@ from django import forms
 from django.db.models import QuerySet
 from django_filters.fields import IsoDateTimeField
 
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import AuditEvent, RescaleOperation, choices
+from workers.rescale.protocol import AuditObject, OperationStatus, Strategy
 
 
 class UtcDateTimeField(IsoDateTimeField):
@@ -32,7 +33,7 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 class OperationFilter(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(
-        choices=RescaleOperation.Status.choices, help_text="One or more statuses (repeat it)."
+        choices=choices(OperationStatus), help_text="One or more statuses (repeat it)."
     )
     fragment = django_filters.CharFilter(
         method="filter_fragment", help_text="Operations that change this fragment."
@@ -41,7 +42,7 @@ class OperationFilter(django_filters.FilterSet):
     requester = django_filters.CharFilter(
         field_name="requested_by__username", help_text="Username of who asked."
     )
-    strategy = django_filters.ChoiceFilter(choices=[("live", "live"), ("stop_start", "stop_start")])
+    strategy = django_filters.ChoiceFilter(choices=choices(Strategy))
     created_after = UtcDateTimeFilter(
         field_name="created_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
     )
@@ -67,10 +68,10 @@ class AuditFilter(django_filters.FilterSet):
     action_prefix = django_filters.CharFilter(
         field_name="action", lookup_expr="startswith", help_text='e.g. "step." or "operation."'
     )
-    object_type = django_filters.CharFilter(help_text="rescale_operation, rescale_step, ...")
+    object_type = django_filters.CharFilter(help_text="operation, step, ...")
     object_id = django_filters.CharFilter(
         method="filter_object_id",
-        help_text="An object id; for an operation's uid, its steps' events are included.",
+        help_text="An object id; for an operation's operation_id, its steps' events are included.",
     )
     at_after = UtcDateTimeFilter(
         field_name="at", lookup_expr="gte", help_text="ISO 8601, inclusive."
@@ -87,5 +88,5 @@ class AuditFilter(django_filters.FilterSet):
         self, queryset: QuerySet[AuditEvent], name: str, value: str
     ) -> QuerySet[AuditEvent]:
         return queryset.filter(object_id=value) | queryset.filter(
-            object_type="rescale_step", object_id__startswith=f"{value}/"
+            object_type=AuditObject.STEP, object_id__startswith=f"{value}/"
         )

@@ -7,19 +7,19 @@ from typing import Any
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-RESCHEDULE_PERMISSION = "operations.reschedule"
+RESCALE_PERMISSION = "operations.rescale"
 
 
 class CanReschedule(BasePermission):
-    """Unsafe methods (POST) need ``operations.reschedule``; reads pass through.
+    """Unsafe methods (POST) need ``operations.rescale``; reads pass through.
 
     Used after ``IsAuthenticated``, so an anonymous caller gets 401 before this is asked.
     """
 
-    message = f"starting or cancelling a rescale needs the {RESCHEDULE_PERMISSION} permission"
+    message = f"starting or cancelling a rescale needs the {RESCALE_PERMISSION} permission"
     code = "permission_denied"
 
     def has_permission(self, request: Request, view: Any) -> bool:
         if request.method in SAFE_METHODS:
             return True
-        return bool(request.user and request.user.has_perm(RESCHEDULE_PERMISSION))
+        return bool(request.user and request.user.has_perm(RESCALE_PERMISSION))

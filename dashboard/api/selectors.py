@@ -29,20 +29,14 @@ from rescaler.operations.selectors import runner_alive
 from workers.hashing import vnode_of
 from workers.pipeline.model import PipelineError
 from workers.readout import ReadoutError, read_key
+from workers.rescale.protocol import (
+    FINAL,
+    ROUTING_BY_PHASE,
+    AuditObject,
+    Routing,
+    StepPhase,
+)
 from workers.state import max_user_key_bytes
-
-# where the records of a vnode go while a step moves it (docs/rescale.md, "Live")
-ROUTING_BY_PHASE = {
-    "planned": "source",
-    "pending": "source",
-    "collecting": "hold_queue",
-    "exported": "hold_queue",
-    "acquiring": "target",
-    "acquired": "target",
-    "dropping": "target",
-    "done": "target",
-    "cancelled": "source",
-}
 
 
 def _age_s(at: Any) -> float | None:
@@ -101,8 +95,8 @@ def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
         Fragment.objects.filter(pipeline_id__in=ids)
         .annotate(
             pu_numbers=_pu_numbers("parallel_units"),
-            mapping_pus=Subquery(current_mapping.values("pus")[:1]),
-            busy_with=Subquery(active_operation.values("operation__uid")[:1]),
+            current_mapping=Subquery(current_mapping.values("mapping")[:1]),
+            busy_with=Subquery(active_operation.values("operation__operation_id")[:1]),
         )
         .order_by("pipeline_id", "position")
     )
@@ -167,7 +161,7 @@ def _pipeline_row(p: Pipeline, alive: bool, epoch: dict[str, Any] | None) -> dic
 def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dict[str, Any]:
     """One fragment's row; ``frag`` carries the annotations of ``cluster_info``."""
     pus: list[int] = list(frag.pu_numbers)
-    mapping_pus: list[int] | None = frag.mapping_pus
+    mapping: list[int] | None = frag.current_mapping
     per_pu: dict[int, dict[str, Any]] = {}
 
     def row(pu: int) -> dict[str, Any]:
@@ -179,7 +173,7 @@ def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dic
     for pu in pus:
         row(pu)
     load = frag.vnode_load or {}
-    for vnode, pu in enumerate(mapping_pus or []):
+    for vnode, pu in enumerate(mapping or []):
         entry = row(pu)
         entry["vnodes"] += 1
         keys_bytes = load.get(str(vnode))
@@ -206,9 +200,8 @@ def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dic
         "vnodes": frag.vnodes,
         "parallel_units": pus,
         "busy_with": frag.busy_with,
-        "mapping": None
-        if mapping_pus is None
-        else {"version": frag.mapping_version, "pus": mapping_pus},
+        "mapping_version": None if mapping is None else frag.mapping_version,
+        "mapping": mapping,
         "load": {
             "epoch": epoch["epoch"] if epoch is not None else None,
             "keys": sum(e["keys"] for e in loads),
@@ -226,34 +219,34 @@ def operation_list() -> QuerySet[RescaleOperation]:
         .defer("plan", "progress")
         .annotate(
             steps_total=Count("steps"),
-            steps_done=Count("steps", filter=Q(steps__phase="done")),
+            steps_done=Count("steps", filter=Q(steps__phase=StepPhase.DONE)),
         )
         .order_by("-created_at", "-id")
     )
 
 
-def operation_get(*, uid: str) -> RescaleOperation:
+def operation_get(*, operation_id: str) -> RescaleOperation:
     """One operation with its steps; ``unknown_operation`` (404) if there is none."""
     op = (
         RescaleOperation.objects.select_related("pipeline", "requested_by", "cancel_requested_by")
-        .prefetch_related(Prefetch("steps", queryset=RescaleStep.objects.order_by("number")))
+        .prefetch_related(Prefetch("steps", queryset=RescaleStep.objects.order_by("step")))
         .annotate(
             steps_total=Count("steps"),
-            steps_done=Count("steps", filter=Q(steps__phase="done")),
+            steps_done=Count("steps", filter=Q(steps__phase=StepPhase.DONE)),
         )
-        .filter(uid=uid)
+        .filter(operation_id=operation_id)
         .first()
     )
     if op is None:
-        raise not_found("unknown_operation", f"no rescale operation {uid!r}")
+        raise not_found("unknown_operation", f"no operation {operation_id!r}")
     return op
 
 
 def operation_events(*, operation: RescaleOperation) -> QuerySet[AuditEvent]:
     """The audit events of the operation and of its steps, oldest first."""
     return AuditEvent.objects.filter(
-        Q(object_type="rescale_operation", object_id=operation.uid)
-        | Q(object_type="rescale_step", object_id__startswith=f"{operation.uid}/")
+        Q(object_type=AuditObject.OPERATION, object_id=operation.operation_id)
+        | Q(object_type=AuditObject.STEP, object_id__startswith=f"{operation.operation_id}/")
     ).order_by("at", "id")
 
 
@@ -267,11 +260,11 @@ def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
                 {
                     "fragment": step.fragment,
                     "vnode": vnode,
-                    "step": step.number,
-                    "source": step.source_pu,
-                    "target": step.target_pu,
+                    "step": step.step,
+                    "source_pu": step.source_pu,
+                    "target_pu": step.target_pu,
                     "phase": step.phase,
-                    "routing": ROUTING_BY_PHASE.get(step.phase, "source"),
+                    "routing": ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE),
                     "keys": figures.get("keys"),
                     "bytes": figures.get("bytes"),
                     "hold_queue": figures.get("hold_queue", 0),
@@ -328,7 +321,7 @@ def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
     vnode = vnode_of(key, fragment.vnodes)
     mapping = (
         VnodeMapping.objects.filter(fragment=fragment, version=fragment.mapping_version)
-        .values_list("pus", flat=True)
+        .values_list("mapping", flat=True)
         .first()
     )
     owner = mapping[vnode] if mapping and vnode < len(mapping) else None
@@ -369,7 +362,7 @@ def _migration_of(fragment: Fragment, vnode: int) -> dict[str, Any] | None:
             fragment=fragment.name,
             vnodes__contains=[vnode],
         )
-        .exclude(operation__status__in=RescaleOperation.FINAL)
+        .exclude(operation__status__in=FINAL)
         .select_related("operation")
         .order_by("-operation__created_at")
         .first()
@@ -377,10 +370,10 @@ def _migration_of(fragment: Fragment, vnode: int) -> dict[str, Any] | None:
     if step is None:
         return None
     return {
-        "operation": step.operation.uid,
-        "step": step.number,
-        "source": step.source_pu,
-        "target": step.target_pu,
+        "operation_id": step.operation.operation_id,
+        "step": step.step,
+        "source_pu": step.source_pu,
+        "target_pu": step.target_pu,
         "phase": step.phase,
-        "routing": ROUTING_BY_PHASE.get(step.phase, "source"),
+        "routing": ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE),
     }

@@ -1,11 +1,9 @@
 """What the API reads and writes, and the OpenAPI schema of both.
 
-The reschedule request body is parsed by ``workers.rescale.request.RescheduleRequest.parse``
-(through ``operation_request``), the one place its rules live; ``RescheduleSerializer``
-only describes it for the schema (and so for schemathesis and client generators).
-
-Fields named ``source`` (a PU) shadow ``Field.source`` for the type checker only: DRF's
-metaclass moves declared fields off the class.
+The operation request is parsed by ``workers.rescale.protocol.OperationRequest.parse``, the one
+place its rules live: ``OperationRequestSerializer`` validates by calling it, and its schema takes
+its bounds and choices from the same constants and enums (``GRANULARITY_MINIMUMS``,
+``Strategy``), so the OpenAPI schema and the parser cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,26 +15,40 @@ from rest_framework import serializers
 
 from dashboard.api import selectors
 from rescaler.cluster.models import Pipeline
-from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
+from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep, choices
 from rescaler.operations.waiting import WaitingFor, operation_waiting
-from workers.rescale.request import PRESETS, STRATEGIES
+from workers.rescale.protocol import (
+    GRANULARITY_MINIMUMS,
+    GRANULARITY_OPTIONAL,
+    GRANULARITY_TYPES,
+    PRESETS,
+    REASON_MAX_CHARS,
+    ChangeKind,
+    Granularity,
+    OperationRequest,
+    Routing,
+    StepPhase,
+    Strategy,
+)
 
-# -- the reschedule request (schema only) --------------------------------------------------------
+
+# -- the operation request -----------------------------------------------------------------------
+def _granularity_property(name: str) -> dict[str, Any]:
+    prop: dict[str, Any] = {
+        "type": "integer" if GRANULARITY_TYPES[name] is int else "number",
+        "minimum": GRANULARITY_MINIMUMS[name],
+    }
+    if name in GRANULARITY_OPTIONAL:
+        prop["nullable"] = True
+    else:
+        prop["default"] = getattr(Granularity(), name)
+    return prop
+
+
 GRANULARITY_OBJECT: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {
-        "vnodes_per_step": {"type": "integer", "minimum": 1, "default": 1},
-        "max_keys_per_step": {"type": "integer", "minimum": 1, "nullable": True},
-        "max_bytes_per_step": {"type": "integer", "minimum": 1, "nullable": True},
-        "steps_in_flight": {"type": "integer", "minimum": 1, "default": 1},
-        "bytes_per_second": {
-            "type": "number",
-            "minimum": 0,
-            "exclusiveMinimum": True,
-            "nullable": True,
-        },
-    },
+    "properties": {name: _granularity_property(name) for name in GRANULARITY_TYPES},
 }
 
 
@@ -65,14 +77,19 @@ class FragmentChangeSerializer(serializers.Serializer):
     )
 
 
-class RescheduleSerializer(serializers.Serializer):
-    """Only added: scale out; only removed: scale in; as many added as removed: migrate."""
+class OperationRequestSerializer(serializers.Serializer):
+    """Only added: scale out; only removed: scale in; as many added as removed: migrate.
 
-    reschedules = serializers.DictField(
+    Validation is the data plane's parser itself: ``validated_data`` is an ``OperationRequest``
+    and a refusal is its ``RescaleError`` (400 with the parser's code and reason)."""
+
+    changes = serializers.DictField(
         child=FragmentChangeSerializer(),
         help_text="Per stateful fragment (by name), the PUs to add and to remove.",
     )
-    strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="live", required=False)
+    strategy = serializers.ChoiceField(
+        choices=choices(Strategy), default=Strategy.LIVE, required=False
+    )
     granularity = GranularityField(required=False)
     dry_run = serializers.BooleanField(
         default=False, required=False, help_text="Return the plan without acting."
@@ -82,6 +99,15 @@ class RescheduleSerializer(serializers.Serializer):
         required=False,
         help_text="Balance measured bytes per PU too, not only vnode counts (cures skew).",
     )
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX_CHARS,
+        help_text="Why the operator asks: kept with the operation and in the audit trail.",
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        return OperationRequest.parse(data)
 
 
 # -- the plan (dry run; stored on each operation) -----------------------------------------------
@@ -96,8 +122,8 @@ class GranularitySerializer(serializers.Serializer):
 class MoveSerializer(serializers.Serializer):
     fragment = serializers.CharField()
     vnode = serializers.IntegerField()
-    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
-    target = serializers.IntegerField()
+    source_pu = serializers.IntegerField()
+    target_pu = serializers.IntegerField()
     keys = serializers.IntegerField()
     bytes = serializers.IntegerField()
 
@@ -111,7 +137,7 @@ class BalanceSerializer(serializers.Serializer):
 
 class FragmentPlanSerializer(serializers.Serializer):
     fragment = serializers.CharField()
-    kind = serializers.ChoiceField(choices=["scale_out", "scale_in", "migrate"])
+    kind = serializers.ChoiceField(choices=choices(ChangeKind))
     parallel_units_before = serializers.ListField(child=serializers.IntegerField())
     parallel_units_after = serializers.ListField(child=serializers.IntegerField())
     moves = MoveSerializer(many=True)
@@ -129,26 +155,21 @@ class FragmentPlanSerializer(serializers.Serializer):
 
 
 class StepSpecSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    step = serializers.IntegerField()
     fragment = serializers.CharField()
-    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
-    target = serializers.IntegerField()
+    source_pu = serializers.IntegerField()
+    target_pu = serializers.IntegerField()
     vnodes = serializers.ListField(child=serializers.IntegerField())
     keys = serializers.IntegerField()
     bytes = serializers.IntegerField()
 
 
 class PlanSerializer(serializers.Serializer):
-    strategy = serializers.ChoiceField(choices=list(STRATEGIES))
+    strategy = serializers.ChoiceField(choices=choices(Strategy))
     granularity = GranularitySerializer()
     fragments = serializers.DictField(child=FragmentPlanSerializer())
     steps = StepSpecSerializer(many=True)
     estimated_duration_s = serializers.FloatField()
-
-
-@extend_schema_field(PlanSerializer)
-class PlanField(serializers.JSONField):
-    """The plan as the planner wrote it, passed through."""
 
 
 @extend_schema_field(GranularitySerializer)
@@ -156,9 +177,20 @@ class StoredGranularityField(serializers.JSONField):
     pass
 
 
-@extend_schema_field(RescheduleSerializer)
+@extend_schema_field(OperationRequestSerializer)
 class StoredRequestField(serializers.JSONField):
-    pass
+    """The request, put back together from the operation's columns (``request_record``)."""
+
+    def get_attribute(self, instance: RescaleOperation) -> Any:
+        return instance.request_record().to_json()
+
+
+@extend_schema_field(PlanSerializer)
+class PlanField(serializers.JSONField):
+    """The plan as the dry run showed it, put back together from the stored operation."""
+
+    def get_attribute(self, instance: RescaleOperation) -> Any:
+        return instance.plan_record().to_json()
 
 
 # -- operations ----------------------------------------------------------------------------------
@@ -182,8 +214,8 @@ class OperationSerializer(serializers.ModelSerializer):
     class Meta:
         model = RescaleOperation
         fields = [
-            "uid", "pipeline", "status", "strategy", "granularity", "fragments", "request",
-            "requested_by", "cancel_requested_by", "created_at", "started_at", "finished_at",
+            "operation_id", "pipeline", "status", "strategy", "granularity", "fragments", "request",
+            "reason", "requested_by", "cancel_requested_by", "created_at", "started_at", "finished_at",
             "duration_s", "outcome", "error_code", "vnodes_moved", "keys_moved", "bytes_moved",
             "steps_total", "steps_done",
         ]  # fmt: skip
@@ -202,7 +234,7 @@ class StepSerializer(serializers.ModelSerializer):
     class Meta:
         model = RescaleStep
         fields = [
-            "number", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
+            "step", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
             "keys_moved", "bytes_moved", "hold_queue", "collect_epoch", "acquire_epoch",
             "drop_epoch", "per_vnode", "timings", "error", "updated_at",
         ]  # fmt: skip
@@ -213,11 +245,11 @@ class VnodePhaseSerializer(serializers.Serializer):
     fragment = serializers.CharField()
     vnode = serializers.IntegerField()
     step = serializers.IntegerField()
-    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
-    target = serializers.IntegerField()
-    phase = serializers.CharField()
+    source_pu = serializers.IntegerField()
+    target_pu = serializers.IntegerField()
+    phase = serializers.ChoiceField(choices=choices(StepPhase))
     routing = serializers.ChoiceField(
-        choices=["source", "hold_queue", "target"],
+        choices=choices(Routing),
         help_text="Where the vnode's records go now: its source PU, the step's hold queue, "
         "or its target PU.",
     )
@@ -320,13 +352,6 @@ class ParallelUnitInfoSerializer(serializers.Serializer):
     )
 
 
-class MappingSerializer(serializers.Serializer):
-    version = serializers.IntegerField()
-    pus = serializers.ListField(
-        child=serializers.IntegerField(), help_text="pus[vnode] = the PU that owns the vnode."
-    )
-
-
 class PuLoadSerializer(serializers.Serializer):
     parallel_unit = serializers.IntegerField()
     vnodes = serializers.IntegerField(help_text="Vnodes the mapping gives this PU.")
@@ -358,7 +383,15 @@ class FragmentInfoSerializer(serializers.Serializer):
     busy_with = serializers.CharField(
         allow_null=True, help_text="The operation in progress on this fragment, if any."
     )
-    mapping = MappingSerializer(allow_null=True, help_text="Null for a fragment without state.")
+    mapping_version = serializers.IntegerField(
+        allow_null=True,
+        help_text="The current mapping's version; null for a fragment without state.",
+    )
+    mapping = serializers.ListField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="mapping[vnode] = the PU that owns the vnode; null for a fragment without state.",
+    )
     load = FragmentLoadSerializer()
 
 
@@ -387,12 +420,12 @@ class KeyQuerySerializer(serializers.Serializer):
 
 
 class KeyMigrationSerializer(serializers.Serializer):
-    operation = serializers.CharField()
+    operation_id = serializers.CharField()
     step = serializers.IntegerField()
-    source = serializers.IntegerField()  # type: ignore[assignment]  # see module docstring
-    target = serializers.IntegerField()
-    phase = serializers.CharField()
-    routing = serializers.ChoiceField(choices=["source", "hold_queue", "target"])
+    source_pu = serializers.IntegerField()
+    target_pu = serializers.IntegerField()
+    phase = serializers.ChoiceField(choices=choices(StepPhase))
+    routing = serializers.ChoiceField(choices=choices(Routing))
 
 
 class KeyStateSerializer(serializers.Serializer):

@@ -9,12 +9,16 @@ app_name = "api"
 urlpatterns = [
     path("", views.api_root, name="root"),
     path("cluster", views.ClusterView.as_view(), name="cluster"),
-    path("reschedules", views.RescheduleListView.as_view(), name="reschedules"),
-    path("reschedules/<str:uid>", views.RescheduleDetailView.as_view(), name="reschedule-detail"),
+    path("operations", views.OperationListView.as_view(), name="operations"),
     path(
-        "reschedules/<str:uid>/cancel",
-        views.RescheduleCancelView.as_view(),
-        name="reschedule-cancel",
+        "operations/<str:operation_id>",
+        views.OperationDetailView.as_view(),
+        name="operation-detail",
+    ),
+    path(
+        "operations/<str:operation_id>/cancel",
+        views.OperationCancelView.as_view(),
+        name="operation-cancel",
     ),
     path(
         "fragments/<str:fragment>/keys/<path:key>",

@@ -35,9 +35,9 @@ from dashboard.api.serializers import (
     KeyQuerySerializer,
     KeyStateSerializer,
     OperationDetailSerializer,
+    OperationRequestSerializer,
     OperationSerializer,
     PlanSerializer,
-    RescheduleSerializer,
 )
 from rescaler.operations.models import AuditEvent, RescaleOperation
 from rescaler.operations.requests import operation_cancel, operation_request
@@ -57,7 +57,7 @@ def api_root(request: Request, format: str | None = None) -> Response:
     return Response(
         {
             "cluster": api_reverse("api:cluster", request=request, format=format),
-            "reschedules": api_reverse("api:reschedules", request=request, format=format),
+            "operations": api_reverse("api:operations", request=request, format=format),
             "audit": api_reverse("api:audit", request=request, format=format),
             "schema": request.build_absolute_uri(reverse("schema")),
             "docs": request.build_absolute_uri(reverse("swagger-ui")),
@@ -80,11 +80,11 @@ class ClusterView(APIView):
         return Response(ClusterSerializer(info).data)
 
 
-RESCHEDULE_EXAMPLES = [
+REQUEST_EXAMPLES = [
     OpenApiExample(
         "scale out, dry run",
         value={
-            "reschedules": {"word_count": {"added_parallel_units": [2, 3]}},
+            "changes": {"word_count": {"added_parallel_units": [2, 3]}},
             "strategy": "live",
             "granularity": "fluid",
             "dry_run": True,
@@ -94,9 +94,7 @@ RESCHEDULE_EXAMPLES = [
     OpenApiExample(
         "migrate, batched",
         value={
-            "reschedules": {
-                "word_count": {"added_parallel_units": [2], "removed_parallel_units": [0]}
-            },
+            "changes": {"word_count": {"added_parallel_units": [2], "removed_parallel_units": [0]}},
             "granularity": {"vnodes_per_step": 4, "steps_in_flight": 2},
             "weighted": True,
         },
@@ -105,7 +103,7 @@ RESCHEDULE_EXAMPLES = [
 ]
 
 
-class RescheduleListView(generics.ListAPIView):
+class OperationListView(generics.ListAPIView):
     """Rescale operations: list them, or request one (a dry run only plans)."""
 
     permission_classes = [IsAuthenticated, CanReschedule]
@@ -118,22 +116,22 @@ class RescheduleListView(generics.ListAPIView):
         return selectors.operation_list()
 
     @extend_schema(
-        operation_id="reschedules_list",
+        operation_id="operations_list",
         summary="List rescale operations",
-        description="Newest first, paginated, without plans (GET reschedules/{uid} has them).",
+        description="Newest first, paginated, without plans (GET operations/{operation_id} has them).",
         responses={200: OperationSerializer(many=True), **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
-        operation_id="reschedules_create",
+        operation_id="operations_create",
         summary="Request a rescale (or plan one with dry_run)",
         description="Scale out, scale in or migrate PUs of one or more stateful fragments. "
-        "Everything is checked before anything moves. Needs the operations.reschedule "
+        "Everything is checked before anything moves. Needs the operations.rescale "
         "permission. A dry run answers 200 with the plan; otherwise 202 with the operation.",
-        request=RescheduleSerializer,
-        examples=RESCHEDULE_EXAMPLES,
+        request=OperationRequestSerializer,
+        examples=REQUEST_EXAMPLES,
         responses={
             200: OpenApiResponse(PlanSerializer, description="A dry run: the plan."),
             202: OpenApiResponse(
@@ -145,11 +143,15 @@ class RescheduleListView(generics.ListAPIView):
         },
     )
     def post(self, request: Request) -> Response:
-        result = operation_request(user=request.user, body=request.data)
+        body = OperationRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = operation_request(user=request.user, body=body.validated_data)
         if not isinstance(result, RescaleOperation):
             return Response(result.to_json(), status=status.HTTP_200_OK)
-        op = selectors.operation_get(uid=result.uid)
-        location = api_reverse("api:reschedule-detail", kwargs={"uid": op.uid}, request=request)
+        op = selectors.operation_get(operation_id=result.operation_id)
+        location = api_reverse(
+            "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request
+        )
         return Response(
             OperationDetailSerializer(op).data,
             status=status.HTTP_202_ACCEPTED,
@@ -157,25 +159,25 @@ class RescheduleListView(generics.ListAPIView):
         )
 
 
-class RescheduleDetailView(APIView):
+class OperationDetailView(APIView):
     """One operation: plan, steps, per-vnode phases, counters and its audit events."""
 
     @extend_schema(
-        operation_id="reschedules_retrieve",
+        operation_id="operations_retrieve",
         responses={200: OperationDetailSerializer, **error_responses(401, 404)},
     )
-    def get(self, request: Request, uid: str) -> Response:
-        op = selectors.operation_get(uid=_path_text(uid, "operation"))
+    def get(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get(operation_id=_path_text(operation_id, "operation"))
         return Response(OperationDetailSerializer(op).data)
 
 
-class RescheduleCancelView(APIView):
+class OperationCancelView(APIView):
     """Cancel an operation: steps in flight finish, no new step starts (docs/rescale.md)."""
 
     permission_classes = [IsAuthenticated, CanReschedule]
 
     @extend_schema(
-        operation_id="reschedules_cancel",
+        operation_id="operations_cancel",
         request=None,
         responses={
             202: OpenApiResponse(
@@ -184,11 +186,11 @@ class RescheduleCancelView(APIView):
             **error_responses(401, 403, 404, 409),
         },
     )
-    def post(self, request: Request, uid: str) -> Response:
-        op = selectors.operation_get(uid=_path_text(uid, "operation"))
+    def post(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get(operation_id=_path_text(operation_id, "operation"))
         operation_cancel(user=request.user, operation=op)
         return Response(
-            OperationDetailSerializer(selectors.operation_get(uid=op.uid)).data,
+            OperationDetailSerializer(selectors.operation_get(operation_id=op.operation_id)).data,
             status=status.HTTP_202_ACCEPTED,
         )
 

@@ -35,7 +35,7 @@ class FragmentAdmin(admin.ModelAdmin):
 @admin.register(VnodeMapping)
 class VnodeMappingAdmin(admin.ModelAdmin):
     list_display = ["fragment", "version", "created_at"]
-    readonly_fields = ["fragment", "version", "pus", "created_at"]
+    readonly_fields = ["fragment", "version", "mapping", "created_at"]
 
 
 @admin.register(EpochMetric)

@@ -93,11 +93,12 @@ class Fragment(models.Model):
 
 
 class VnodeMapping(models.Model):
-    """One version of a stateful fragment's vnode → PU mapping (``pus[vnode]`` = PU number)."""
+    """One version of a stateful fragment's vnode → PU mapping (``mapping[vnode]`` = PU number);
+    the runner's ``workers.pipeline.placement.VnodeMapping`` holds the same."""
 
     fragment = models.ForeignKey(Fragment, on_delete=models.CASCADE, related_name="mappings")
     version = models.PositiveIntegerField()
-    pus = models.JSONField()
+    mapping = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

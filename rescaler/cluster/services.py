@@ -19,8 +19,9 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
-from rescaler.events import publish
+from rescaler.events import CLUSTER_GROUP, publish
 from workers.control import EpochReport, Topology
+from workers.rescale.protocol import Event
 
 # keep the newest epochs per pipeline; older rows are deleted as new ones arrive
 EPOCH_RETENTION = 5_000
@@ -69,15 +70,17 @@ def topology_register(*, topology: Topology) -> Pipeline:
                 "upstream": info.get("upstream", ""),
             },
         )
-        fragment.parallel_units.set([pus[n] for n in info.get("pus", []) if n in pus])
+        fragment.parallel_units.set([pus[n] for n in info.get("parallel_units", []) if n in pus])
         if "mapping" in info:
-            mapping_record(fragment=fragment, version=info["version"], pus=info["mapping"])
+            mapping_record(fragment=fragment, version=info["version"], mapping=info["mapping"])
     return pipeline
 
 
-def mapping_record(*, fragment: Fragment, version: int, pus: list[int]) -> None:
+def mapping_record(*, fragment: Fragment, version: int, mapping: list[int]) -> None:
     """Record a mapping version (once) and make it the fragment's current one if newer."""
-    VnodeMapping.objects.get_or_create(fragment=fragment, version=version, defaults={"pus": pus})
+    VnodeMapping.objects.get_or_create(
+        fragment=fragment, version=version, defaults={"mapping": mapping}
+    )
     if version > fragment.mapping_version:
         fragment.mapping_version = version
         fragment.save(update_fields=["mapping_version"])
@@ -112,7 +115,7 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
             EpochMetric.objects.filter(
                 pipeline=pipeline, epoch__lt=report.epoch - EPOCH_RETENTION
             ).delete()
-    publish("cluster", "epoch.committed", epoch_summary(metric))
+    publish(CLUSTER_GROUP, Event.EPOCH_COMMITTED, epoch_summary(metric))
     return metric
 
 

@@ -11,7 +11,7 @@ class StepInline(admin.TabularInline):
     extra = 0
     can_delete = False
     STEP_FIELDS = (
-        "number",
+        "step",
         "fragment",
         "source_pu",
         "target_pu",
@@ -30,7 +30,7 @@ class StepInline(admin.TabularInline):
 @admin.register(RescaleOperation)
 class RescaleOperationAdmin(admin.ModelAdmin):
     list_display = [
-        "uid",
+        "operation_id",
         "pipeline",
         "strategy",
         "status",

@@ -19,13 +19,19 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rescaler.cluster.models import RunnerCommand
-from rescaler.events import publish
+from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.audit import audit_record, operation_summary
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_cancel
 from workers.rescale.orchestrator import Orchestrator
-from workers.rescale.planner import Plan
-from workers.rescale.request import RescheduleRequest
+from workers.rescale.protocol import (
+    FINAL,
+    AuditObject,
+    CommandKind,
+    Event,
+    OperationStatus,
+    TickStatus,
+)
 
 log = logging.getLogger("rescaler.operations")
 
@@ -36,20 +42,25 @@ class OrmChannel:
     def __init__(self, op: RescaleOperation) -> None:
         self.op = op
 
-    def submit(self, kind: str, payload: dict[str, Any]) -> int:
+    def submit(self, kind: CommandKind, payload: dict[str, Any]) -> int:
         command = RunnerCommand.objects.create(
             pipeline=self.op.pipeline, kind=kind, payload=payload
         )
         audit_record(
             actor_name="orchestrator",
             action=f"command.{kind}",
-            obj=("rescale_operation", self.op.uid),
-            after={"command": command.id, **{k: v for k, v in payload.items() if k != "operation"}},
+            obj=(AuditObject.OPERATION, self.op.operation_id),
+            after={
+                "command": command.id,
+                **{k: v for k, v in payload.items() if k != "operation_id"},
+            },
         )
         return command.id
 
-    def progress(self, operation: str) -> dict[str, Any] | None:
-        progress = RescaleOperation.objects.values_list("progress", flat=True).get(uid=operation)
+    def progress(self, operation_id: str) -> dict[str, Any] | None:
+        progress = RescaleOperation.objects.values_list("progress", flat=True).get(
+            operation_id=operation_id
+        )
         return progress or None
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:
@@ -59,16 +70,16 @@ class OrmChannel:
         return row["status"], row["detail"]
 
 
-def _take_lease(operation_id: int, owner: str, seconds: float) -> bool:
+def _take_lease(pk: int, owner: str, seconds: float) -> bool:
     now = timezone.now()
     taken = RescaleOperation.objects.filter(
         Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner),
-        pk=operation_id,
+        pk=pk,
     ).update(lease_owner=owner, lease_until=now + dt.timedelta(seconds=seconds))
     return taken == 1
 
 
-def _finalize(op: RescaleOperation, status: str, outcome: str, code: str = "") -> None:
+def _finalize(op: RescaleOperation, status: OperationStatus, outcome: str, code: str = "") -> None:
     with transaction.atomic():
         op = RescaleOperation.objects.select_for_update().get(pk=op.pk)
         if op.is_final:
@@ -84,18 +95,16 @@ def _finalize(op: RescaleOperation, status: str, outcome: str, code: str = "") -
         audit_record(
             actor_name="orchestrator",
             action=f"operation.{status}",
-            obj=("rescale_operation", op.uid),
+            obj=(AuditObject.OPERATION, op.operation_id),
             before=before,
             after={**operation_summary(op), "outcome": outcome},
         )
-    summary = {"operation": op.uid, **operation_summary(op)}
-    publish("cluster", "rescale.finished", summary)
-    publish(f"operation_{op.uid}", "rescale.finished", summary)
+    summary = operation_summary(op)
+    publish(CLUSTER_GROUP, Event.OPERATION_FINISHED, summary)
+    publish(operation_group(op.operation_id), Event.OPERATION_FINISHED, summary)
 
 
-def operation_drive(
-    *, operation_id: int, budget_s: float | None = None, poll_s: float = 0.25
-) -> str:
+def operation_drive(*, pk: int, budget_s: float | None = None, poll_s: float = 0.25) -> str:
     """Drive an operation for up to ``budget_s``; returns its status ("continue" if not done).
 
     Safe to run twice (a second driver finds the lease taken) and after a crash (a new driver
@@ -104,55 +113,58 @@ def operation_drive(
     budget_s = budget_s or settings.RESCALER_DRIVE_BUDGET_S
     owner = f"{socket.gethostname()}:{time.monotonic_ns()}"
     lease_s = settings.RESCALER_LEASE_S
-    if not _take_lease(operation_id, owner, lease_s):
+    if not _take_lease(pk, owner, lease_s):
         return "leased"
-    op = RescaleOperation.objects.select_related("pipeline").get(pk=operation_id)
+    op = RescaleOperation.objects.select_related("pipeline").get(pk=pk)
     if op.is_final:
         return op.status
-    if op.status == RescaleOperation.Status.CANCELLING and not op.progress:
-        _finalize(
-            op, RescaleOperation.Status.CANCELLED, "cancelled before it started: nothing moved"
-        )
-        return RescaleOperation.Status.CANCELLED
-    if op.status == RescaleOperation.Status.PENDING:
+    if op.status == OperationStatus.CANCELLING and not op.progress:
+        _finalize(op, OperationStatus.CANCELLED, "cancelled before it started: nothing moved")
+        return OperationStatus.CANCELLED
+    if op.status == OperationStatus.PENDING:
         RescaleOperation.objects.filter(pk=op.pk).update(
-            status=RescaleOperation.Status.RUNNING, started_at=timezone.now()
+            status=OperationStatus.RUNNING, started_at=timezone.now()
         )
         audit_record(
-            actor_name="orchestrator", action="operation.started", obj=("rescale_operation", op.uid)
+            actor_name="orchestrator",
+            action="operation.started",
+            obj=(AuditObject.OPERATION, op.operation_id),
         )
-    plan = Plan.from_json(RescheduleRequest.parse(op.request), op.plan)
+    # the stored operation is the single source of its plan: nothing is parsed again
     orchestrator = Orchestrator(
-        OrmChannel(op), op.uid, plan, step_timeout_s=settings.RESCALER_STEP_TIMEOUT_S
+        OrmChannel(op),
+        op.operation_id,
+        op.plan_record(),
+        step_timeout_s=settings.RESCALER_STEP_TIMEOUT_S,
     )
     deadline = time.monotonic() + budget_s
     cancel_sent = False
     while time.monotonic() < deadline:
-        _take_lease(operation_id, owner, lease_s)
+        _take_lease(pk, owner, lease_s)
         status = RescaleOperation.objects.values_list("status", flat=True).get(pk=op.pk)
-        if status == RescaleOperation.Status.CANCELLING and not cancel_sent:
+        if status == OperationStatus.CANCELLING and not cancel_sent:
             orchestrator.cancel()
             cancel_sent = True
         tick = orchestrator.tick()
-        if tick["status"] in ("completed", "cancelled"):
-            progress = tick["progress"] or {}
-            outcome = (
-                f"{progress.get('vnodes_moved', 0)} vnodes and {progress.get('keys_moved', 0)} keys "
-                f"moved" + (f"; {tick['error']}" if tick["error"] else "")
+        if tick.status in (TickStatus.COMPLETED, TickStatus.CANCELLED):
+            vnodes = tick.progress.vnodes_moved if tick.progress else 0
+            keys = tick.progress.keys_moved if tick.progress else 0
+            outcome = f"{vnodes} vnodes and {keys} keys moved" + (
+                f"; {tick.error}" if tick.error else ""
             )
-            final: str = tick["status"]
-            _finalize(op, final, outcome, "step_timeout" if tick["error"] else "")
+            final = OperationStatus(tick.status)
+            _finalize(op, final, outcome, "step_timeout" if tick.error else "")
             return final
-        if tick["status"] == "failed":
-            _finalize(op, RescaleOperation.Status.FAILED, tick["error"], "runner_refused")
-            return RescaleOperation.Status.FAILED
-        if tick["error"] and not cancel_sent:  # a stuck step: the orchestrator cancels
-            log.warning("operation %s: %s", op.uid, tick["error"])
-            operation_cancel(operation=op, actor_name="orchestrator", reason=tick["error"])
+        if tick.status == TickStatus.FAILED:
+            _finalize(op, OperationStatus.FAILED, tick.error, "runner_refused")
+            return OperationStatus.FAILED
+        if tick.error and not cancel_sent:  # a stuck step: the orchestrator cancels
+            log.warning("operation %s: %s", op.operation_id, tick.error)
+            operation_cancel(operation=op, actor_name="orchestrator", reason=tick.error)
             cancel_sent = True
         time.sleep(poll_s)
     # hand the lease back: the re-queued run (or any worker) takes over without waiting
-    RescaleOperation.objects.filter(pk=operation_id, lease_owner=owner).update(
+    RescaleOperation.objects.filter(pk=pk, lease_owner=owner).update(
         lease_owner="", lease_until=None
     )
     return "continue"
@@ -160,12 +172,12 @@ def operation_drive(
 
 def unfinished_operations() -> bool:
     """Whether any operation has yet to end (the resume task keeps looking while one has)."""
-    return RescaleOperation.objects.exclude(status__in=RescaleOperation.FINAL).exists()
+    return RescaleOperation.objects.exclude(status__in=FINAL).exists()
 
 
 def orphaned_operations() -> list[int]:
     """Unfinished operations left without a driver (a Celery worker died): their lease expired."""
-    stale = RescaleOperation.objects.exclude(status__in=RescaleOperation.FINAL).filter(
+    stale = RescaleOperation.objects.exclude(status__in=FINAL).filter(
         Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
     )
     return list(stale.values_list("id", flat=True))

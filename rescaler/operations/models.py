@@ -2,30 +2,40 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 
+from workers.rescale.protocol import (
+    FINAL,
+    FragmentChange,
+    Granularity,
+    OperationRequest,
+    OperationStatus,
+    Plan,
+    StepPhase,
+    StepSpec,
+    Strategy,
+)
 
-def new_operation_uid() -> str:
+
+def new_operation_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def choices(values: type[enum.StrEnum]) -> list[tuple[str, str]]:
+    """A model field's choices from one of the protocol's enums (the one definition)."""
+    return [(v.value, v.value) for v in values]
+
+
 class RescaleOperation(models.Model):
-    class Status(models.TextChoices):
-        PENDING = "pending"  # accepted, waiting for the orchestrator
-        RUNNING = "running"
-        CANCELLING = "cancelling"
-        COMPLETED = "completed"
-        CANCELLED = "cancelled"
-        FAILED = "failed"
-
-    FINAL = (Status.COMPLETED, Status.CANCELLED, Status.FAILED)
-
-    # the id the runner knows the operation by
-    uid = models.CharField(max_length=32, unique=True, default=new_operation_uid, editable=False)
+    # the one public identifier: in URLs, bodies, events, audit object ids and runner payloads
+    operation_id = models.CharField(
+        max_length=32, unique=True, default=new_operation_id, editable=False
+    )
     pipeline = models.ForeignKey(
         "cluster.Pipeline", on_delete=models.PROTECT, related_name="operations"
     )
@@ -36,12 +46,19 @@ class RescaleOperation(models.Model):
         on_delete=models.SET_NULL,
         related_name="rescale_operations",
     )
-    request = models.JSONField()  # the request as parsed (workers.rescale.request)
-    strategy = models.CharField(max_length=16)
+    # the request and its plan, each part stored once: strategy and granularity here, the
+    # fragments' changes here, the steps as RescaleStep rows, the rest of the plan in ``plan``;
+    # ``request_record``/``plan_record`` put the protocol's records back together
+    changes = models.JSONField(default=dict)  # fragment -> FragmentChange.to_json()
+    weighted = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)  # why the operator asked (also in the audit)
+    strategy = models.CharField(max_length=16, choices=choices(Strategy))
     granularity = models.JSONField(default=dict)
-    plan = models.JSONField(default=dict)
+    plan = models.JSONField(default=dict)  # Plan.stored_json(): fragments and the estimate
     fragments = models.JSONField(default=list)  # fragment names, for filtering
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(
+        max_length=16, choices=choices(OperationStatus), default=OperationStatus.PENDING
+    )
     outcome = models.TextField(blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     progress = models.JSONField(default=dict, blank=True)  # the runner's last report
@@ -65,15 +82,35 @@ class RescaleOperation(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        permissions = [("reschedule", "Can start and cancel rescale operations")]
+        permissions = [("rescale", "Can start and cancel rescale operations")]
         indexes = [models.Index(fields=["status", "-created_at"])]
 
     def __str__(self) -> str:
-        return f"operation {self.uid} ({self.status})"
+        return f"operation {self.operation_id} ({self.status})"
 
     @property
     def is_final(self) -> bool:
-        return self.status in self.FINAL
+        return self.status in FINAL
+
+    def request_record(self) -> OperationRequest:
+        """The request as it was accepted (never a dry run)."""
+        return OperationRequest(
+            changes={
+                name: FragmentChange(
+                    tuple(c["added_parallel_units"]), tuple(c["removed_parallel_units"])
+                )
+                for name, c in self.changes.items()
+            },
+            strategy=Strategy(self.strategy),
+            granularity=Granularity(**self.granularity),
+            weighted=self.weighted,
+            reason=self.reason,
+        )
+
+    def plan_record(self) -> Plan:
+        """The plan of the operation: the single source the orchestrator drives it from."""
+        steps = [s.spec() for s in self.steps.all()]
+        return Plan.from_stored(self.request_record(), self.plan, sorted(steps, key=_number))
 
     @property
     def duration_s(self) -> float | None:
@@ -107,19 +144,19 @@ class OperationFragment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.operation.uid} holds {self.fragment}" + (
+        return f"{self.operation.operation_id} holds {self.fragment}" + (
             "" if self.active else " (released)"
         )
 
 
 class RescaleStep(models.Model):
     operation = models.ForeignKey(RescaleOperation, on_delete=models.CASCADE, related_name="steps")
-    number = models.PositiveIntegerField()
+    step = models.PositiveIntegerField()  # its number in the operation, from 1
     fragment = models.CharField(max_length=64)
     source_pu = models.PositiveIntegerField()
     target_pu = models.PositiveIntegerField()
     vnodes = models.JSONField()
-    phase = models.CharField(max_length=16, default="planned")
+    phase = models.CharField(max_length=16, choices=choices(StepPhase), default=StepPhase.PLANNED)
     keys = models.BigIntegerField(default=0)  # as planned (interrogated)
     bytes = models.BigIntegerField(default=0)
     keys_moved = models.BigIntegerField(default=0)
@@ -134,13 +171,29 @@ class RescaleStep(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["operation", "number"]
+        ordering = ["operation", "step"]
         constraints = [
-            models.UniqueConstraint(fields=["operation", "number"], name="step_unique_number")
+            models.UniqueConstraint(fields=["operation", "step"], name="one_row_per_step")
         ]
 
     def __str__(self) -> str:
-        return f"step {self.number} of {self.operation.uid}: {self.phase}"
+        return f"step {self.step} of {self.operation.operation_id}: {self.phase}"
+
+    def spec(self) -> StepSpec:
+        """The step as planned."""
+        return StepSpec(
+            step=self.step,
+            fragment=self.fragment,
+            source_pu=self.source_pu,
+            target_pu=self.target_pu,
+            vnodes=tuple(self.vnodes),
+            keys=self.keys,
+            bytes=self.bytes,
+        )
+
+
+def _number(spec: StepSpec) -> int:
+    return spec.step
 
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):

@@ -12,13 +12,22 @@ from django.db import IntegrityError, transaction
 
 from rescaler.cluster.models import Fragment, Pipeline
 from rescaler.cluster.services import command_submit
-from rescaler.events import publish
+from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.audit import audit_record, operation_summary
 from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
 from rescaler.operations.selectors import cluster_view, measured_rates
 from workers.rescale import errors
-from workers.rescale.planner import Plan, plan_request
-from workers.rescale.request import RescheduleRequest, validate
+from workers.rescale.planner import plan_request
+from workers.rescale.protocol import (
+    AuditObject,
+    CommandKind,
+    Event,
+    OperationRef,
+    OperationRequest,
+    OperationStatus,
+    Plan,
+)
+from workers.rescale.request import validate
 
 
 class OperationError(errors.RescaleError):
@@ -29,7 +38,7 @@ class OperationFinal(OperationError):
     code = "operation_final"
 
 
-def _pipeline_for(request: RescheduleRequest) -> Pipeline:
+def _pipeline_for(request: OperationRequest) -> Pipeline:
     names = list(request.changes)
     rows = Fragment.objects.filter(name__in=names).select_related("pipeline")
     pipelines = {f.pipeline for f in rows}
@@ -49,9 +58,9 @@ def _pipeline_for(request: RescheduleRequest) -> Pipeline:
     return pipelines.pop()
 
 
-def operation_plan(*, body: Any) -> tuple[Pipeline, RescheduleRequest, Plan]:
+def operation_plan(*, body: OperationRequest | Any) -> tuple[Pipeline, OperationRequest, Plan]:
     """Parse, validate and plan a request; raises a RescaleError subclass with its reason."""
-    request = RescheduleRequest.parse(body)
+    request = body if isinstance(body, OperationRequest) else OperationRequest.parse(body)
     pipeline = _pipeline_for(request)
     cluster = cluster_view(pipeline)
     validate(request, cluster)
@@ -68,10 +77,12 @@ def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
         op = RescaleOperation.objects.create(
             pipeline=pipeline,
             requested_by=user if user is not None and user.is_authenticated else None,
-            request=request.to_json(),
+            changes={name: c.to_json() for name, c in request.changes.items()},
+            weighted=request.weighted,
+            reason=request.reason,
             strategy=request.strategy,
             granularity=request.granularity.to_json(),
-            plan=plan.to_json(),
+            plan=plan.stored_json(),
             fragments=sorted(request.changes),
         )
         try:
@@ -89,7 +100,9 @@ def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
                 .first()
             )
             detail = (
-                f"{busy.fragment.name}: operation {busy.operation.uid}" if busy else "a fragment"
+                f"{busy.fragment.name}: operation {busy.operation.operation_id}"
+                if busy
+                else "a fragment"
             )
             raise errors.FragmentBusy(
                 f"{detail} is still in progress; wait for it or cancel it"
@@ -97,10 +110,10 @@ def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
         RescaleStep.objects.bulk_create(
             RescaleStep(
                 operation=op,
-                number=s.id,
+                step=s.step,
                 fragment=s.fragment,
-                source_pu=s.source,
-                target_pu=s.target,
+                source_pu=s.source_pu,
+                target_pu=s.target_pu,
                 vnodes=list(s.vnodes),
                 keys=s.keys,
                 bytes=s.bytes,
@@ -110,22 +123,23 @@ def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
         audit_record(
             actor=user,
             action="operation.requested",
-            obj=("rescale_operation", op.uid),
+            obj=(AuditObject.OPERATION, op.operation_id),
             after={
-                "request": op.request,
+                "request": request.to_json(),
+                "reason": request.reason,
                 "steps": len(plan.steps),
                 "estimated_duration_s": op.plan.get("estimated_duration_s"),
             },
         )
         transaction.on_commit(lambda: _enqueue_drive(op.id))
-    publish("cluster", "rescale.requested", {"operation": op.uid, **operation_summary(op)})
+    publish(CLUSTER_GROUP, Event.OPERATION_REQUESTED, operation_summary(op))
     return op
 
 
-def _enqueue_drive(operation_id: int) -> None:
+def _enqueue_drive(pk: int) -> None:
     from rescaler.operations.tasks import drive_operation  # the tasks import the drive loop
 
-    drive_operation.delay(operation_id)
+    drive_operation.delay(pk)
 
 
 def operation_cancel(
@@ -145,11 +159,11 @@ def operation_cancel(
     with transaction.atomic():
         op = RescaleOperation.objects.select_for_update().get(pk=operation.pk)
         if op.is_final:
-            raise OperationFinal(f"operation {op.uid} already ended: {op.status}")
-        if op.status == RescaleOperation.Status.CANCELLING:
+            raise OperationFinal(f"operation {op.operation_id} already ended: {op.status}")
+        if op.status == OperationStatus.CANCELLING:
             return op
         before = operation_summary(op)
-        op.status = RescaleOperation.Status.CANCELLING
+        op.status = OperationStatus.CANCELLING
         op.cancel_requested_by = user if user is not None and user.is_authenticated else None
         fields = ["status", "cancel_requested_by"]
         if reason:
@@ -161,17 +175,21 @@ def operation_cancel(
             actor=user,
             actor_name=actor_name,
             action="operation.cancel_requested",
-            obj=("rescale_operation", op.uid),
+            obj=(AuditObject.OPERATION, op.operation_id),
             before=before,
             after={**after, "reason": reason} if reason else after,
         )
         if op.progress:  # the runner knows it: tell it now, whatever the orchestrator does
             command_submit(
                 pipeline=op.pipeline.name,
-                kind="rescale.cancel",
-                payload={"operation": op.uid},
+                kind=CommandKind.OPERATION_CANCEL,
+                payload=OperationRef(op.operation_id).to_json(),
                 user=op.cancel_requested_by,
             )
         transaction.on_commit(lambda: _enqueue_drive(op.id))
-    publish(f"operation_{op.uid}", "rescale.cancelling", {"operation": op.uid})
+    publish(
+        operation_group(op.operation_id),
+        Event.OPERATION_CANCELLING,
+        OperationRef(op.operation_id).to_json(),
+    )
     return op

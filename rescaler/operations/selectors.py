@@ -9,6 +9,7 @@ from django.utils import timezone
 from rescaler.cluster.models import EpochMetric, Fragment, ParallelUnit, Pipeline, VnodeMapping
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from workers.rescale.planner import DEFAULT_EPOCH_S, DEFAULT_TRANSFER_BYTES_PER_S
+from workers.rescale.protocol import OperationStatus, Strategy
 from workers.rescale.request import ClusterView, FragmentView
 
 
@@ -22,7 +23,7 @@ def runner_alive(pipeline: Pipeline) -> bool:
 def current_mapping(fragment: Fragment) -> list[int]:
     row = (
         VnodeMapping.objects.filter(fragment=fragment, version=fragment.mapping_version)
-        .values_list("pus", flat=True)
+        .values_list("mapping", flat=True)
         .first()
     )
     return list(row or [])
@@ -33,7 +34,7 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
     pus = ParallelUnit.objects.filter(worker__pipeline=pipeline).select_related("worker")
     busy = dict(
         OperationFragment.objects.filter(active=True, fragment__pipeline=pipeline).values_list(
-            "fragment__name", "operation__uid"
+            "fragment__name", "operation__operation_id"
         )
     )
     fragments = {}
@@ -41,7 +42,7 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
         fragments[frag.name] = FragmentView(
             name=frag.name,
             stateful=frag.kind == Fragment.Kind.STATEFUL,
-            pus=tuple(sorted(pu.number for pu in frag.parallel_units.all())),
+            parallel_units=tuple(sorted(pu.number for pu in frag.parallel_units.all())),
             mapping=tuple(current_mapping(frag)) if frag.kind == Fragment.Kind.STATEFUL else (),
             vnode_load={int(v): (kb[0], kb[1]) for v, kb in (frag.vnode_load or {}).items()},
             busy_with=busy.get(frag.name),
@@ -63,8 +64,8 @@ def measured_rates(pipeline: Pipeline) -> dict[str, float]:
     rates: list[float] = []
     for op in RescaleOperation.objects.filter(
         pipeline=pipeline,
-        status=RescaleOperation.Status.COMPLETED,
-        strategy="live",
+        status=OperationStatus.COMPLETED,
+        strategy=Strategy.LIVE,
         bytes_moved__gt=0,
     )[:5]:
         duration = op.duration_s

@@ -17,15 +17,15 @@ from rescaler.operations import drive
     reject_on_worker_lost=True,
     name="rescaler.operations.drive_operation",
 )
-def drive_operation(self: Any, operation_id: int) -> str:
+def drive_operation(self: Any, pk: int) -> str:
     """Drive an operation for a while; re-queue itself until it ends.
 
     Each run is bounded (RESCALER_DRIVE_BUDGET_S) so that no message stays unacknowledged for
     long; a killed worker's operation is picked up by the next worker (see resume below).
     """
-    status = drive.operation_drive(operation_id=operation_id)
+    status = drive.operation_drive(pk=pk)
     if status == "continue":
-        drive_operation.apply_async((operation_id,), countdown=0)
+        drive_operation.apply_async((pk,), countdown=0)
     return status
 
 
@@ -34,8 +34,8 @@ def resume_operations() -> list[int]:
     """Queue a driver for every operation whose driver's lease expired; while any operation is
     unfinished, look again after one lease period (a worker killed with its lease still live)."""
     orphaned = drive.orphaned_operations()
-    for operation_id in orphaned:
-        drive_operation.delay(operation_id)
+    for pk in orphaned:
+        drive_operation.delay(pk)
     if drive.unfinished_operations():
         resume_operations.apply_async(countdown=settings.RESCALER_LEASE_S + 1)
     return orphaned

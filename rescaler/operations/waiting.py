@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from rescaler.cluster.models import EpochMetric
 from rescaler.operations.models import RescaleOperation
+from workers.rescale.protocol import STEP_ENDED, OperationStatus, StepPhase
 
 # an epoch older than this (or one with no rows) means the stream is idle
 IDLE_AFTER_S = 5.0
@@ -71,7 +72,7 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
             f"(manage.py run_pipeline).",
             idle,
         )
-    if op.status == RescaleOperation.Status.PENDING:
+    if op.status == OperationStatus.PENDING:
         return Waiting(
             WaitingFor.ORCHESTRATOR,
             "waiting for an orchestrator: no Celery worker has taken the operation yet "
@@ -87,9 +88,9 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
             idle,
         )
     steps = progress.get("steps", [])
-    exporting = [s for s in steps if s.get("phase") == "collecting"]
+    exporting = [s for s in steps if s.get("phase") == StepPhase.COLLECTING]
     if exporting:
-        since = min(s.get("timings", {}).get("collecting", time.time()) for s in exporting)
+        since = min(s.get("timings", {}).get(StepPhase.COLLECTING, time.time()) for s in exporting)
         return Waiting(
             WaitingFor.EXPORT,
             f"exporting the state of {sum(len(s.get('vnodes', [])) for s in exporting)} vnodes "
@@ -97,8 +98,8 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
             f"wait in hold queues.",
             idle,
         )
-    moving = [s for s in steps if s.get("phase") not in ("done", "cancelled")]
-    planned = len((op.plan or {}).get("steps", []))
+    moving = [s for s in steps if s.get("phase") not in STEP_ENDED]
+    planned = op.steps.count()  # the prefetched rows when the API asks
     if not moving and len(steps) < planned and not progress.get("cancel_requested"):
         return Waiting(
             WaitingFor.PACING,

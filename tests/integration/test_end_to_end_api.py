@@ -149,7 +149,7 @@ def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Ite
 @pytest.fixture
 def operator_client() -> APIClient:
     user = get_user_model().objects.create_user("operator", password="x")
-    user.user_permissions.add(Permission.objects.get(codename="reschedule"))
+    user.user_permissions.add(Permission.objects.get(codename="rescale"))
     client = APIClient()
     client.force_authenticate(user)
     return client
@@ -176,16 +176,16 @@ def wait_until(
 
 def request_op(client: APIClient, change: dict[str, list[int]], granularity: Any) -> str:
     response = client.post(
-        "/api/v1/reschedules",
-        {"reschedules": {"word_count": change}, "strategy": "live", "granularity": granularity},
+        "/api/v1/operations",
+        {"changes": {"word_count": change}, "strategy": "live", "granularity": granularity},
         format="json",
     )
     assert response.status_code == 202, response.content
-    return response.json()["uid"]
+    return response.json()["operation_id"]
 
 
-def op_status(client: APIClient, uid: str) -> str:
-    response = client.get(f"/api/v1/reschedules/{uid}")
+def op_status(client: APIClient, operation_id: str) -> str:
+    response = client.get(f"/api/v1/operations/{operation_id}")
     assert response.status_code == 200, response.content
     return response.json()["status"]
 
@@ -230,31 +230,33 @@ def test_scale_out_scale_in_migrate_and_cancel_over_the_api(
         {"removed_parallel_units": [1, 2, 3]},
         {"added_parallel_units": [3], "removed_parallel_units": [0]},
     ):
-        uid = request_op(operator_client, change, batched)
+        operation_id = request_op(operator_client, change, batched)
         wait_until(
-            lambda uid=uid: op_status(operator_client, uid) == "completed",
+            lambda operation_id=operation_id: (
+                op_status(operator_client, operation_id) == "completed"
+            ),
             400,
-            f"operation {uid} ({change})",
+            f"operation {operation_id} ({change})",
             processes,
             ("runner", "worker-1"),
         )
     cluster = operator_client.get("/api/v1/cluster").json()
     assert cluster is not None
 
-    uid = request_op(operator_client, {"added_parallel_units": [0, 1]}, "fluid")
+    operation_id = request_op(operator_client, {"added_parallel_units": [0, 1]}, "fluid")
     wait_until(
         lambda: any(
             s["phase"] == "done"
-            for s in operator_client.get(f"/api/v1/reschedules/{uid}").json()["steps"]
+            for s in operator_client.get(f"/api/v1/operations/{operation_id}").json()["steps"]
         ),
         300,
         "a first finished step",
         processes,
         ("runner", "worker-1"),
     )
-    assert operator_client.post(f"/api/v1/reschedules/{uid}/cancel").status_code == 202
+    assert operator_client.post(f"/api/v1/operations/{operation_id}/cancel").status_code == 202
     wait_until(
-        lambda: op_status(operator_client, uid) == "cancelled",
+        lambda: op_status(operator_client, operation_id) == "cancelled",
         300,
         "the cancel",
         processes,
@@ -263,9 +265,7 @@ def test_scale_out_scale_in_migrate_and_cancel_over_the_api(
 
     finish(processes)
     check_oracle(processes)
-    audit = operator_client.get(
-        "/api/v1/audit", {"object_type": "rescale_step", "page_size": 500}
-    ).json()
+    audit = operator_client.get("/api/v1/audit", {"object_type": "step", "page_size": 500}).json()
     rows = audit["results"] if isinstance(audit, dict) else audit
     done = [e for e in rows if e["action"] == "step.done"]
     assert done and all(e["actor_name"] == "runner" for e in done)
@@ -279,11 +279,11 @@ def test_a_celery_worker_killed_mid_operation_is_replaced_and_the_operation_comp
 ) -> None:
     running_pipeline(processes)
     processes.worker("worker-1")
-    uid = request_op(operator_client, {"added_parallel_units": [2, 3]}, "fluid")
+    operation_id = request_op(operator_client, {"added_parallel_units": [2, 3]}, "fluid")
     wait_until(
         lambda: any(
             s["phase"] == "done"
-            for s in operator_client.get(f"/api/v1/reschedules/{uid}").json()["steps"]
+            for s in operator_client.get(f"/api/v1/operations/{operation_id}").json()["steps"]
         ),
         300,
         "a first finished step",
@@ -293,7 +293,7 @@ def test_a_celery_worker_killed_mid_operation_is_replaced_and_the_operation_comp
     processes.kill("worker-1")  # kill -9 the worker driving the operation
     processes.worker("worker-2")
     wait_until(
-        lambda: op_status(operator_client, uid) == "completed",
+        lambda: op_status(operator_client, operation_id) == "completed",
         600,
         "the operation to complete under the new worker",
         processes,
@@ -330,11 +330,11 @@ def test_a_live_rescale_on_an_idle_stream_completes_over_the_api(
     before = EpochMetric.objects.filter(pipeline__name="wordcount").count()
 
     started = time.monotonic()
-    uid = request_op(operator_client, {"added_parallel_units": [2, 3]}, "batched")
+    operation_id = request_op(operator_client, {"added_parallel_units": [2, 3]}, "batched")
     seen: list[Any] = []
 
     def completed() -> bool:
-        body = operator_client.get(f"/api/v1/reschedules/{uid}").json()
+        body = operator_client.get(f"/api/v1/operations/{operation_id}").json()
         seen.append(body["waiting"])
         return bool(body["status"] == "completed")
 

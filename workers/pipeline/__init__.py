@@ -1,6 +1,6 @@
 """Pipeline definitions: fragments, keyed regions, vnodes and their placement on parallel units."""
 
 from workers.pipeline.model import Fragment, Pipeline
-from workers.pipeline.placement import FragmentPlacement
+from workers.pipeline.placement import VnodeMapping
 
-__all__ = ["Fragment", "FragmentPlacement", "Pipeline"]
+__all__ = ["Fragment", "Pipeline", "VnodeMapping"]

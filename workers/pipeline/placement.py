@@ -16,27 +16,28 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class FragmentPlacement:
-    """One fragment's PUs (a Spark partition each, in this order) and its vnode → PU mapping."""
+class VnodeMapping:
+    """One version of a fragment's vnode → PU mapping, with its PUs (a Spark partition each, in
+    this order). The control plane's ``rescaler.cluster.models.VnodeMapping`` stores the same."""
 
     fragment: str
-    pus: tuple[int, ...]
+    parallel_units: tuple[int, ...]
     mapping: tuple[int, ...]  # mapping[vnode] = PU id
     version: int = 1
 
     def __post_init__(self) -> None:
-        if not self.pus:
+        if not self.parallel_units:
             raise ValueError(f"{self.fragment}: a fragment needs at least one parallel unit")
-        if len(set(self.pus)) != len(self.pus):
-            raise ValueError(f"{self.fragment}: duplicate parallel units {self.pus}")
-        stray = set(self.mapping) - set(self.pus)
+        if len(set(self.parallel_units)) != len(self.parallel_units):
+            raise ValueError(f"{self.fragment}: duplicate parallel units {self.parallel_units}")
+        stray = set(self.mapping) - set(self.parallel_units)
         if stray:
             raise ValueError(
-                f"{self.fragment}: vnodes mapped to PUs {sorted(stray)} not in {self.pus}"
+                f"{self.fragment}: vnodes mapped to PUs {sorted(stray)} not in {self.parallel_units}"
             )
 
     @classmethod
-    def initial(cls, fragment: str, vnodes: int, pus: list[int]) -> FragmentPlacement:
+    def initial(cls, fragment: str, vnodes: int, pus: list[int]) -> VnodeMapping:
         """Contiguous, equal vnode ranges over the PUs (sizes differ by at most one)."""
         mapping = tuple(pus[v * len(pus) // vnodes] for v in range(vnodes))
         return cls(fragment, tuple(pus), mapping, 1)
@@ -47,18 +48,27 @@ class FragmentPlacement:
 
     def slot_of_vnode(self) -> list[int]:
         """For each vnode, the Spark partition index of its PU (what routing needs)."""
-        slot = {pu: i for i, pu in enumerate(self.pus)}
+        slot = {pu: i for i, pu in enumerate(self.parallel_units)}
         return [slot[pu] for pu in self.mapping]
 
     def vnodes_of(self, pu: int) -> list[int]:
         return [v for v, owner in enumerate(self.mapping) if owner == pu]
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "pus": list(self.pus), "mapping": list(self.mapping)}
+        return {
+            **asdict(self),
+            "parallel_units": list(self.parallel_units),
+            "mapping": list(self.mapping),
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FragmentPlacement:
-        return cls(data["fragment"], tuple(data["pus"]), tuple(data["mapping"]), data["version"])
+    def from_json(cls, data: dict[str, Any]) -> VnodeMapping:
+        return cls(
+            data["fragment"],
+            tuple(data["parallel_units"]),
+            tuple(data["mapping"]),
+            data["version"],
+        )
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -130,7 +140,7 @@ class EpochPlan:
     """The placements an epoch runs with, and what each PU does besides folding records."""
 
     epoch: int
-    placements: dict[str, FragmentPlacement]
+    placements: dict[str, VnodeMapping]
     actions: dict[str, FragmentActions] = field(default_factory=dict)
 
     def fragment_actions(self, name: str) -> FragmentActions:
@@ -147,7 +157,7 @@ class EpochPlan:
     def from_json(cls, data: dict[str, Any]) -> EpochPlan:
         return cls(
             data["epoch"],
-            {n: FragmentPlacement.from_json(p) for n, p in data["placements"].items()},
+            {n: VnodeMapping.from_json(p) for n, p in data["placements"].items()},
             {n: FragmentActions.from_json(a) for n, a in data.get("actions", {}).items()},
         )
 
@@ -166,13 +176,13 @@ class PlacementStore:
     def _plan(self) -> Path:
         return self.dir / "epoch-plan.json"
 
-    def load(self) -> dict[str, FragmentPlacement] | None:
+    def load(self) -> dict[str, VnodeMapping] | None:
         if not self._current.exists():
             return None
         data = json.loads(self._current.read_text("utf-8"))
-        return {name: FragmentPlacement.from_json(p) for name, p in data.items()}
+        return {name: VnodeMapping.from_json(p) for name, p in data.items()}
 
-    def save(self, placements: dict[str, FragmentPlacement]) -> None:
+    def save(self, placements: dict[str, VnodeMapping]) -> None:
         write_json_atomic(self._current, {n: p.to_json() for n, p in placements.items()})
 
     def last_plan(self) -> EpochPlan | None:

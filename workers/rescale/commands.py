@@ -1,4 +1,5 @@
-"""Rescale commands from the control plane: ``rescale.begin``, ``.step``, ``.cancel``, ``.finish``.
+"""Operation commands from the control plane: ``operation.begin``, ``.step``, ``.cancel``,
+``.finish`` (``protocol.CommandKind``).
 
 Every command is idempotent, so an orchestrator may re-send whatever was not acknowledged. A
 command that does not fit the runner's state (an unknown fragment or PU, a busy fragment, a vnode
@@ -8,12 +9,18 @@ changes.
 
 from __future__ import annotations
 
-from typing import Any
-
 from workers.control import Command
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
-from workers.rescale.planner import StepSpec
+from workers.rescale.protocol import (
+    STEP_ENDED,
+    BeginPayload,
+    CommandKind,
+    StepPayload,
+    StepPhase,
+    StepSpec,
+    Strategy,
+)
 
 
 class CommandRefused(Exception):
@@ -28,89 +35,95 @@ class CommandHandler:
     def handle(self, command: Command) -> str:
         """Apply a rescale command (idempotent); returns a detail line or raises CommandRefused."""
         payload = command.payload
-        op_id = str(payload.get("operation", ""))
-        if not op_id:
-            raise CommandRefused(f"{command.kind}: payload has no 'operation'")
+        operation_id = str(payload.get("operation_id", ""))
+        if not operation_id:
+            raise CommandRefused(f"{command.kind}: payload has no 'operation_id'")
         with self.ledger.lock:
-            if command.kind == "rescale.begin":
-                return self._begin(op_id, payload)
-            op = self.ledger.ops.get(op_id)
+            if command.kind == CommandKind.OPERATION_BEGIN:
+                return self._begin(BeginPayload.from_json(payload))
+            op = self.ledger.ops.get(operation_id)
             if op is None:
-                raise CommandRefused(f"operation {op_id} was never begun on this runner")
-            if command.kind == "rescale.step":
-                return self._add_step(op, StepSpec.from_json(payload["step"]))
-            if command.kind == "rescale.cancel":
+                raise CommandRefused(f"operation {operation_id} was never begun on this runner")
+            if command.kind == CommandKind.OPERATION_STEP:
+                return self._add_step(op, StepPayload.from_json(payload).step)
+            if command.kind == CommandKind.OPERATION_CANCEL:
                 if op.final:
-                    return f"operation {op_id} already {op.status}"
+                    return f"operation {operation_id} already {op.status}"
                 op.cancel_requested = True
                 self.ledger.save(op)
                 return "cancel requested: the steps in flight finish, no new step starts"
-            if command.kind == "rescale.finish":
+            if command.kind == CommandKind.OPERATION_FINISH:
                 if op.final:
-                    return f"operation {op_id} already {op.status}"
+                    return f"operation {operation_id} already {op.status}"
                 op.finish_requested = True
                 self.ledger.save(op)
                 return "finishing once every step is done"
-        raise CommandRefused(f"unknown rescale command {command.kind!r}")
+        raise CommandRefused(f"unknown operation command {command.kind!r}")
 
-    def _begin(self, op_id: str, payload: dict[str, Any]) -> str:
-        if op_id in self.ledger.ops:
-            return f"operation {op_id} already begun"
-        fragments: dict[str, dict[str, Any]] = payload["fragments"]
+    def _begin(self, begin: BeginPayload) -> str:
+        operation_id = begin.operation_id
+        if operation_id in self.ledger.ops:
+            return f"operation {operation_id} already begun"
         placements = self.ledger.placements
         busy = self.ledger.busy_fragments()
-        for name, change in fragments.items():
+        for name, change in begin.fragments.items():
             if name not in placements:
                 raise CommandRefused(f"no stateful fragment {name!r} on this runner")
             if name in busy:
                 raise CommandRefused(f"fragment {name!r} is busy with operation {busy[name]}")
-            unknown = set(change.get("added", [])) - self.worker_pus
+            unknown = set(change.added_parallel_units) - self.worker_pus
             if unknown:
                 raise CommandRefused(f"{name}: parallel units {sorted(unknown)} do not exist")
-            if payload.get("strategy") == "stop_start":
-                after = change.get("mapping_after")
+            if begin.strategy == Strategy.STOP_START:
+                after = change.mapping_after
                 if not after or len(after) != placements[name].vnodes:
                     raise CommandRefused(f"{name}: stop_start needs a full mapping_after")
-        op = OperationState(id=op_id, strategy=payload.get("strategy", "live"), fragments=fragments)
-        self.ledger.ops[op_id] = op
+        op = OperationState(
+            operation_id=operation_id, strategy=begin.strategy, fragments=dict(begin.fragments)
+        )
+        self.ledger.ops[operation_id] = op
         self.ledger.save(op)
-        return f"operation {op_id} begun"
+        return f"operation {operation_id} begun"
 
     def _add_step(self, op: OperationState, spec: StepSpec) -> str:
-        if spec.id in op.steps:
-            return f"step {spec.id} already issued"
+        if spec.step in op.steps:
+            return f"step {spec.step} already issued"
         if op.final or op.cancel_requested:
-            raise CommandRefused(f"operation {op.id} is {op.status}; no new step may start")
-        if op.strategy != "live":
-            raise CommandRefused(f"operation {op.id} is {op.strategy}; it has no steps")
+            raise CommandRefused(
+                f"operation {op.operation_id} is {op.status}; no new step may start"
+            )
+        if op.strategy != Strategy.LIVE:
+            raise CommandRefused(f"operation {op.operation_id} is {op.strategy}; it has no steps")
         if spec.fragment not in op.fragments:
             raise CommandRefused(
-                f"step {spec.id}: fragment {spec.fragment!r} is not in operation {op.id}"
+                f"step {spec.step}: fragment {spec.fragment!r} is not in operation {op.operation_id}"
             )
         placement = self.ledger.placements[spec.fragment]
         moving = {
             v
             for other in self.ledger.running()
             for s in other.steps.values()
-            if s.spec.fragment == spec.fragment and s.phase not in ("done", "cancelled")
+            if s.spec.fragment == spec.fragment and s.phase not in STEP_ENDED
             for v in s.spec.vnodes
         }
         for vnode in spec.vnodes:
             if not 0 <= vnode < placement.vnodes:
-                raise CommandRefused(f"step {spec.id}: vnode {vnode} out of range")
-            if placement.mapping[vnode] != spec.source:
+                raise CommandRefused(f"step {spec.step}: vnode {vnode} out of range")
+            if placement.mapping[vnode] != spec.source_pu:
                 raise CommandRefused(
-                    f"step {spec.id}: vnode {vnode} is on PU {placement.mapping[vnode]}, "
-                    f"not on PU {spec.source}"
+                    f"step {spec.step}: vnode {vnode} is on PU {placement.mapping[vnode]}, "
+                    f"not on PU {spec.source_pu}"
                 )
             if vnode in moving:
-                raise CommandRefused(f"step {spec.id}: vnode {vnode} is already moving")
-        if spec.target not in self.worker_pus:
-            raise CommandRefused(f"step {spec.id}: target PU {spec.target} does not exist")
-        if spec.target == spec.source:
-            raise CommandRefused(f"step {spec.id}: source and target are both PU {spec.source}")
+                raise CommandRefused(f"step {spec.step}: vnode {vnode} is already moving")
+        if spec.target_pu not in self.worker_pus:
+            raise CommandRefused(f"step {spec.step}: target PU {spec.target_pu} does not exist")
+        if spec.target_pu == spec.source_pu:
+            raise CommandRefused(
+                f"step {spec.step}: source and target are both PU {spec.source_pu}"
+            )
         step = StepState(spec)
-        step.enter("pending")
-        op.steps[spec.id] = step
+        step.enter(StepPhase.PENDING)
+        op.steps[spec.step] = step
         self.ledger.save(op)
-        return f"step {spec.id} issued"
+        return f"step {spec.step} issued"

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from workers.control import Command
-from workers.pipeline.placement import FragmentActions, FragmentPlacement
+from workers.pipeline.placement import FragmentActions, VnodeMapping
 from workers.rescale.commands import CommandHandler, CommandRefused
 from workers.rescale.exports import Exports
 from workers.rescale.ledger import OperationLedger, Reporter, mark_settled, settled_operations
 from workers.rescale.live import LiveProtocol
 from workers.rescale.operation import OperationState
+from workers.rescale.protocol import Strategy
 from workers.rescale.stop_start import StopStart
 
 __all__ = ["CommandRefused", "RescaleExecutor"]
@@ -31,7 +32,7 @@ class RescaleExecutor:
     def __init__(
         self,
         pipeline_dir: Path,
-        placements: dict[str, FragmentPlacement],
+        placements: dict[str, VnodeMapping],
         *,
         backend: str,
         worker_pus: set[int],
@@ -68,7 +69,7 @@ class RescaleExecutor:
         """Move operations forward for ``epoch`` and derive its actions; updates placements."""
         with self.ledger.lock:
             for op in self.ledger.running():
-                if op.strategy == "stop_start":
+                if op.strategy == Strategy.STOP_START:
                     self.stop_start.run(op, epoch)
                 else:
                     self.live.advance(op, epoch)
@@ -85,9 +86,9 @@ class RescaleExecutor:
         """
         settled = settled_operations(self.ledger.dir)
         for op in sorted(self.ledger.ops.values(), key=lambda o: o.created_at):
-            if op.id in settled:
+            if op.operation_id in settled:
                 continue
-            if op.strategy == "stop_start":
+            if op.strategy == Strategy.STOP_START:
                 self.stop_start.apply_placement(op)
             else:
                 self.live.apply_placement(op)
@@ -99,10 +100,10 @@ class RescaleExecutor:
         with ledger.lock:
             settled = settled_operations(ledger.dir)
             for op in ledger.ops.values():
-                if op.final and op.id not in settled:
-                    mark_settled(ledger.dir, op.id)
+                if op.final and op.operation_id not in settled:
+                    mark_settled(ledger.dir, op.operation_id)
                     self.live.clean_up(op)
-            report = [ledger.ops[i].progress() for i in sorted(ledger.unreported_final)]
+            report = [ledger.ops[i].progress().to_json() for i in sorted(ledger.unreported_final)]
             ledger.unreported_final.clear()
         for progress in report:
             ledger.send(progress)

@@ -15,6 +15,7 @@ from workers.layout import store_path
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
+from workers.rescale.protocol import StepPhase
 from workers.state import open_store
 from workers.state.base import checksum_items
 
@@ -35,16 +36,17 @@ class Exports:
                 (op, step)
                 for op in self.ledger.running()
                 for step in op.steps.values()
-                if step.phase == "collecting" and (op.id, step.spec.id) not in self._exporting
+                if step.phase == StepPhase.COLLECTING
+                and (op.operation_id, step.spec.step) not in self._exporting
             ]
             for op, step in todo:
-                self._exporting.add((op.id, step.spec.id))
+                self._exporting.add((op.operation_id, step.spec.step))
         for op, step in todo:
             if self._background:
                 threading.Thread(
                     target=self._export_step,
                     args=(op, step),
-                    name=f"export-{op.id}-{step.spec.id}",
+                    name=f"export-{op.operation_id}-{step.spec.step}",
                     daemon=True,
                 ).start()
 
@@ -55,16 +57,16 @@ class Exports:
                 (op, step)
                 for op in self.ledger.running()
                 for step in op.steps.values()
-                if step.phase == "collecting"
+                if step.phase == StepPhase.COLLECTING
             ]
         for op, step in todo:
             self._export_step(op, step)
 
     def _export_step(self, op: OperationState, step: StepState) -> None:
         spec = step.spec
-        op_dir = self.ledger.store.op_dir(op.id)
+        op_dir = self.ledger.store.op_dir(op.operation_id)
         try:
-            path = store_path(self.ledger.dir, spec.fragment, spec.source)
+            path = store_path(self.ledger.dir, spec.fragment, spec.source_pu)
             manifests: dict[int, dict[str, Any]] = {}
             with open_store(self.backend, path, readonly=True) as source:
                 for vnode in spec.vnodes:
@@ -78,15 +80,15 @@ class Exports:
                     ):
                         raise RuntimeError(f"export of vnode {vnode} does not read back intact")
             with self.ledger.lock:
-                if step.phase == "collecting":
+                if step.phase == StepPhase.COLLECTING:
                     step.exports = manifests
-                    step.enter("exported")
+                    step.enter(StepPhase.EXPORTED)
                     self.ledger.save(op)
         except Exception as exc:  # retried at the next barrier; the step stays held meanwhile
-            log.exception("export of step %s of operation %s failed", spec.id, op.id)
+            log.exception("export of step %s of operation %s failed", spec.step, op.operation_id)
             with self.ledger.lock:
                 step.error = f"export failed (will retry): {exc}"
                 self.ledger.save(op)
         finally:
             with self.ledger.lock:
-                self._exporting.discard((op.id, spec.id))
+                self._exporting.discard((op.operation_id, spec.step))

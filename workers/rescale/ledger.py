@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workers.pipeline.placement import FragmentPlacement
+from workers.pipeline.placement import VnodeMapping
 from workers.rescale.operation import OperationState, OperationStore
 
 log = logging.getLogger("workers.rescale")
@@ -32,7 +32,7 @@ class OperationLedger:
     def __init__(
         self,
         pipeline_dir: Path,
-        placements: dict[str, FragmentPlacement],
+        placements: dict[str, VnodeMapping],
         report: Reporter | None = None,
     ) -> None:
         self.dir = Path(pipeline_dir)
@@ -40,7 +40,9 @@ class OperationLedger:
         self.store = OperationStore(self.dir)
         self.ops = self.store.load_all()
         settled = settled_operations(self.dir)
-        self.unreported_final = {o.id for o in self.ops.values() if o.final and o.id not in settled}
+        self.unreported_final = {
+            o.operation_id for o in self.ops.values() if o.final and o.operation_id not in settled
+        }
         self._report = report or (lambda progress: None)
         self.lock = threading.RLock()
 
@@ -48,30 +50,30 @@ class OperationLedger:
         return [op for op in self.ops.values() if not op.final]
 
     def busy_fragments(self) -> dict[str, str]:
-        return {frag: op.id for op in self.running() for frag in op.fragments}
+        return {frag: op.operation_id for op in self.running() for frag in op.fragments}
 
     def save(self, op: OperationState) -> None:
         with self.lock:
             self.store.save(op)
-            if op.final and op.id not in settled_operations(self.dir):
+            if op.final and op.operation_id not in settled_operations(self.dir):
                 # not before the placement it ends with is durable (see placements_saved)
-                self.unreported_final.add(op.id)
+                self.unreported_final.add(op.operation_id)
                 return
-            progress = op.progress()
+            progress = op.progress().to_json()
         self.send(progress)
 
     def send(self, progress: dict[str, Any]) -> None:
         try:
             self._report(progress)
         except Exception:  # progress is a notification; the state file is the truth
-            log.exception("reporting progress of operation %s failed", progress["operation"])
+            log.exception("reporting progress of operation %s failed", progress["operation_id"])
 
     def set_placement(self, name: str, pus: list[int], mapping: list[int]) -> None:
         current = self.placements[name]
-        if tuple(pus) == current.pus and tuple(mapping) == current.mapping:
+        if tuple(pus) == current.parallel_units and tuple(mapping) == current.mapping:
             return
         version = current.version + (1 if tuple(mapping) != current.mapping else 0)
-        self.placements[name] = FragmentPlacement(name, tuple(pus), tuple(mapping), version)
+        self.placements[name] = VnodeMapping(name, tuple(pus), tuple(mapping), version)
 
 
 def settled_operations(pipeline_dir: Path) -> set[str]:
@@ -80,10 +82,10 @@ def settled_operations(pipeline_dir: Path) -> set[str]:
     return set(path.read_text("utf-8").split()) if path.exists() else set()
 
 
-def mark_settled(pipeline_dir: Path, op_id: str) -> None:
-    if op_id in settled_operations(pipeline_dir):
+def mark_settled(pipeline_dir: Path, operation_id: str) -> None:
+    if operation_id in settled_operations(pipeline_dir):
         return
     path = Path(pipeline_dir) / "rescale" / "settled.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(op_id + "\n")
+        fh.write(operation_id + "\n")

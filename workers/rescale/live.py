@@ -25,6 +25,12 @@ from workers.pipeline.placement import FragmentActions, SlotActions
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState
+from workers.rescale.protocol import (
+    STEP_ENDED,
+    OperationStatus,
+    StepPhase,
+    Strategy,
+)
 
 
 class LiveProtocol:
@@ -37,41 +43,45 @@ class LiveProtocol:
         if op.begun_epoch is None:
             op.begun_epoch = epoch
             changed = True
-        for step in sorted(op.steps.values(), key=lambda s: s.spec.id):
+        for step in sorted(op.steps.values(), key=lambda s: s.spec.step):
             before = (step.phase, step.collect_epoch, step.acquire_epoch, step.drop_epoch)
-            if step.phase == "pending" and op.cancel_requested:
-                step.enter("cancelled")
-            if step.phase == "dropping" and step.drop_epoch is not None and step.drop_epoch < epoch:
-                step.enter("done")
+            if step.phase == StepPhase.PENDING and op.cancel_requested:
+                step.enter(StepPhase.CANCELLED)
             if (
-                step.phase in ("acquiring", "acquired")
+                step.phase == StepPhase.DROPPING
+                and step.drop_epoch is not None
+                and step.drop_epoch < epoch
+            ):
+                step.enter(StepPhase.DONE)
+            if (
+                step.phase in (StepPhase.ACQUIRING, StepPhase.ACQUIRED)
                 and step.acquire_epoch is not None
                 and (step.acquire_epoch < epoch)
             ):
                 step.drop_epoch = epoch
-                step.enter("dropping")
+                step.enter(StepPhase.DROPPING)
             if (
-                step.phase == "exported"
+                step.phase == StepPhase.EXPORTED
                 and step.collect_epoch is not None
                 and (step.collect_epoch < epoch)
             ):
                 step.acquire_epoch = epoch
-                step.enter("acquiring")
-            if step.phase == "pending":
+                step.enter(StepPhase.ACQUIRING)
+            if step.phase == StepPhase.PENDING:
                 step.collect_epoch = epoch
-                step.enter("collecting")
+                step.enter(StepPhase.COLLECTING)
             changed |= before != (
                 step.phase,
                 step.collect_epoch,
                 step.acquire_epoch,
                 step.drop_epoch,
             )
-        if not op.in_flight() and all(s.phase in ("done", "cancelled") for s in op.steps.values()):
+        if not op.in_flight() and all(s.phase in STEP_ENDED for s in op.steps.values()):
             if op.cancel_requested:
-                op.status, op.finished_epoch = "cancelled", epoch
+                op.status, op.finished_epoch = OperationStatus.CANCELLED, epoch
                 changed = True
             elif op.finish_requested:
-                op.status, op.finished_epoch = "completed", epoch
+                op.status, op.finished_epoch = OperationStatus.COMPLETED, epoch
                 changed = True
         if changed:
             self.ledger.save(op)
@@ -81,14 +91,14 @@ class LiveProtocol:
         adds join while it runs, and once it is final the PUs it frees are released."""
         for name, change in op.fragments.items():
             placement = self.ledger.placements[name]
-            pus = list(placement.pus)
+            pus = list(placement.parallel_units)
             mapping = list(placement.mapping)
             if not op.final:
-                pus += [pu for pu in change.get("added", []) if pu not in pus]
+                pus += [pu for pu in change.added_parallel_units if pu not in pus]
             for step in op.steps.values():
                 if step.spec.fragment == name and step.acquire_epoch is not None:
                     for vnode in step.spec.vnodes:
-                        mapping[vnode] = step.spec.target
+                        mapping[vnode] = step.spec.target_pu
             if op.final:
                 pus = self._release(op, name, pus, mapping)
             self.ledger.set_placement(name, pus, mapping)
@@ -100,13 +110,16 @@ class LiveProtocol:
         longer own anything; a PU that still owns a vnode stays: the mapping says so."""
         change = op.fragments[name]
         candidates = (
-            change.get("removed", []) if op.status == "completed" else change.get("added", [])
+            change.removed_parallel_units
+            if op.status == OperationStatus.COMPLETED
+            else change.added_parallel_units
         )
         owning = set(mapping)
         busy = {
             pu
             for other in self.ledger.running()
-            for pu in other.fragments.get(name, {}).get("added", [])
+            if name in other.fragments
+            for pu in other.fragments[name].added_parallel_units
         }
         return [pu for pu in pus if not (pu in candidates and pu not in owning and pu not in busy)]
 
@@ -116,32 +129,32 @@ class LiveProtocol:
         held: dict[str, dict[int, int]] = defaultdict(dict)
         slots: dict[str, dict[int, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
         for op in self.ledger.running():
-            if op.strategy != "live":
+            if op.strategy != Strategy.LIVE:
                 continue
-            op_dir = self.ledger.store.op_dir(op.id)
+            op_dir = self.ledger.store.op_dir(op.operation_id)
             for step in op.steps.values():
                 spec = step.spec
                 frag = spec.fragment
                 c, a, d = step.collect_epoch, step.acquire_epoch, step.drop_epoch
                 if c is not None and c <= epoch and (a is None or epoch < a):
                     for vnode in spec.vnodes:
-                        held[frag][vnode] = spec.target
-                    slots[frag][spec.target]["hold_path"] = str(
-                        transfer.hold_path(root, frag, spec.target, epoch)
+                        held[frag][vnode] = spec.target_pu
+                    slots[frag][spec.target_pu]["hold_path"] = str(
+                        transfer.hold_path(root, frag, spec.target_pu, epoch)
                     )
                 if c == epoch:
-                    slots[frag][spec.source].setdefault("seal", []).extend(spec.vnodes)
+                    slots[frag][spec.source_pu].setdefault("seal", []).extend(spec.vnodes)
                 if a == epoch and c is not None:
-                    target = slots[frag][spec.target]
+                    target = slots[frag][spec.target_pu]
                     target.setdefault("ingest", []).extend(
                         str(transfer.export_path(op_dir, frag, v)) for v in spec.vnodes
                     )
                     target.setdefault("replay_files", []).extend(
-                        str(transfer.hold_path(root, frag, spec.target, x)) for x in range(c, a)
+                        str(transfer.hold_path(root, frag, spec.target_pu, x)) for x in range(c, a)
                     )
                     target.setdefault("replay_vnodes", []).extend(spec.vnodes)
                 if d == epoch:
-                    slots[frag][spec.source].setdefault("drop", []).extend(spec.vnodes)
+                    slots[frag][spec.source_pu].setdefault("drop", []).extend(spec.vnodes)
         return {
             frag: FragmentActions(
                 held=dict(held.get(frag, {})),
@@ -173,16 +186,19 @@ class LiveProtocol:
                     frag = step.spec.fragment
                     for vnode in step.spec.vnodes:
                         rows = held.get((frag, vnode))
-                        if rows is not None and step.phase in ("collecting", "exported"):
+                        if rows is not None and step.phase in (
+                            StepPhase.COLLECTING,
+                            StepPhase.EXPORTED,
+                        ):
                             step.hold_rows[vnode] = step.hold_rows.get(vnode, 0) + rows
                             changed = True
-                    if step.phase == "acquiring" and step.acquire_epoch == epoch:
+                    if step.phase == StepPhase.ACQUIRING and step.acquire_epoch == epoch:
                         step.keys_moved = sum(m["keys"] for m in step.exports.values())
                         step.bytes_moved = sum(m["bytes"] for m in step.exports.values())
-                        step.enter("acquired")
+                        step.enter(StepPhase.ACQUIRED)
                         changed = True
-                    if step.phase == "dropping" and step.drop_epoch == epoch:
-                        step.enter("done")
+                    if step.phase == StepPhase.DROPPING and step.drop_epoch == epoch:
+                        step.enter(StepPhase.DONE)
                         changed = True
                 if changed:
                     self.ledger.save(op)
@@ -191,7 +207,7 @@ class LiveProtocol:
         """Exports and hold queues of a settled operation are spent: its state file stays as the
         record of what it did. One operation per fragment at a time, so every hold queue file of
         its fragments up to its last epoch is its own."""
-        shutil.rmtree(self.ledger.store.op_dir(op.id) / "exports", ignore_errors=True)
+        shutil.rmtree(self.ledger.store.op_dir(op.operation_id) / "exports", ignore_errors=True)
         last = op.finished_epoch if op.finished_epoch is not None else -1
         for name in op.fragments:
             for path in (self.ledger.dir / "rescale" / "holdq" / name).glob("pu-*/epoch-*.arrow"):

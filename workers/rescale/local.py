@@ -11,8 +11,9 @@ from typing import Any
 from workers.control import LocalControl
 from workers.pipeline.placement import PlacementStore
 from workers.rescale.orchestrator import Orchestrator
-from workers.rescale.planner import Plan, plan_request
-from workers.rescale.request import ClusterView, FragmentView, RescheduleRequest, validate
+from workers.rescale.planner import plan_request
+from workers.rescale.protocol import CommandKind, OperationRequest, OperationStatus, Plan, Tick
+from workers.rescale.request import ClusterView, FragmentView, validate
 
 HEARTBEAT_STALE_S = 30.0
 
@@ -23,11 +24,11 @@ class LocalChannel:
     def __init__(self, control: LocalControl) -> None:
         self.control = control
 
-    def submit(self, kind: str, payload: dict[str, Any]) -> int:
+    def submit(self, kind: CommandKind, payload: dict[str, Any]) -> int:
         return self.control.submit(kind, payload)
 
-    def progress(self, operation: str) -> dict[str, Any] | None:
-        return self.control.progress(operation)
+    def progress(self, operation_id: str) -> dict[str, Any] | None:
+        return self.control.progress(operation_id)
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:
         return self.control.command_status(command_id)
@@ -53,9 +54,9 @@ def cluster_view(pipeline_dir: Path) -> ClusterView:
     busy: dict[str, str] = {}
     for path in (control_dir / "progress").glob("*.json"):
         progress = _read(path)
-        if progress.get("status") == "running":
+        if progress.get("status") == OperationStatus.RUNNING:
             for name in progress.get("fragments", []):
-                busy[name] = progress["operation"]
+                busy[name] = progress["operation_id"]
     fragments: dict[str, FragmentView] = {}
     for name, info in topology["fragments"].items():
         placement = placements.get(name)
@@ -63,7 +64,9 @@ def cluster_view(pipeline_dir: Path) -> ClusterView:
         fragments[name] = FragmentView(
             name=name,
             stateful=placement is not None,
-            pus=placement.pus if placement else tuple(info.get("pus", [])),
+            parallel_units=placement.parallel_units
+            if placement
+            else tuple(info.get("parallel_units", [])),
             mapping=placement.mapping if placement else (),
             vnode_load=load,
             busy_with=busy.get(name),
@@ -72,7 +75,7 @@ def cluster_view(pipeline_dir: Path) -> ClusterView:
     return ClusterView(pu_worker, {w: alive for w in topology["workers"]}, fragments)
 
 
-def plan_local(pipeline_dir: Path, request: RescheduleRequest) -> Plan:
+def plan_local(pipeline_dir: Path, request: OperationRequest) -> Plan:
     """Validate and plan against the runner's own view (raises RescaleError subclasses)."""
     cluster = cluster_view(pipeline_dir)
     validate(request, cluster)
@@ -82,14 +85,14 @@ def plan_local(pipeline_dir: Path, request: RescheduleRequest) -> Plan:
 
 def rescale(
     pipeline_dir: Path,
-    request: RescheduleRequest,
+    request: OperationRequest,
     *,
-    operation: str | None = None,
+    operation_id: str | None = None,
     timeout_s: float = 3600.0,
     on_tick: Any = None,
-) -> dict[str, Any]:
+) -> Tick:
     """Plan, then drive the operation to its end; returns the last progress."""
     plan = plan_local(pipeline_dir, request)
     control = LocalControl(Path(pipeline_dir) / "control")
-    orchestrator = Orchestrator(LocalChannel(control), operation or uuid.uuid4().hex[:12], plan)
+    orchestrator = Orchestrator(LocalChannel(control), operation_id or uuid.uuid4().hex[:12], plan)
     return orchestrator.run(timeout_s=timeout_s, on_tick=on_tick)

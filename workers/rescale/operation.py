@@ -26,26 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from workers.pipeline.placement import write_json_atomic
-from workers.rescale.planner import StepSpec
-
-STEP_PHASES = (
-    "pending",
-    "collecting",
-    "exported",
-    "acquiring",
-    "acquired",
-    "dropping",
-    "done",
-    "cancelled",
+from workers.rescale.protocol import (
+    FINAL,
+    STEP_IN_FLIGHT,
+    FragmentBegin,
+    OperationProgress,
+    OperationStatus,
+    StepPhase,
+    StepProgress,
+    StepSpec,
+    StopStartPhase,
+    Strategy,
 )
-IN_FLIGHT = {"collecting", "exported", "acquiring", "acquired", "dropping"}
-FINAL_STATUSES = {"completed", "cancelled", "failed"}
 
 
 @dataclass
 class StepState:
     spec: StepSpec
-    phase: str = "pending"
+    phase: StepPhase = StepPhase.PENDING
     collect_epoch: int | None = None
     acquire_epoch: int | None = None
     drop_epoch: int | None = None
@@ -56,7 +54,7 @@ class StepState:
     timings: dict[str, float] = field(default_factory=dict)  # phase -> unix time entered
     error: str = ""
 
-    def enter(self, phase: str) -> None:
+    def enter(self, phase: StepPhase) -> None:
         self.phase = phase
         self.timings[phase] = time.time()
 
@@ -71,26 +69,27 @@ class StepState:
     def from_json(cls, data: dict[str, Any]) -> StepState:
         data = dict(data)
         data["spec"] = StepSpec.from_json(data["spec"])
+        data["phase"] = StepPhase(data["phase"])
         data["exports"] = {int(v): m for v, m in data.get("exports", {}).items()}
         data["hold_rows"] = {int(v): n for v, n in data.get("hold_rows", {}).items()}
         return cls(**data)
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> StepProgress:
         """What the control plane shows of this step."""
-        return {
-            "step": self.spec.id,
-            "fragment": self.spec.fragment,
-            "source": self.spec.source,
-            "target": self.spec.target,
-            "vnodes": list(self.spec.vnodes),
-            "phase": self.phase,
-            "collect_epoch": self.collect_epoch,
-            "acquire_epoch": self.acquire_epoch,
-            "drop_epoch": self.drop_epoch,
-            "keys_moved": self.keys_moved,
-            "bytes_moved": self.bytes_moved,
-            "hold_queue": sum(self.hold_rows.values()),
-            "per_vnode": {
+        return StepProgress(
+            step=self.spec.step,
+            fragment=self.spec.fragment,
+            source_pu=self.spec.source_pu,
+            target_pu=self.spec.target_pu,
+            vnodes=self.spec.vnodes,
+            phase=self.phase,
+            collect_epoch=self.collect_epoch,
+            acquire_epoch=self.acquire_epoch,
+            drop_epoch=self.drop_epoch,
+            keys_moved=self.keys_moved,
+            bytes_moved=self.bytes_moved,
+            hold_queue=sum(self.hold_rows.values()),
+            per_vnode={
                 str(v): {
                     "keys": self.exports.get(v, {}).get("keys"),
                     "bytes": self.exports.get(v, {}).get("bytes"),
@@ -98,77 +97,81 @@ class StepState:
                 }
                 for v in self.spec.vnodes
             },
-            "timings": self.timings,
-            "error": self.error,
-        }
+            timings=dict(self.timings),
+            error=self.error,
+        )
 
 
 @dataclass
 class OperationState:
     """One rescale operation as the runner executes it."""
 
-    id: str
-    strategy: str  # "live" or "stop_start"
-    # fragment -> {"added": [...], "removed": [...], "pus_after": [...], "mapping_after": [...]}
-    fragments: dict[str, dict[str, Any]]
-    status: str = "running"  # running, completed, cancelled, failed
+    operation_id: str
+    strategy: Strategy
+    fragments: dict[str, FragmentBegin]
+    status: OperationStatus = OperationStatus.RUNNING  # then one of FINAL
     steps: dict[int, StepState] = field(default_factory=dict)
     cancel_requested: bool = False
     finish_requested: bool = False
     begun_epoch: int | None = None
     finished_epoch: int | None = None
-    phase: str = "begun"  # stop-start: begun, snapshotted, cleared, restored
+    phase: StopStartPhase = StopStartPhase.BEGUN  # a live operation stays begun
     error: str = ""
     created_at: float = field(default_factory=time.time)
 
     @property
     def final(self) -> bool:
-        return self.status in FINAL_STATUSES
+        return self.status in FINAL
 
     def in_flight(self) -> list[StepState]:
-        return [s for s in self.steps.values() if s.phase in IN_FLIGHT]
+        return [s for s in self.steps.values() if s.phase in STEP_IN_FLIGHT]
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["steps"] = {str(i): s.to_json() for i, s in self.steps.items()}
+        data["fragments"] = {n: f.to_json() for n, f in self.fragments.items()}
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OperationState:
         data = dict(data)
         data["steps"] = {int(i): StepState.from_json(s) for i, s in data.get("steps", {}).items()}
+        data["fragments"] = {n: FragmentBegin.from_json(f) for n, f in data["fragments"].items()}
+        data["strategy"] = Strategy(data["strategy"])
+        data["status"] = OperationStatus(data["status"])
+        data["phase"] = StopStartPhase(data["phase"])
         return cls(**data)
 
-    def progress(self) -> dict[str, Any]:
-        steps = sorted(self.steps.values(), key=lambda s: s.spec.id)
-        return {
-            "operation": self.id,
-            "strategy": self.strategy,
-            "fragments": sorted(self.fragments),
-            "status": self.status,
-            "phase": self.phase,
-            "cancel_requested": self.cancel_requested,
-            "begun_epoch": self.begun_epoch,
-            "finished_epoch": self.finished_epoch,
-            "steps": [s.progress() for s in steps],
-            "vnodes_moved": sum(len(s.spec.vnodes) for s in steps if s.phase == "done"),
-            "keys_moved": sum(s.keys_moved for s in steps),
-            "bytes_moved": sum(s.bytes_moved for s in steps),
-            "error": self.error,
-        }
+    def progress(self) -> OperationProgress:
+        steps = sorted(self.steps.values(), key=lambda s: s.spec.step)
+        return OperationProgress(
+            operation_id=self.operation_id,
+            strategy=self.strategy,
+            fragments=tuple(sorted(self.fragments)),
+            status=self.status,
+            phase=self.phase,
+            cancel_requested=self.cancel_requested,
+            begun_epoch=self.begun_epoch,
+            finished_epoch=self.finished_epoch,
+            steps=tuple(s.progress() for s in steps),
+            vnodes_moved=sum(len(s.spec.vnodes) for s in steps if s.phase == StepPhase.DONE),
+            keys_moved=sum(s.keys_moved for s in steps),
+            bytes_moved=sum(s.bytes_moved for s in steps),
+            error=self.error,
+        )
 
 
 class OperationStore:
-    """``<pipeline>/rescale/op-<id>/state.json`` per operation."""
+    """``<pipeline>/rescale/op-<operation_id>/state.json`` per operation."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root) / "rescale"
 
-    def op_dir(self, op_id: str) -> Path:
-        return self.root / f"op-{op_id}"
+    def op_dir(self, operation_id: str) -> Path:
+        return self.root / f"op-{operation_id}"
 
     def save(self, op: OperationState) -> None:
-        write_json_atomic(self.op_dir(op.id) / "state.json", op.to_json())
+        write_json_atomic(self.op_dir(op.operation_id) / "state.json", op.to_json())
 
     def load_all(self) -> dict[str, OperationState]:
         ops: dict[str, OperationState] = {}
@@ -176,5 +179,5 @@ class OperationStore:
             return ops
         for path in sorted(self.root.glob("op-*/state.json")):
             op = OperationState.from_json(json.loads(path.read_text("utf-8")))
-            ops[op.id] = op
+            ops[op.operation_id] = op
         return ops

@@ -15,43 +15,36 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from workers.rescale.planner import Plan, StepSpec
-from workers.rescale.request import Granularity
-
-DONE_PHASES = {"done", "cancelled"}
-# a step counts against steps_in_flight while its vnodes' records wait; once acquired it only
-# cleans up the source's copy, and the next step may start
-HOLDING_PHASES = {"pending", "collecting", "exported", "acquiring"}
+from workers.rescale.protocol import (
+    STEP_ENDED,
+    STEP_HOLDING,
+    BeginPayload,
+    CommandKind,
+    Granularity,
+    OperationProgress,
+    OperationRef,
+    Plan,
+    StepPayload,
+    StepProgress,
+    StepSpec,
+    Strategy,
+    Tick,
+    TickStatus,
+)
 
 
 class OperationChannel(Protocol):
-    def submit(self, kind: str, payload: dict[str, Any]) -> int: ...
+    def submit(self, kind: CommandKind, payload: dict[str, Any]) -> int: ...
 
-    def progress(self, operation: str) -> dict[str, Any] | None: ...
+    def progress(self, operation_id: str) -> dict[str, Any] | None: ...
 
     def command_status(self, command_id: int) -> tuple[str, str] | None: ...
-
-
-def begin_payload(operation: str, plan: Plan) -> dict[str, Any]:
-    return {
-        "operation": operation,
-        "strategy": plan.request.strategy,
-        "fragments": {
-            name: {
-                "added": list(plan.request.changes[name].added),
-                "removed": list(plan.request.changes[name].removed),
-                "pus_after": list(fp.pus_after),
-                "mapping_after": list(fp.mapping_after),
-            }
-            for name, fp in plan.fragments.items()
-        },
-    }
 
 
 @dataclass
 class Orchestrator:
     channel: OperationChannel
-    operation: str
+    operation_id: str
     plan: Plan
     step_timeout_s: float = 300.0
     clock: Callable[[], float] = time.monotonic
@@ -69,68 +62,67 @@ class Orchestrator:
         """Begin the operation (idempotent: the runner ignores a second begin)."""
         self._started = self.clock()
         self._begin_command = self.channel.submit(
-            "rescale.begin", begin_payload(self.operation, self.plan)
+            CommandKind.OPERATION_BEGIN,
+            BeginPayload.of_plan(self.operation_id, self.plan).to_json(),
         )
 
     def cancel(self) -> None:
-        self.channel.submit("rescale.cancel", {"operation": self.operation})
+        self.channel.submit(CommandKind.OPERATION_CANCEL, OperationRef(self.operation_id).to_json())
 
-    def tick(self) -> dict[str, Any]:
-        """Issue what may start now; returns {"status", "progress", "error"}."""
+    def tick(self) -> Tick:
+        """Issue what may start now; returns what the runner's last progress says."""
         if self._started is None:
             self.start()
         assert self._started is not None
         if self._begin_command is not None:
             ack = self.channel.command_status(self._begin_command)
             if ack is not None and ack[0] == "failed" and "already begun" not in ack[1]:
-                return {"status": "failed", "progress": None, "error": f"runner refused: {ack[1]}"}
-        progress = self.channel.progress(self.operation)
-        if progress is not None and progress["status"] in ("completed", "cancelled", "failed"):
-            return {
-                "status": progress["status"],
-                "progress": progress,
-                "error": progress.get("error", ""),
-            }
-        if self.plan.request.strategy != "live":
-            return {
-                "status": "running" if progress else "starting",
-                "progress": progress,
-                "error": "",
-            }
-        steps = {s["step"]: s for s in (progress or {}).get("steps", [])}
+                return Tick(TickStatus.FAILED, None, f"runner refused: {ack[1]}")
+        raw = self.channel.progress(self.operation_id)
+        progress = None if raw is None else OperationProgress.from_json(raw)
+        if progress is not None and progress.final:
+            return Tick(TickStatus(progress.status), progress, progress.error)
+        started = TickStatus.RUNNING if progress else TickStatus.STARTING
+        if self.plan.request.strategy != Strategy.LIVE:
+            return Tick(started, progress)
+        steps = {s.step: s for s in (progress.steps if progress else ())}
         stuck = self._stuck(steps)
         if stuck:
-            if progress is not None and not progress["cancel_requested"]:
+            if progress is not None and not progress.cancel_requested:
                 self.cancel()
-            return {"status": "cancelling", "progress": progress, "error": stuck}
-        if progress is not None and progress["cancel_requested"]:
-            return {"status": "cancelling", "progress": progress, "error": ""}
+            return Tick(TickStatus.CANCELLING, progress, stuck)
+        if progress is not None and progress.cancel_requested:
+            return Tick(TickStatus.CANCELLING, progress)
         self._issue_ready(steps)
-        return {"status": "running" if progress else "starting", "progress": progress, "error": ""}
+        return Tick(started, progress)
 
-    def _issue_ready(self, steps: dict[int, dict[str, Any]]) -> None:
+    def _issue_ready(self, steps: dict[int, StepProgress]) -> None:
         """Issue the steps that may start now. The first wave goes right behind the begin and the
         finish right behind the last step: the runner applies commands in order at one barrier
         and completes only when every step is done, so no epoch is spent waiting for replies."""
         sent = self._issued - steps.keys()  # issued, not yet seen by the runner
-        in_flight = sum(1 for s in steps.values() if s["phase"] in HOLDING_PHASES) + len(sent)
-        issued_bytes = sum(s.bytes for s in self.plan.steps if s.id in steps or s.id in sent)
+        in_flight = sum(1 for s in steps.values() if s.phase in STEP_HOLDING) + len(sent)
+        issued_bytes = sum(s.bytes for s in self.plan.steps if s.step in steps or s.step in sent)
         for spec in self.plan.steps:
-            if spec.id in steps or spec.id in self._issued:
+            if spec.step in steps or spec.step in self._issued:
                 continue
             if in_flight >= self.granularity.steps_in_flight or not self._rate_allows(issued_bytes):
                 break
             self._issue(spec)
             in_flight += 1
             issued_bytes += spec.bytes
-        all_issued = all(s.id in steps or s.id in self._issued for s in self.plan.steps)
+        all_issued = all(s.step in steps or s.step in self._issued for s in self.plan.steps)
         if all_issued and not self._finish_sent:
-            self.channel.submit("rescale.finish", {"operation": self.operation})
+            self.channel.submit(
+                CommandKind.OPERATION_FINISH, OperationRef(self.operation_id).to_json()
+            )
             self._finish_sent = True
 
     def _issue(self, spec: StepSpec) -> None:
-        self.channel.submit("rescale.step", {"operation": self.operation, "step": spec.to_json()})
-        self._issued.add(spec.id)
+        self.channel.submit(
+            CommandKind.OPERATION_STEP, StepPayload(self.operation_id, spec).to_json()
+        )
+        self._issued.add(spec.step)
 
     def _rate_allows(self, issued_bytes: int) -> bool:
         rate = self.granularity.bytes_per_second
@@ -139,18 +131,18 @@ class Orchestrator:
         assert self._started is not None
         return issued_bytes <= rate * (self.clock() - self._started)
 
-    def _stuck(self, steps: dict[int, dict[str, Any]]) -> str:
+    def _stuck(self, steps: dict[int, StepProgress]) -> str:
         """A step whose phase has not changed for longer than the time-out, by the runner's own
         record of when it entered the phase (so a replacement orchestrator sees it too)."""
         now = self.wall()
-        for step_id, step in sorted(steps.items()):
-            phase = step["phase"]
-            since = step.get("timings", {}).get(phase)
-            if phase in DONE_PHASES or since is None:
+        for number, step in sorted(steps.items()):
+            phase = step.phase
+            since = step.timings.get(phase)
+            if phase in STEP_ENDED or since is None:
                 continue
             if now - since > self.step_timeout_s:
                 return (
-                    f"step {step_id} stuck in phase {phase!r} for {now - since:.0f}s "
+                    f"step {number} stuck in phase {str(phase)!r} for {now - since:.0f}s "
                     f"(timeout {self.step_timeout_s:.0f}s): cancelling the operation"
                 )
         return ""
@@ -160,16 +152,16 @@ class Orchestrator:
         *,
         poll_s: float = 0.2,
         timeout_s: float = 3600.0,
-        on_tick: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
+        on_tick: Callable[[Tick], None] | None = None,
+    ) -> Tick:
         """Tick until the operation ends; returns the last tick's result."""
         deadline = self.clock() + timeout_s
         while True:
             result = self.tick()
             if on_tick is not None:
                 on_tick(result)
-            if result["status"] in ("completed", "cancelled", "failed"):
+            if result.ended:
                 return result
             if self.clock() > deadline:
-                return {**result, "status": "timeout", "error": f"not finished after {timeout_s}s"}
+                return Tick(TickStatus.TIMEOUT, result.progress, f"not finished after {timeout_s}s")
             time.sleep(poll_s)

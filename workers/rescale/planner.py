@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
-from typing import Any
 
-from workers.rescale.request import (
-    ClusterView,
+from workers.rescale.protocol import (
     FragmentChange,
-    FragmentView,
+    FragmentPlan,
     Granularity,
-    RescheduleRequest,
+    Move,
+    OperationRequest,
+    Plan,
+    StepSpec,
 )
+from workers.rescale.request import ClusterView, FragmentView
 
 # used for estimates when nothing has been measured yet
 DEFAULT_TRANSFER_BYTES_PER_S = 40e6
@@ -28,134 +29,13 @@ DEFAULT_EPOCH_S = 1.0
 EPOCHS_PER_STEP = 2  # collect at one barrier, acquire at the next, drop at the one after
 
 
-@dataclass(frozen=True)
-class Move:
-    fragment: str
-    vnode: int
-    source: int
-    target: int
-    keys: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One unit of a live migration: vnodes going from one PU to another."""
-
-    id: int
-    fragment: str
-    source: int
-    target: int
-    vnodes: tuple[int, ...]
-    keys: int
-    bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "vnodes": list(self.vnodes)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StepSpec:
-        return cls(
-            id=data["id"],
-            fragment=data["fragment"],
-            source=data["source"],
-            target=data["target"],
-            vnodes=tuple(data["vnodes"]),
-            keys=data["keys"],
-            bytes=data["bytes"],
-        )
-
-
-@dataclass(frozen=True)
-class FragmentPlan:
-    fragment: str
-    kind: str  # scale_out, scale_in, migrate
-    pus_before: tuple[int, ...]
-    pus_after: tuple[int, ...]
-    mapping_before: tuple[int, ...]
-    mapping_after: tuple[int, ...]
-    moves: tuple[Move, ...]
-    load: dict[int, tuple[int, int]]  # vnode -> (keys, bytes) as measured
-
-    def balance(self, mapping: tuple[int, ...], pus: tuple[int, ...]) -> dict[str, Any]:
-        counts = {pu: 0 for pu in pus}
-        size = {pu: 0 for pu in pus}
-        for vnode, pu in enumerate(mapping):
-            counts[pu] = counts.get(pu, 0) + 1
-            size[pu] = size.get(pu, 0) + self.load.get(vnode, (0, 0))[1]
-        mean_bytes = sum(size.values()) / max(len(pus), 1)
-        return {
-            "vnodes_per_pu": {str(pu): n for pu, n in sorted(counts.items())},
-            "bytes_per_pu": {str(pu): b for pu, b in sorted(size.items())},
-            "max_vnodes_minus_min": max(counts.values()) - min(counts.values()),
-            "max_bytes_over_mean": round(max(size.values()) / mean_bytes, 3)
-            if mean_bytes
-            else None,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fragment": self.fragment,
-            "kind": self.kind,
-            "parallel_units_before": list(self.pus_before),
-            "parallel_units_after": list(self.pus_after),
-            "moves": [asdict(m) for m in self.moves],
-            "vnodes_moved": len(self.moves),
-            "keys_moved": sum(m.keys for m in self.moves),
-            "bytes_moved": sum(m.bytes for m in self.moves),
-            "balance_before": self.balance(self.mapping_before, self.pus_before),
-            "balance_after": self.balance(self.mapping_after, self.pus_after),
-            "mapping_before": list(self.mapping_before),
-            "mapping_after": list(self.mapping_after),
-            "load": {str(v): list(kb) for v, kb in self.load.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FragmentPlan:
-        return cls(
-            fragment=data["fragment"],
-            kind=data["kind"],
-            pus_before=tuple(data["parallel_units_before"]),
-            pus_after=tuple(data["parallel_units_after"]),
-            mapping_before=tuple(data["mapping_before"]),
-            mapping_after=tuple(data["mapping_after"]),
-            moves=tuple(Move(**m) for m in data["moves"]),
-            load={int(v): (kb[0], kb[1]) for v, kb in data.get("load", {}).items()},
-        )
-
-
-@dataclass(frozen=True)
-class Plan:
-    request: RescheduleRequest
-    fragments: dict[str, FragmentPlan]
-    steps: tuple[StepSpec, ...]
-    estimate_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "strategy": self.request.strategy,
-            "granularity": self.request.granularity.to_json(),
-            "fragments": {n: p.to_json() for n, p in self.fragments.items()},
-            "steps": [s.to_json() for s in self.steps],
-            "estimated_duration_s": round(self.estimate_s, 3),
-        }
-
-    @classmethod
-    def from_json(cls, request: RescheduleRequest, data: dict[str, Any]) -> Plan:
-        """The plan as ``to_json`` stored it (the request is stored beside it)."""
-        return cls(
-            request=request,
-            fragments={n: FragmentPlan.from_json(f) for n, f in data["fragments"].items()},
-            steps=tuple(StepSpec.from_json(s) for s in data["steps"]),
-            estimate_s=data["estimated_duration_s"],
-        )
-
-
-def target_counts(current: dict[int, int], pus_after: list[int], vnodes: int) -> dict[int, int]:
+def target_counts(
+    current: dict[int, int], parallel_units_after: list[int], vnodes: int
+) -> dict[int, int]:
     """Vnodes each PU should hold: V // n, plus one for the V % n PUs holding the most now."""
-    n = len(pus_after)
+    n = len(parallel_units_after)
     base, extra = divmod(vnodes, n)
-    by_holding = sorted(pus_after, key=lambda pu: (-current.get(pu, 0), pu))
+    by_holding = sorted(parallel_units_after, key=lambda pu: (-current.get(pu, 0), pu))
     return {pu: base + (1 if i < extra else 0) for i, pu in enumerate(by_holding)}
 
 
@@ -185,14 +65,16 @@ def plan_fragment(
 ) -> FragmentPlan:
     mapping = list(view.mapping)
     vnodes = len(mapping)
-    pus_after = [pu for pu in view.pus if pu not in change.removed] + list(change.added)
+    after = [pu for pu in view.parallel_units if pu not in change.removed_parallel_units] + list(
+        change.added_parallel_units
+    )
     held: dict[int, list[int]] = defaultdict(list)
     for vnode, pu in enumerate(mapping):
         held[pu].append(vnode)
-    quota = target_counts({pu: len(v) for pu, v in held.items()}, pus_after, vnodes)
+    quota = target_counts({pu: len(v) for pu, v in held.items()}, after, vnodes)
     size = {v: view.vnode_load.get(v, (0, 0))[1] for v in range(vnodes)}
-    load = {pu: sum(size[v] for v in held.get(pu, [])) for pu in pus_after}
-    mean_load = sum(size.values()) / len(pus_after)
+    load = {pu: sum(size[v] for v in held.get(pu, [])) for pu in after}
+    mean_load = sum(size.values()) / len(after)
 
     leaving: list[tuple[int, int]] = []  # (vnode, source)
     for pu, owned in held.items():
@@ -212,7 +94,7 @@ def plan_fragment(
             load[pu] -= size[v]
 
     leaving_from = Counter(source for _, source in leaving)
-    room = {pu: quota[pu] - len(held.get(pu, [])) + leaving_from[pu] for pu in pus_after}
+    room = {pu: quota[pu] - len(held.get(pu, [])) + leaving_from[pu] for pu in after}
     if weighted:
         leaving.sort(key=lambda vs: (-size[vs[0]], vs[0]))
     else:
@@ -220,7 +102,7 @@ def plan_fragment(
     new_mapping = list(mapping)
     moves: list[Move] = []
     for vnode, source in leaving:
-        candidates = [pu for pu in pus_after if room[pu] > 0]
+        candidates = [pu for pu in after if room[pu] > 0]
         # weighted: the least loaded target (largest vnodes first: LPT); else fill in order
         target = min(candidates, key=lambda pu: (load[pu], pu)) if weighted else candidates[0]
         room[target] -= 1
@@ -231,8 +113,8 @@ def plan_fragment(
     return FragmentPlan(
         fragment=view.name,
         kind=change.kind,
-        pus_before=tuple(view.pus),
-        pus_after=tuple(pus_after),
+        parallel_units_before=tuple(view.parallel_units),
+        parallel_units_after=tuple(after),
         mapping_before=tuple(mapping),
         mapping_after=tuple(new_mapping),
         moves=tuple(sorted(moves, key=lambda m: m.vnode)),
@@ -264,14 +146,14 @@ def _chunks(group: list[Move], granularity: Granularity) -> list[list[Move]]:
     return chunks
 
 
-def split_steps(moves: list[Move], granularity: Granularity, first_id: int = 1) -> list[StepSpec]:
+def split_steps(moves: list[Move], granularity: Granularity, first_step: int = 1) -> list[StepSpec]:
     """Cut moves into steps of one (source, target) pair each, within the granularity's caps.
 
     Steps of different PU pairs are interleaved so that steps in flight spread over PUs.
     """
     groups: dict[tuple[str, int, int], list[Move]] = defaultdict(list)
     for move in moves:
-        groups[(move.fragment, move.source, move.target)].append(move)
+        groups[(move.fragment, move.source_pu, move.target_pu)].append(move)
     per_group = [_chunks(group, granularity) for _, group in sorted(groups.items())]
     ordered: list[StepSpec] = []
     for i in range(max((len(chunks) for chunks in per_group), default=0)):
@@ -281,10 +163,10 @@ def split_steps(moves: list[Move], granularity: Granularity, first_id: int = 1) 
                 first = batch[0]
                 ordered.append(
                     StepSpec(
-                        id=first_id + len(ordered),
+                        step=first_step + len(ordered),
                         fragment=first.fragment,
-                        source=first.source,
-                        target=first.target,
+                        source_pu=first.source_pu,
+                        target_pu=first.target_pu,
                         vnodes=tuple(m.vnode for m in batch),
                         keys=sum(m.keys for m in batch),
                         bytes=sum(m.bytes for m in batch),
@@ -308,7 +190,7 @@ def estimate_seconds(
 
 
 def plan_request(
-    request: RescheduleRequest,
+    request: OperationRequest,
     cluster: ClusterView,
     *,
     bytes_per_s: float = DEFAULT_TRANSFER_BYTES_PER_S,

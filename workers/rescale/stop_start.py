@@ -18,6 +18,7 @@ from workers.layout import store_path
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState
+from workers.rescale.protocol import OperationStatus, StopStartPhase
 from workers.state import open_store
 from workers.state.base import VnodeExport, checksum_items, decode_key
 
@@ -35,50 +36,53 @@ class StopStart:
         The stream waits at this barrier for all of it; each phase is durable, and a crash at
         any point resumes from the last finished phase (the snapshot holds everything).
         """
-        op_dir = self.ledger.store.op_dir(op.id)
+        op_dir = self.ledger.store.op_dir(op.operation_id)
         if op.begun_epoch is None:
             op.begun_epoch = epoch
         started = time.perf_counter()
-        if op.phase == "begun":
+        if op.phase == StopStartPhase.BEGUN:
             for name in op.fragments:
                 self._snapshot(op_dir, name)
-            op.phase = "snapshotted"
+            op.phase = StopStartPhase.SNAPSHOTTED
             self.ledger.save(op)
-        if op.phase == "snapshotted":
+        if op.phase == StopStartPhase.SNAPSHOTTED:
             for name in op.fragments:
-                for pu in self.ledger.placements[name].pus:
+                for pu in self.ledger.placements[name].parallel_units:
                     path = store_path(self.ledger.dir, name, pu)
                     if path.exists():
                         with open_store(self.backend, path) as store:
                             for vnode in list(store.vnode_stats()):
                                 store.drop_vnode(vnode)
-            op.phase = "cleared"
+            op.phase = StopStartPhase.CLEARED
             self.ledger.save(op)
-        if op.phase == "cleared":
+        if op.phase == StopStartPhase.CLEARED:
             for name, change in op.fragments.items():
-                mapping = list(change["mapping_after"])
+                mapping = list(change.mapping_after)
                 self._restore(op_dir, name, mapping)
-                self.ledger.set_placement(name, list(change["pus_after"]), mapping)
-            op.phase = "restored"
-            op.status, op.finished_epoch = "completed", epoch
+                self.ledger.set_placement(name, list(change.parallel_units_after), mapping)
+            op.phase = StopStartPhase.RESTORED
+            op.status, op.finished_epoch = OperationStatus.COMPLETED, epoch
             self.ledger.save(op)
             for name in op.fragments:
                 shutil.rmtree(op_dir / "snapshot" / name, ignore_errors=True)
         log.info(
-            "stop-start %s done at epoch %d in %.3fs", op.id, epoch, time.perf_counter() - started
+            "stop-start %s done at epoch %d in %.3fs",
+            op.operation_id,
+            epoch,
+            time.perf_counter() - started,
         )
 
     def apply_placement(self, op: OperationState) -> None:
         """A completed operation's placements, as it recorded them (idempotent)."""
-        if op.status == "completed":
+        if op.status == OperationStatus.COMPLETED:
             for name, change in op.fragments.items():
                 self.ledger.set_placement(
-                    name, list(change["pus_after"]), list(change["mapping_after"])
+                    name, list(change.parallel_units_after), list(change.mapping_after)
                 )
 
     def _snapshot(self, op_dir: Path, name: str) -> None:
         parts: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
-        for pu in self.ledger.placements[name].pus:
+        for pu in self.ledger.placements[name].parallel_units:
             path = store_path(self.ledger.dir, name, pu)
             if not path.exists():
                 continue

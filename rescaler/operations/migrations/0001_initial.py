@@ -7,111 +7,219 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('cluster', '0001_initial'),
+        ("cluster", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RescaleOperation',
+            name="RescaleOperation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('uid', models.CharField(default=rescaler.operations.models.new_operation_uid, editable=False, max_length=32, unique=True)),
-                ('request', models.JSONField()),
-                ('strategy', models.CharField(max_length=16)),
-                ('granularity', models.JSONField(default=dict)),
-                ('plan', models.JSONField(default=dict)),
-                ('fragments', models.JSONField(default=list)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('cancelling', 'Cancelling'), ('completed', 'Completed'), ('cancelled', 'Cancelled'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('outcome', models.TextField(blank=True)),
-                ('error_code', models.CharField(blank=True, max_length=64)),
-                ('progress', models.JSONField(blank=True, default=dict)),
-                ('vnodes_moved', models.PositiveIntegerField(default=0)),
-                ('keys_moved', models.BigIntegerField(default=0)),
-                ('bytes_moved', models.BigIntegerField(default=0)),
-                ('lease_owner', models.CharField(blank=True, max_length=128)),
-                ('lease_until', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('cancel_requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='operations', to='cluster.pipeline')),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='rescale_operations', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "uid",
+                    models.CharField(
+                        default=rescaler.operations.models.new_operation_id,
+                        editable=False,
+                        max_length=32,
+                        unique=True,
+                    ),
+                ),
+                ("request", models.JSONField()),
+                ("strategy", models.CharField(max_length=16)),
+                ("granularity", models.JSONField(default=dict)),
+                ("plan", models.JSONField(default=dict)),
+                ("fragments", models.JSONField(default=list)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("cancelling", "Cancelling"),
+                            ("completed", "Completed"),
+                            ("cancelled", "Cancelled"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("outcome", models.TextField(blank=True)),
+                ("error_code", models.CharField(blank=True, max_length=64)),
+                ("progress", models.JSONField(blank=True, default=dict)),
+                ("vnodes_moved", models.PositiveIntegerField(default=0)),
+                ("keys_moved", models.BigIntegerField(default=0)),
+                ("bytes_moved", models.BigIntegerField(default=0)),
+                ("lease_owner", models.CharField(blank=True, max_length=128)),
+                ("lease_until", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "cancel_requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="operations",
+                        to="cluster.pipeline",
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="rescale_operations",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'permissions': [('reschedule', 'Can start and cancel rescale operations')],
+                "ordering": ["-created_at"],
+                "permissions": [("reschedule", "Can start and cancel rescale operations")],
             },
         ),
         migrations.CreateModel(
-            name='OperationFragment',
+            name="OperationFragment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('active', models.BooleanField(default=True)),
-                ('fragment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='cluster.fragment')),
-                ('operation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='fragment_locks', to='operations.rescaleoperation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("active", models.BooleanField(default=True)),
+                (
+                    "fragment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="cluster.fragment",
+                    ),
+                ),
+                (
+                    "operation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="fragment_locks",
+                        to="operations.rescaleoperation",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='RescaleStep',
+            name="RescaleStep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('fragment', models.CharField(max_length=64)),
-                ('source_pu', models.PositiveIntegerField()),
-                ('target_pu', models.PositiveIntegerField()),
-                ('vnodes', models.JSONField()),
-                ('phase', models.CharField(default='planned', max_length=16)),
-                ('keys', models.BigIntegerField(default=0)),
-                ('bytes', models.BigIntegerField(default=0)),
-                ('keys_moved', models.BigIntegerField(default=0)),
-                ('bytes_moved', models.BigIntegerField(default=0)),
-                ('hold_queue', models.BigIntegerField(default=0)),
-                ('collect_epoch', models.BigIntegerField(blank=True, null=True)),
-                ('acquire_epoch', models.BigIntegerField(blank=True, null=True)),
-                ('drop_epoch', models.BigIntegerField(blank=True, null=True)),
-                ('per_vnode', models.JSONField(blank=True, default=dict)),
-                ('timings', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('operation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='operations.rescaleoperation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                ("fragment", models.CharField(max_length=64)),
+                ("source_pu", models.PositiveIntegerField()),
+                ("target_pu", models.PositiveIntegerField()),
+                ("vnodes", models.JSONField()),
+                ("phase", models.CharField(default="planned", max_length=16)),
+                ("keys", models.BigIntegerField(default=0)),
+                ("bytes", models.BigIntegerField(default=0)),
+                ("keys_moved", models.BigIntegerField(default=0)),
+                ("bytes_moved", models.BigIntegerField(default=0)),
+                ("hold_queue", models.BigIntegerField(default=0)),
+                ("collect_epoch", models.BigIntegerField(blank=True, null=True)),
+                ("acquire_epoch", models.BigIntegerField(blank=True, null=True)),
+                ("drop_epoch", models.BigIntegerField(blank=True, null=True)),
+                ("per_vnode", models.JSONField(blank=True, default=dict)),
+                ("timings", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "operation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="operations.rescaleoperation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['operation', 'number'],
+                "ordering": ["operation", "number"],
             },
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_name', models.CharField(max_length=150)),
-                ('action', models.CharField(max_length=64)),
-                ('object_type', models.CharField(max_length=64)),
-                ('object_id', models.CharField(max_length=64)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("actor_name", models.CharField(max_length=150)),
+                ("action", models.CharField(max_length=64)),
+                ("object_type", models.CharField(max_length=64)),
+                ("object_id", models.CharField(max_length=64)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                ("at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id'], name='operations__object__6edc99_idx')],
+                "ordering": ["-at", "-id"],
+                "indexes": [
+                    models.Index(
+                        fields=["object_type", "object_id"], name="operations__object__6edc99_idx"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='rescaleoperation',
-            index=models.Index(fields=['status', '-created_at'], name='operations__status_1c8fe2_idx'),
+            model_name="rescaleoperation",
+            index=models.Index(
+                fields=["status", "-created_at"], name="operations__status_1c8fe2_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='operationfragment',
-            constraint=models.UniqueConstraint(condition=models.Q(('active', True)), fields=('fragment',), name='one_active_operation_per_fragment'),
+            model_name="operationfragment",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("active", True)),
+                fields=("fragment",),
+                name="one_active_operation_per_fragment",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='rescalestep',
-            constraint=models.UniqueConstraint(fields=('operation', 'number'), name='step_unique_number'),
+            model_name="rescalestep",
+            constraint=models.UniqueConstraint(
+                fields=("operation", "number"), name="step_unique_number"
+            ),
         ),
     ]

@@ -59,14 +59,14 @@ def cluster(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The wordcount pipeline registered and alive; operations are queued, never driven."""
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda operation_id: None)
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)
 
 
 @pytest.fixture
 def operator_token(db: None) -> str:
-    user = make_user("fuzzer", reschedule=True)
+    user = make_user("fuzzer", rescale=True)
     return Token.objects.create(user=user).key
 
 

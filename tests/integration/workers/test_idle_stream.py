@@ -20,7 +20,7 @@ from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.placement import PlacementStore
 from workers.rescale.local import LocalChannel, plan_local
 from workers.rescale.orchestrator import Orchestrator
-from workers.rescale.request import RescheduleRequest
+from workers.rescale.protocol import OperationRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -79,10 +79,10 @@ def wait_idle(runner: RunnerProcess, rows: int) -> None:
     assert rows_seen(runner) == rows
 
 
-def request(change: dict[str, list[int]], strategy: str, granularity: Any) -> RescheduleRequest:
-    return RescheduleRequest.parse(
+def request(change: dict[str, list[int]], strategy: str, granularity: Any) -> OperationRequest:
+    return OperationRequest.parse(
         {
-            "reschedules": {f.name: change for f in get_pipeline(PIPELINE).fragments},
+            "changes": {f.name: change for f in get_pipeline(PIPELINE).fragments},
             "strategy": strategy,
             "granularity": granularity,
         }
@@ -93,7 +93,7 @@ def orchestrator(
     state: Path,
     runner: RunnerProcess,
     op: str,
-    req: RescheduleRequest,
+    req: OperationRequest,
     *,
     step_timeout_s: float = 30,  # a healthy idle operation must never trip the watchdog
 ) -> Orchestrator:
@@ -115,12 +115,14 @@ def finish_and_check(state: Path, inbox: Inbox, runner: RunnerProcess, rows: int
     assert owners is not None
     for frag, placement in owners.items():
         busy = {p["pu"] for e in after for p in e["per_pu"] if p["fragment"] == frag and p["rows"]}
-        assert busy <= set(placement.pus), (frag, busy, placement.pus)
+        assert busy <= set(placement.parallel_units), (frag, busy, placement.parallel_units)
     users = owners[get_pipeline(PIPELINE).fragments[0].name]
     busy = {
         p["pu"] for e in after for p in e["per_pu"] if p["fragment"] == users.fragment and p["rows"]
     }
-    assert busy == set(users.pus), f"new records reach every owner {users.pus}, not only {busy}"
+    assert busy == set(users.parallel_units), (
+        f"new records reach every owner {users.parallel_units}, not only {busy}"
+    )
     LocalControl(runner.control_dir).submit("stop")  # the stop itself needs an idle barrier
     runner.wait_exit(timeout=120)
     files = (state / PIPELINE / "source-manifest.txt").read_text().split()
@@ -148,7 +150,7 @@ def test_live_scale_out_on_an_idle_stream_completes(tmp_path: Path, traffic: str
         trickler.start()
     req = request({"added_parallel_units": [2, 3]}, "live", BATCHED)
     started = time.monotonic()
-    result = orchestrator(state, runner, "idle-out", req).run(timeout_s=180)
+    result = orchestrator(state, runner, "idle-out", req).run(timeout_s=180).to_json()
     elapsed = time.monotonic() - started
     stop_trickle.set()
     if traffic == "trickle":
@@ -160,7 +162,7 @@ def test_live_scale_out_on_an_idle_stream_completes(tmp_path: Path, traffic: str
         assert during and all(e["rows"] == 0 for e in during), "nothing arrived: empty epochs"
     print(f"{traffic} live scale-out 2->4: {elapsed:.1f}s from request to completion")
     owners = PlacementStore(state / PIPELINE).load()
-    assert owners is not None and all(p.pus == (0, 1, 2, 3) for p in owners.values())
+    assert owners is not None and all(p.parallel_units == (0, 1, 2, 3) for p in owners.values())
     rows = rows_seen(runner) if traffic == "idle" else 2_000 + 3 * (inbox.files - 1)
     wait_idle(runner, rows)
     finish_and_check(state, inbox, runner, rows)
@@ -172,15 +174,19 @@ def test_stop_start_scale_in_on_an_idle_stream_completes(tmp_path: Path) -> None
     inbox.drop(2_000)
     runner = launch(state, inbox, "--initial-pus", "3")
     wait_idle(runner, 2_000)
-    result = orchestrator(
-        state,
-        runner,
-        "idle-in",
-        request({"removed_parallel_units": [1, 2]}, "stop_start", "all_at_once"),
-    ).run(timeout_s=180)
+    result = (
+        orchestrator(
+            state,
+            runner,
+            "idle-in",
+            request({"removed_parallel_units": [1, 2]}, "stop_start", "all_at_once"),
+        )
+        .run(timeout_s=180)
+        .to_json()
+    )
     assert result["status"] == "completed", result
     owners = PlacementStore(state / PIPELINE).load()
-    assert owners is not None and all(p.pus == (0,) for p in owners.values())
+    assert owners is not None and all(p.parallel_units == (0,) for p in owners.values())
     finish_and_check(state, inbox, runner, 2_000)
 
 
@@ -195,12 +201,12 @@ def test_cancel_on_an_idle_stream_ends_consistently(tmp_path: Path) -> None:
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        steps = (orch.tick()["progress"] or {}).get("steps", [])
+        steps = (orch.tick().to_json()["progress"] or {}).get("steps", [])
         if sum(s["phase"] == "done" for s in steps) >= 2:
             break
         time.sleep(0.1)
     orch.cancel()
-    result = orch.run(timeout_s=180)
+    result = orch.run(timeout_s=180).to_json()
     assert result["status"] == "cancelled", result
     moved = {
         (s["fragment"], v)
@@ -233,7 +239,7 @@ def test_kill_9_while_idle_mid_operation_then_restart(tmp_path: Path) -> None:
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        steps = (orch.tick()["progress"] or {}).get("steps", [])
+        steps = (orch.tick().to_json()["progress"] or {}).get("steps", [])
         if sum(s["phase"] == "done" for s in steps) >= 1 and any(
             s["phase"] not in ("done", "pending") for s in steps
         ):
@@ -243,9 +249,9 @@ def test_kill_9_while_idle_mid_operation_then_restart(tmp_path: Path) -> None:
         raise AssertionError("the operation never got going on the idle stream")
     runner.kill()
     restarted = launch(state, inbox, log_name="restart")
-    result = orch.run(timeout_s=240)
+    result = orch.run(timeout_s=240).to_json()
     assert result["status"] == "completed", result
     owners = PlacementStore(state / PIPELINE).load()
-    assert owners is not None and all(p.pus == (0, 1, 2, 3) for p in owners.values())
+    assert owners is not None and all(p.parallel_units == (0, 1, 2, 3) for p in owners.values())
     wait_idle(restarted, 2_000)  # one control directory: both runners' epochs, nothing new
     finish_and_check(state, inbox, restarted, 2_000)

@@ -16,7 +16,7 @@ from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.placement import PlacementStore
 from workers.rescale.local import LocalChannel, plan_local, rescale
 from workers.rescale.orchestrator import Orchestrator
-from workers.rescale.request import RescheduleRequest
+from workers.rescale.protocol import OperationRequest
 from workers.sources.generator import GeneratorConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -44,10 +44,10 @@ def launch(state: Path, pipeline: str, log_name: str = "runner") -> RunnerProces
 
 def request(
     pipeline: str, change: dict[str, list[int]], strategy: str, granularity: Any
-) -> RescheduleRequest:
-    return RescheduleRequest.parse(
+) -> OperationRequest:
+    return OperationRequest.parse(
         {
-            "reschedules": {f.name: change for f in get_pipeline(pipeline).fragments},
+            "changes": {f.name: change for f in get_pipeline(pipeline).fragments},
             "strategy": strategy,
             "granularity": granularity,
         }
@@ -68,13 +68,15 @@ def check_oracle(state: Path, pipeline: str, runner: RunnerProcess) -> None:
 def pus_of(state: Path, pipeline: str) -> dict[str, tuple[int, ...]]:
     placements = PlacementStore(state / pipeline).load()
     assert placements is not None
-    return {name: p.pus for name, p in placements.items()}
+    return {name: p.parallel_units for name, p in placements.items()}
 
 
 def run_op(
     state: Path, pipeline: str, change: dict[str, list[int]], strategy: str
 ) -> dict[str, Any]:
-    result = rescale(state / pipeline, request(pipeline, change, strategy, BATCHED), timeout_s=600)
+    result = rescale(
+        state / pipeline, request(pipeline, change, strategy, BATCHED), timeout_s=600
+    ).to_json()
     assert result["status"] == "completed", result
     return result["progress"]
 
@@ -139,13 +141,13 @@ def test_cancel_keeps_finished_moves_and_one_owner_per_vnode(tmp_path: Path) -> 
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        tick = orch.tick()
+        tick = orch.tick().to_json()
         steps = (tick["progress"] or {}).get("steps", [])
         if sum(s["phase"] == "done" for s in steps) >= 2:
             break
         time.sleep(0.2)
     orch.cancel()
-    result = orch.run(timeout_s=300)
+    result = orch.run(timeout_s=300).to_json()
     assert result["status"] == "cancelled", result
     progress = result["progress"]
     moved = {
@@ -157,7 +159,7 @@ def test_cancel_keeps_finished_moves_and_one_owner_per_vnode(tmp_path: Path) -> 
     placements = PlacementStore(tmp_path / pipeline).load()
     assert placements is not None
     for name, placement in placements.items():
-        assert set(placement.mapping) <= set(placement.pus)
+        assert set(placement.mapping) <= set(placement.parallel_units)
         for vnode, pu in enumerate(placement.mapping):
             assert (pu in (2, 3)) == ((name, vnode) in moved), f"{name} vnode {vnode} on PU {pu}"
     check_oracle(tmp_path, pipeline, runner)  # assert_matches_oracle checks each key's owner (I1)
@@ -180,7 +182,7 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        tick = orch.tick()
+        tick = orch.tick().to_json()
         steps = (tick["progress"] or {}).get("steps", [])
         if strategy == "stop_start" and tick["progress"] is not None:
             break
@@ -199,9 +201,9 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
         str(KEYS),
         log_name="restart",
     )
-    result = orch.run(timeout_s=600)
+    result = orch.run(timeout_s=600).to_json()
     assert result["status"] == "completed", result
     stop(restarted)
     state = json.loads((tmp_path / pipeline / "placement.json").read_text())
-    assert all(tuple(p["pus"]) == (0, 1, 2, 3) for p in state.values())
+    assert all(tuple(p["parallel_units"]) == (0, 1, 2, 3) for p in state.values())
     check_oracle(tmp_path, pipeline, restarted)

@@ -40,7 +40,7 @@ def viewer(db: None) -> Any:
 
 @pytest.fixture
 def operator(db: None) -> Any:
-    return make_user("operator", reschedule=True)
+    return make_user("operator", rescale=True)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline
 from workers.control import EpochReport, PuLoad, Topology
-from workers.pipeline.placement import FragmentPlacement
+from workers.pipeline.placement import VnodeMapping
 
 PIPELINE = "wordcount"
 FRAGMENT = "word_count"
@@ -32,23 +32,23 @@ def register_cluster(
 ) -> Pipeline:
     """The wordcount pipeline (source → word_count → sink), alive, with ``epochs`` reported."""
     workers = workers or {"local-0": [0, 1, 2, 3]}
-    placement = FragmentPlacement.initial(FRAGMENT, vnodes, list(initial_pus))
+    placement = VnodeMapping.initial(FRAGMENT, vnodes, list(initial_pus))
     topology = Topology(
         pipeline=PIPELINE,
         workers=workers,
         fragments={
-            "source": {"kind": "source", "pus": list(initial_pus)},
+            "source": {"kind": "source", "parallel_units": list(initial_pus)},
             FRAGMENT: {
                 "kind": "stateful",
                 "region": 1,
                 "vnodes": vnodes,
                 "key": "word",
                 "operator": "count",
-                "pus": list(initial_pus),
+                "parallel_units": list(initial_pus),
                 "mapping": list(placement.mapping),
                 "version": 1,
             },
-            "sink": {"kind": "sink", "pus": list(initial_pus)},
+            "sink": {"kind": "sink", "parallel_units": list(initial_pus)},
         },
         spark={"alive": True, "master": "local[2]"},
     )
@@ -78,11 +78,11 @@ def register_cluster(
     return Pipeline.objects.get(pk=pipeline.pk)
 
 
-def make_user(username: str, *, reschedule: bool = False) -> Any:
+def make_user(username: str, *, rescale: bool = False) -> Any:
     user = get_user_model().objects.create_user(username, password="pw-" + username)
-    if reschedule:
+    if rescale:
         user.user_permissions.add(
-            Permission.objects.get(codename="reschedule", content_type__app_label="operations")
+            Permission.objects.get(codename="rescale", content_type__app_label="operations")
         )
     return user
 
@@ -96,5 +96,5 @@ def token_client(user: Any | None) -> APIClient:
     return client
 
 
-def reschedule_body(**change: Any) -> dict[str, Any]:
-    return {"reschedules": {FRAGMENT: change}, "granularity": {"vnodes_per_step": 2}}
+def request_body(**change: Any) -> dict[str, Any]:
+    return {"changes": {FRAGMENT: change}, "granularity": {"vnodes_per_step": 2}}

@@ -23,14 +23,14 @@ URL = "/api/v1/audit"
 def events(operator: Any) -> list[AuditEvent]:
     return [
         audit_record(actor=operator, action="operation.requested",
-                     obj=("rescale_operation", "op1"), after={"steps": 2}),
+                     obj=("operation", "op1"), after={"steps": 2}),
         audit_record(actor_name="runner", action="step.collecting",
-                     obj=("rescale_step", "op1/1"), before={"phase": "planned"},
+                     obj=("step", "op1/1"), before={"phase": "planned"},
                      after={"phase": "collecting"}),
         audit_record(actor_name="orchestrator", action="operation.completed",
-                     obj=("rescale_operation", "op1")),
+                     obj=("operation", "op1")),
         audit_record(actor_name="=cmd|' /C calc'!A0", action="operation.requested",
-                     obj=("rescale_operation", "op2")),
+                     obj=("operation", "op2")),
     ]  # fmt: skip
 
 
@@ -47,7 +47,7 @@ def test_newest_first_with_actor_and_before_after(
     assert [e["id"] for e in data["results"]] == [e.id for e in reversed(events)]
     step = next(e for e in data["results"] if e["action"] == "step.collecting")
     assert step["actor_name"] == "runner" and step["before"] == {"phase": "planned"}
-    assert step["object_type"] == "rescale_step" and step["object_id"] == "op1/1"
+    assert step["object_type"] == "step" and step["object_id"] == "op1/1"
 
 
 def test_filters(viewer_client: APIClient, events: list[AuditEvent]) -> None:
@@ -58,7 +58,7 @@ def test_filters(viewer_client: APIClient, events: list[AuditEvent]) -> None:
         completed.id,
         requested.id,
     ]
-    assert ids(viewer_client.get(URL, {"object_type": "rescale_step"})) == [step.id]
+    assert ids(viewer_client.get(URL, {"object_type": "step"})) == [step.id]
     # an operation's id brings its steps' events along
     assert ids(viewer_client.get(URL, {"object_id": "op1"})) == [
         completed.id,
@@ -91,7 +91,7 @@ def test_csv_has_every_matching_event_unpaginated(
 ) -> None:
     for i in range(60):  # more than a JSON page
         audit_record(actor_name="runner", action="step.done",
-                     obj=("rescale_step", f"op3/{i}"))  # fmt: skip
+                     obj=("step", f"op3/{i}"))  # fmt: skip
     rows = _csv(viewer_client.get(URL, {"format": "csv"}))
     assert len(rows) == 64
     assert list(rows[0]) == [

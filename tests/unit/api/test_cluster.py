@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import register_cluster, reschedule_body
+from tests.unit.api.fixtures import register_cluster, request_body
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +55,7 @@ def test_workers_pus_fragments_mapping_and_load(
     word_count = fragments["word_count"]
     assert word_count["kind"] == "stateful" and word_count["vnodes"] == 16
     assert word_count["parallel_units"] == [0, 1]
-    assert word_count["mapping"] == {"version": 1, "pus": [0] * 8 + [1] * 8}
+    assert word_count["mapping"] == [0] * 8 + [1] * 8 and word_count["mapping_version"] == 1
     assert word_count["busy_with"] is None
     load = word_count["load"]
     assert load["epoch"] == 0
@@ -72,9 +72,9 @@ def test_workers_pus_fragments_mapping_and_load(
 def test_a_fragment_with_an_operation_in_progress_names_it(
     viewer_client: APIClient, operator: Any, cluster: Pipeline
 ) -> None:
-    op = operation_request(user=operator, body=reschedule_body(added_parallel_units=[2]))
+    op = operation_request(user=operator, body=request_body(added_parallel_units=[2]))
     fragments = {f["name"]: f for f in viewer_client.get(URL).json()["fragments"]}
-    assert fragments["word_count"]["busy_with"] == op.uid
+    assert fragments["word_count"]["busy_with"] == op.operation_id
 
 
 def test_a_stale_heartbeat_shows_the_workers_dead(

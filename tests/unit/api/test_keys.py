@@ -12,11 +12,11 @@ from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import FRAGMENT, PIPELINE, reschedule_body
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, request_body
 from workers.hashing import vnode_of
 from workers.layout import store_path
 from workers.pipeline.builtins import get_pipeline
-from workers.pipeline.placement import FragmentPlacement, PlacementStore
+from workers.pipeline.placement import PlacementStore, VnodeMapping
 from workers.state import Update, encode_key, open_store
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +32,7 @@ def url(key: str, fragment: str = FRAGMENT) -> str:
 def state(_state_dir: Path, cluster: Pipeline) -> dict[str, int]:
     """Stores as the runner leaves them: the placement, and counts for a few words."""
     pipeline_dir = _state_dir / PIPELINE
-    placement = FragmentPlacement.initial(FRAGMENT, VNODES, [0, 1])
+    placement = VnodeMapping.initial(FRAGMENT, VNODES, [0, 1])
     PlacementStore(pipeline_dir).save({FRAGMENT: placement})
     operator = get_pipeline(PIPELINE).fragment(FRAGMENT).operator
     counts = {"apple": 5, "pear": 2, "a/b c": 9}
@@ -89,7 +89,7 @@ def test_a_vnode_being_moved_shows_its_step_and_phase(
 ) -> None:
     op = operation_request(
         user=operator,
-        body={**reschedule_body(added_parallel_units=[2, 3]), "granularity": "all_at_once"},
+        body={**request_body(added_parallel_units=[2, 3]), "granularity": "all_at_once"},
     )
     assert isinstance(op, RescaleOperation)
     moving = {v for s in RescaleStep.objects.filter(operation=op) for v in s.vnodes}
@@ -98,8 +98,8 @@ def test_a_vnode_being_moved_shows_its_step_and_phase(
     RescaleStep.objects.filter(pk=step.pk).update(phase="collecting")
     migration = viewer_client.get(url(word.replace(" ", "%20"))).json()["migration"]
     assert migration == {
-        "operation": op.uid, "step": step.number, "source": step.source_pu,
-        "target": step.target_pu, "phase": "collecting", "routing": "hold_queue",
+        "operation_id": op.operation_id, "step": step.step, "source_pu": step.source_pu,
+        "target_pu": step.target_pu, "phase": "collecting", "routing": "hold_queue",
     }  # fmt: skip
     still = next((w for w in state if vnode_of(w, VNODES) not in moving), None)
     if still is not None:

@@ -14,7 +14,7 @@ from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import register_cluster, reschedule_body, token_client
+from tests.unit.api.fixtures import register_cluster, request_body, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -59,14 +59,14 @@ def test_epochs_pipeline_and_per_pu_load(operator: Any) -> None:
 
 def test_operations_by_status_outcome_duration_and_moves(operator: Any) -> None:
     register_cluster()
-    done = operation_request(user=operator, body=reschedule_body(added_parallel_units=[2]))
+    done = operation_request(user=operator, body=request_body(added_parallel_units=[2]))
     assert isinstance(done, RescaleOperation)
     start = timezone.now() - dt.timedelta(seconds=42)
     RescaleOperation.objects.filter(pk=done.pk).update(
         status="running", started_at=start, vnodes_moved=4, keys_moved=40, bytes_moved=4000
     )
     drive._finalize(done, "completed", "4 vnodes moved")
-    operation_request(user=operator, body=reschedule_body(added_parallel_units=[3]))
+    operation_request(user=operator, body=request_body(added_parallel_units=[3]))
     m = scrape()
     assert m["rescaler_operations"][(("status", "completed"), ("strategy", "live"))] == 1
     assert m["rescaler_operations"][(("status", "pending"), ("strategy", "live"))] == 1

@@ -1,6 +1,6 @@
 """Who may do what: every endpoint × anonymous, a viewer (logged in), an operator (permission).
 
-Reads need a login (401 without); starting or cancelling a rescale needs operations.reschedule
+Reads need a login (401 without); starting or cancelling a rescale needs operations.rescale
 (403 without, 401 anonymous). A refused mutation changes nothing and records nothing.
 """
 
@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from rescaler.cluster.models import Pipeline
 from rescaler.operations.models import AuditEvent, RescaleOperation
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import make_user, reschedule_body, token_client
+from tests.unit.api.fixtures import make_user, request_body, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def pending(cluster: Pipeline) -> RescaleOperation:
     op = operation_request(
-        user=make_user("someone", reschedule=True), body=reschedule_body(added_parallel_units=[2])
+        user=make_user("someone", rescale=True), body=request_body(added_parallel_units=[2])
     )
     assert isinstance(op, RescaleOperation)
     return op
@@ -32,30 +32,30 @@ def pending(cluster: Pipeline) -> RescaleOperation:
 Call = Callable[[APIClient, RescaleOperation], Any]
 
 MUTATIONS: dict[str, tuple[Call, int]] = {
-    "POST reschedules": (
+    "POST operations": (
         lambda c, op: c.post(
-            "/api/v1/reschedules", reschedule_body(added_parallel_units=[3]), format="json"
+            "/api/v1/operations", request_body(added_parallel_units=[3]), format="json"
         ),
         409,  # the operator reaches validation: word_count is busy with `pending`
     ),
-    "POST reschedules (dry run)": (
+    "POST operations (dry run)": (
         lambda c, op: c.post(
-            "/api/v1/reschedules",
-            {"reschedules": {"word_count": {"added_parallel_units": [3]}}, "dry_run": True},
+            "/api/v1/operations",
+            {"changes": {"word_count": {"added_parallel_units": [3]}}, "dry_run": True},
             format="json",
         ),
         409,
     ),
-    "POST reschedules/{uid}/cancel": (
-        lambda c, op: c.post(f"/api/v1/reschedules/{op.uid}/cancel"),
+    "POST operations/{operation_id}/cancel": (
+        lambda c, op: c.post(f"/api/v1/operations/{op.operation_id}/cancel"),
         202,
     ),
 }
 
 READS: dict[str, Call] = {
     "GET cluster": lambda c, op: c.get("/api/v1/cluster"),
-    "GET reschedules": lambda c, op: c.get("/api/v1/reschedules"),
-    "GET reschedules/{uid}": lambda c, op: c.get(f"/api/v1/reschedules/{op.uid}"),
+    "GET operations": lambda c, op: c.get("/api/v1/operations"),
+    "GET operations/{operation_id}": lambda c, op: c.get(f"/api/v1/operations/{op.operation_id}"),
     "GET fragments/{name}/keys/{key}": lambda c, op: c.get("/api/v1/fragments/word_count/keys/a"),
     "GET audit": lambda c, op: c.get("/api/v1/audit"),
     "GET audit (csv)": lambda c, op: c.get("/api/v1/audit", {"format": "csv"}),
@@ -66,7 +66,7 @@ READS: dict[str, Call] = {
 def _client(who: str) -> APIClient:
     if who == "anonymous":
         return token_client(None)
-    return token_client(make_user(who, reschedule=who == "operator"))
+    return token_client(make_user(who, rescale=who == "operator"))
 
 
 @pytest.mark.parametrize("endpoint", sorted(MUTATIONS))
@@ -83,7 +83,7 @@ def test_mutations(
     if expected is not None:
         error = response.json()
         assert error["code"] == ("not_authenticated" if who == "anonymous" else "permission_denied")
-        assert "operations.reschedule" in error["detail"] or who == "anonymous"
+        assert "operations.rescale" in error["detail"] or who == "anonymous"
         assert AuditEvent.objects.count() == events, "a refused mutation records nothing"
         pending.refresh_from_db()
         assert pending.status == "pending"
@@ -100,12 +100,12 @@ def test_reads(pending: RescaleOperation, endpoint: str, who: str, expected: int
         assert response.json()["code"] == "not_authenticated"
 
 
-def test_a_superuser_may_reschedule(cluster: Pipeline) -> None:
+def test_a_superuser_may_rescale(cluster: Pipeline) -> None:
     from django.contrib.auth import get_user_model
 
     admin = get_user_model().objects.create_superuser("root", password="x")
     response = token_client(admin).post(
-        "/api/v1/reschedules", reschedule_body(added_parallel_units=[2]), format="json"
+        "/api/v1/operations", request_body(added_parallel_units=[2]), format="json"
     )
     assert response.status_code == 202
     assert AuditEvent.objects.get(action="operation.requested").actor_name == "root"
@@ -115,11 +115,11 @@ def test_the_permission_can_come_from_a_group(cluster: Pipeline) -> None:
     from django.contrib.auth.models import Group, Permission
 
     group = Group.objects.create(name="operators")
-    group.permissions.add(Permission.objects.get(codename="reschedule"))
+    group.permissions.add(Permission.objects.get(codename="rescale"))
     user = make_user("grouped")
     user.groups.add(group)
     response = token_client(user).post(
-        "/api/v1/reschedules", reschedule_body(added_parallel_units=[2]), format="json"
+        "/api/v1/operations", request_body(added_parallel_units=[2]), format="json"
     )
     assert response.status_code == 202
 
@@ -129,8 +129,8 @@ def test_the_permission_can_come_from_a_group(cluster: Pipeline) -> None:
     [
         "/api/v1/",
         "/api/v1/cluster",
-        "/api/v1/reschedules",
-        "/api/v1/reschedules/{uid}",
+        "/api/v1/operations",
+        "/api/v1/operations/{operation_id}",
         "/api/v1/fragments/word_count/keys/apple",
         "/api/v1/audit",
     ],
@@ -139,8 +139,8 @@ def test_the_browsable_api_renders_for_a_logged_in_operator(
     pending: RescaleOperation, path: str
 ) -> None:
     client = APIClient()
-    client.force_login(make_user("browser", reschedule=True))
-    response = client.get(path.format(uid=pending.uid), HTTP_ACCEPT="text/html")
+    client.force_login(make_user("browser", rescale=True))
+    response = client.get(path.format(operation_id=pending.operation_id), HTTP_ACCEPT="text/html")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
 
@@ -151,8 +151,8 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert set(paths) == {
-        "/api/v1/cluster", "/api/v1/reschedules", "/api/v1/reschedules/{uid}",
-        "/api/v1/reschedules/{uid}/cancel", "/api/v1/fragments/{fragment}/keys/{key}",
+        "/api/v1/cluster", "/api/v1/operations", "/api/v1/operations/{operation_id}",
+        "/api/v1/operations/{operation_id}/cancel", "/api/v1/fragments/{fragment}/keys/{key}",
         "/api/v1/audit",
     }  # fmt: skip
     assert "Error" in schema.json()["components"]["schemas"]

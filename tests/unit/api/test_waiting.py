@@ -1,4 +1,4 @@
-"""GET /api/v1/reschedules/{uid} says what an unfinished operation waits for."""
+"""GET /api/v1/operations/{operation_id} says what an unfinished operation waits for."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import PIPELINE, reschedule_body
+from tests.unit.api.fixtures import PIPELINE, request_body
 from workers.control import EpochReport
 
 pytestmark = pytest.mark.django_db
 
-URL = "/api/v1/reschedules"
+URL = "/api/v1/operations"
 
 
 def waiting(client: APIClient, op: RescaleOperation) -> Any:
-    response = client.get(f"{URL}/{op.uid}")
+    response = client.get(f"{URL}/{op.operation_id}")
     assert response.status_code == 200, response.content
     return response.json()["waiting"]
 
@@ -49,7 +49,7 @@ def empty_epoch(epoch: int) -> None:
 def test_waiting_says_why_and_notices_an_idle_stream(
     viewer_client: APIClient, operator: Any, cluster: Pipeline
 ) -> None:
-    op = operation_request(user=operator, body=reschedule_body(added_parallel_units=[2, 3]))
+    op = operation_request(user=operator, body=request_body(added_parallel_units=[2, 3]))
     assert isinstance(op, RescaleOperation)
     first = waiting(viewer_client, op)
     assert first["waiting_for"] == "orchestrator" and "Celery" in first["detail"]
@@ -66,7 +66,7 @@ def test_waiting_says_why_and_notices_an_idle_stream(
     step = {"step": 1, "fragment": "word_count", "vnodes": [1, 3], "phase": "collecting",
             "timings": {"collecting": time.time() - 4}}  # fmt: skip
     RescaleOperation.objects.filter(pk=op.pk).update(
-        progress={"operation": op.uid, "status": "running", "steps": [step]}
+        progress={"operation_id": op.operation_id, "status": "running", "steps": [step]}
     )
     op.refresh_from_db()
     export = waiting(viewer_client, op)

@@ -18,9 +18,17 @@ from rescaler.operations.models import AuditEvent, OperationFragment, RescaleOpe
 from rescaler.operations.progress import operation_progress_record
 from rescaler.operations.requests import OperationFinal, operation_cancel, operation_request
 from workers.control import Topology
-from workers.pipeline.placement import FragmentPlacement
+from workers.pipeline.placement import VnodeMapping
 from workers.rescale import errors
-from workers.rescale.planner import Plan
+from workers.rescale.protocol import (
+    OperationProgress,
+    OperationStatus,
+    Plan,
+    StepPhase,
+    StepProgress,
+    StopStartPhase,
+    Strategy,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -34,23 +42,23 @@ def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.fixture
 def cluster() -> Pipeline:
-    placement = FragmentPlacement.initial("word_count", 16, [0, 1])
+    placement = VnodeMapping.initial("word_count", 16, [0, 1])
     topology = Topology(
         pipeline="wordcount",
         workers={"local-0": [0, 1, 2, 3]},
         fragments={
-            "source": {"kind": "source", "pus": [0, 1]},
+            "source": {"kind": "source", "parallel_units": [0, 1]},
             "word_count": {
                 "kind": "stateful",
                 "region": 1,
                 "vnodes": 16,
                 "key": "word",
                 "operator": "count",
-                "pus": [0, 1],
+                "parallel_units": [0, 1],
                 "mapping": list(placement.mapping),
                 "version": 1,
             },
-            "sink": {"kind": "sink", "pus": [0, 1]},
+            "sink": {"kind": "sink", "parallel_units": [0, 1]},
         },
         spark={"alive": True},
     )
@@ -67,7 +75,7 @@ def user() -> Any:
 
 
 def body(**change: Any) -> dict[str, Any]:
-    return {"reschedules": {"word_count": change}, "granularity": {"vnodes_per_step": 2}}
+    return {"changes": {"word_count": change}, "granularity": {"vnodes_per_step": 2}}
 
 
 def test_dry_run_returns_the_plan_and_creates_nothing(cluster: Pipeline, user: Any) -> None:
@@ -89,7 +97,7 @@ def test_request_creates_operation_steps_lock_and_audit_and_queues_the_driver(
     assert RescaleStep.objects.filter(operation=op).count() == 4
     assert _no_celery == [op.id], "the driver is queued after the commit"
     event = AuditEvent.objects.get(action="operation.requested")
-    assert event.actor == user and event.object_id == op.uid
+    assert event.actor == user and event.object_id == op.operation_id
 
 
 def test_a_second_operation_on_a_busy_fragment_is_refused(cluster: Pipeline, user: Any) -> None:
@@ -102,12 +110,12 @@ def test_a_second_operation_on_a_busy_fragment_is_refused(cluster: Pipeline, use
 @pytest.mark.parametrize(
     ("request_body", "error"),
     [
-        ({"reschedules": {"nope": {"added_parallel_units": [2]}}}, errors.UnknownFragment),
-        ({"reschedules": {"source": {"added_parallel_units": [2]}}}, errors.NotStateful),
+        ({"changes": {"nope": {"added_parallel_units": [2]}}}, errors.UnknownFragment),
+        ({"changes": {"source": {"added_parallel_units": [2]}}}, errors.NotStateful),
         (body(added_parallel_units=[7]), errors.UnknownParallelUnit),
         (body(removed_parallel_units=[0, 1]), errors.RemovesEveryUnit),
         (body(added_parallel_units=["2"]), errors.MalformedRequest),
-        ({"reschedules": {}}, errors.MalformedRequest),
+        ({"changes": {}}, errors.MalformedRequest),
         (body(added_parallel_units=[2], removed_parallel_units=[2]), errors.AddedAndRemoved),
     ],
 )
@@ -133,7 +141,7 @@ def test_cancel_before_the_runner_began_ends_it_without_moving_anything(
     op = operation_request(user=user, body=body(added_parallel_units=[2]))
     assert isinstance(op, RescaleOperation)
     operation_cancel(user=user, operation=op)
-    assert drive.operation_drive(operation_id=op.id, budget_s=1) == "cancelled"
+    assert drive.operation_drive(pk=op.id, budget_s=1) == "cancelled"
     op.refresh_from_db()
     assert op.status == "cancelled" and op.finished_at is not None
     assert not OperationFragment.objects.filter(active=True).exists(), "the fragment is free again"
@@ -144,27 +152,51 @@ def test_cancel_before_the_runner_began_ends_it_without_moving_anything(
     assert ("operation.cancelled", "orchestrator") in actions
 
 
+def report_of(op: RescaleOperation) -> dict[str, Any]:
+    """A running operation's progress report, as the runner sends it (without steps)."""
+    return OperationProgress(
+        operation_id=op.operation_id,
+        strategy=Strategy(op.strategy),
+        fragments=tuple(op.fragments),
+        status=OperationStatus.RUNNING,
+        phase=StopStartPhase.BEGUN,
+    ).to_json()
+
+
+def step_report(
+    op: RescaleOperation, number: int, phase: str, timings: dict[str, float]
+) -> dict[str, Any]:
+    spec = op.steps.get(step=number).spec()
+    return StepProgress(
+        step=number,
+        fragment=spec.fragment,
+        source_pu=spec.source_pu,
+        target_pu=spec.target_pu,
+        vnodes=spec.vnodes,
+        phase=StepPhase(phase),
+        timings=timings,
+    ).to_json()
+
+
 def test_driver_begins_issues_steps_and_records_runner_progress(
     cluster: Pipeline, user: Any
 ) -> None:
     op = operation_request(user=user, body=body(added_parallel_units=[2, 3]))
     assert isinstance(op, RescaleOperation)
-    assert drive.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
     kinds = list(RunnerCommand.objects.order_by("id").values_list("kind", flat=True))
-    assert kinds[0] == "rescale.begin"
+    assert kinds[0] == "operation.begin"
     progress = {
-        "operation": op.uid,
-        "status": "running",
-        "cancel_requested": False,
+        **report_of(op),
         "vnodes_moved": 2,
         "keys_moved": 10,
         "bytes_moved": 100,
-        "steps": [{"step": 1, "phase": "done", "timings": {"done": time.time()}}],
+        "steps": [step_report(op, 1, "done", {"done": time.time()})],
     }
     operation_progress_record(pipeline="wordcount", progress=progress)
-    assert drive.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
-    assert "rescale.step" in RunnerCommand.objects.values_list("kind", flat=True)
-    step = RescaleStep.objects.get(operation=op, number=1)
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    assert "operation.step" in RunnerCommand.objects.values_list("kind", flat=True)
+    step = RescaleStep.objects.get(operation=op, step=1)
     assert step.phase == "done"
     event = AuditEvent.objects.get(action="step.done")
     assert event.actor_name == "runner" and event.before == {"phase": "planned"}
@@ -178,13 +210,11 @@ def test_a_stuck_step_cancels_through_the_audited_cancel_with_the_orchestrator_a
     op = operation_request(user=user, body=body(added_parallel_units=[2]))
     assert isinstance(op, RescaleOperation)
     progress = {
-        "operation": op.uid,
-        "status": "running",
-        "cancel_requested": False,
-        "steps": [{"step": 1, "phase": "collecting", "timings": {"collecting": time.time() - 60}}],
+        **report_of(op),
+        "steps": [step_report(op, 1, "collecting", {"collecting": time.time() - 60})],
     }
     operation_progress_record(pipeline="wordcount", progress=progress)
-    assert drive.operation_drive(operation_id=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
     op.refresh_from_db()
     assert op.status == "cancelling" and op.cancel_requested_by is None
     assert "stuck in phase 'collecting'" in op.outcome
@@ -201,7 +231,7 @@ def test_a_live_lease_keeps_a_second_driver_out(cluster: Pipeline, user: Any) ->
     op = operation_request(user=user, body=body(added_parallel_units=[2]))
     assert isinstance(op, RescaleOperation)
     assert drive._take_lease(op.id, "first", 30)
-    assert drive.operation_drive(operation_id=op.id, budget_s=0.1) == "leased"
+    assert drive.operation_drive(pk=op.id, budget_s=0.1) == "leased"
     RescaleOperation.objects.filter(pk=op.pk).update(
         lease_until=timezone.now() - timezone.timedelta(seconds=1)
     )
@@ -221,7 +251,7 @@ def test_audit_log_is_append_only(cluster: Pipeline, user: Any) -> None:
 def test_re_registering_the_topology_keeps_the_runner_alive(cluster: Pipeline, user: Any) -> None:
     """The runner re-registers when a rescale changes placements; a request arriving just then
     must not see the runner as dead."""
-    placement = FragmentPlacement.initial("word_count", 16, [0, 1, 2])
+    placement = VnodeMapping.initial("word_count", 16, [0, 1, 2])
     topology = Topology(
         pipeline="wordcount",
         workers={"local-0": [0, 1, 2, 3]},
@@ -229,7 +259,7 @@ def test_re_registering_the_topology_keeps_the_runner_alive(cluster: Pipeline, u
             "word_count": {
                 "kind": "stateful",
                 "vnodes": 16,
-                "pus": [0, 1, 2],
+                "parallel_units": [0, 1, 2],
                 "mapping": list(placement.mapping),
                 "version": 2,
             }

@@ -24,7 +24,7 @@ from workers.epoch import TaskSpec, run_task
 from workers.hashing import vnode_of
 from workers.layout import store_path
 from workers.operators import KeyedOperator, Record
-from workers.pipeline.placement import EpochPlan, FragmentPlacement, PlacementStore
+from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
 from workers.state import open_store
 from workers.state.base import decode_key
@@ -69,7 +69,7 @@ class EpochResult:
 
 class SimRunner:
     def __init__(
-        self, root: Path, *, vnodes: int, pus: int, initial: list[int], backend: str = "lmdb"
+        self, root: Path, *, vnodes: int, pu_count: int, initial: list[int], backend: str = "lmdb"
     ) -> None:
         self.root = root
         self.vnodes = vnodes
@@ -77,14 +77,14 @@ class SimRunner:
         self.control = LocalControl(root / "control")
         self.placement_store = PlacementStore(root)
         placements = self.placement_store.load() or {
-            FRAGMENT: FragmentPlacement.initial(FRAGMENT, vnodes, initial)
+            FRAGMENT: VnodeMapping.initial(FRAGMENT, vnodes, initial)
         }
         self.placements = placements
         self.executor = RescaleExecutor(
             root,
             placements,
             backend=backend,
-            worker_pus=set(range(pus)),
+            worker_pus=set(range(pu_count)),
             report=lambda p: self.control.report_progress("sim", p),
             background_exports=False,
         )
@@ -108,7 +108,9 @@ class SimRunner:
         placement = plan.placements[FRAGMENT]
         actions = plan.fragment_actions(FRAGMENT)
         slots = route_slots(placement, actions)
-        per_slot: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(placement.pus))}
+        per_slot: dict[int, list[dict[str, Any]]] = {
+            i: [] for i in range(len(placement.parallel_units))
+        }
         for key, seq in records:
             vnode = vnode_of(key, self.vnodes)
             held = vnode in actions.held
@@ -128,15 +130,15 @@ class SimRunner:
             fragment=FRAGMENT,
             operator=self.operator,
             epoch=epoch,
-            pus=placement.pus,
+            parallel_units=placement.parallel_units,
             owned=tuple(
                 tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
-                for pu in placement.pus
+                for pu in placement.parallel_units
             ),
             state_root=str(self.root),
             backend=self.backend,
             terminal=True,
-            actions=tuple(actions.slot(pu) for pu in placement.pus),
+            actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
         )
         order = list(per_slot)
         (rng or random).shuffle(order)  # tasks finish in any order

@@ -8,7 +8,7 @@ import pytest
 
 from workers.barrier import Barrier, BarrierError, route_slots
 from workers.control import LocalControl
-from workers.pipeline.placement import FragmentActions, FragmentPlacement, PlacementStore
+from workers.pipeline.placement import FragmentActions, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
 
 FRAGMENT = "f"
@@ -30,7 +30,7 @@ class Recorder(LocalControl):
 
 def make(tmp_path: Path) -> tuple[Barrier, Recorder, list[str]]:
     store = PlacementStore(tmp_path)
-    placements = {FRAGMENT: FragmentPlacement.initial(FRAGMENT, 8, [0, 1])}
+    placements = {FRAGMENT: VnodeMapping.initial(FRAGMENT, 8, [0, 1])}
     control = Recorder(tmp_path / "control", store)
     executor = RescaleExecutor(
         tmp_path, placements, backend="lmdb", worker_pus={0, 1, 2}, background_exports=False
@@ -52,13 +52,15 @@ def test_commands_are_applied_and_acked_only_once_the_plan_is_durable(tmp_path: 
     barrier, control, events = make(tmp_path)
     stop = control.submit("stop")
     bogus = control.submit("reboot")
-    malformed = control.submit("rescale.step", {"operation": "nope"})
+    malformed = control.submit("operation.step", {"operation_id": "nope"})
     plan = barrier.plan(0)
     assert plan.epoch == 0 and events == ["stop"]
     assert control.acked_with_plan == [0, 0, 0], "every ack follows the recorded plan"
     assert control.command_status(stop) == ("done", "stopping after epoch -1")
     status, detail = control.command_status(bogus) or ("", "")
-    assert status == "failed" and "unknown command 'reboot'" in detail and "rescale.begin" in detail
+    assert (
+        status == "failed" and "unknown command 'reboot'" in detail and "operation.begin" in detail
+    )
     status, detail = control.command_status(malformed) or ("", "")
     assert status == "failed" and "never begun" in detail
     assert control.poll_commands("p") == []
@@ -80,15 +82,15 @@ def test_a_placement_change_is_announced_before_the_plan_is_used(tmp_path: Path)
     barrier, control, events = make(tmp_path)
     mapping_after = [0, 0, 0, 1, 1, 1, 2, 2]
     control.submit(
-        "rescale.begin",
+        "operation.begin",
         {
-            "operation": "op",
+            "operation_id": "op",
             "strategy": "stop_start",
             "fragments": {
                 FRAGMENT: {
-                    "added": [2],
-                    "removed": [],
-                    "pus_after": [0, 1, 2],
+                    "added_parallel_units": [2],
+                    "removed_parallel_units": [],
+                    "parallel_units_after": [0, 1, 2],
                     "mapping_after": mapping_after,
                 }
             },
@@ -101,7 +103,7 @@ def test_a_placement_change_is_announced_before_the_plan_is_used(tmp_path: Path)
 
 
 def test_route_slots_sends_held_vnodes_to_their_target() -> None:
-    placement = FragmentPlacement(FRAGMENT, (4, 7, 9), (4, 4, 7, 7, 9, 9), 1)
+    placement = VnodeMapping(FRAGMENT, (4, 7, 9), (4, 4, 7, 7, 9, 9), 1)
     assert route_slots(placement, FragmentActions()) == [0, 0, 1, 1, 2, 2]
     held = FragmentActions(held={1: 9, 2: 4})
     assert route_slots(placement, held) == [0, 2, 0, 1, 2, 2]

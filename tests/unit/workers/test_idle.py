@@ -8,7 +8,7 @@ import pytest
 
 from workers.idle import BarrierTicks, awaits_barrier, read_ticks
 from workers.rescale.operation import OperationState, StepState
-from workers.rescale.planner import StepSpec
+from workers.rescale.protocol import FragmentBegin, StepPhase, StepSpec, Strategy
 from workers.sources.spark import GeneratorStreamReader, JsonlStreamReader
 
 
@@ -21,10 +21,15 @@ class Clock:
 
 
 def op_with(*phases: str, **fields: object) -> OperationState:
-    op = OperationState(id="op", strategy="live", fragments={"f": {}}, begun_epoch=3)
+    op = OperationState(
+        operation_id="op",
+        strategy=Strategy.LIVE,
+        fragments={"f": FragmentBegin((), (), (), ())},
+        begun_epoch=3,
+    )
     for i, phase in enumerate(phases):
         step = StepState(StepSpec(i, "f", 0, 1, (i,), 1, 1))
-        step.enter(phase)
+        step.enter(StepPhase(phase))
         op.steps[i] = step
     for name, value in fields.items():
         setattr(op, name, value)
@@ -111,7 +116,7 @@ def test_read_ticks_tolerates_a_missing_or_garbled_file(tmp_path: Path) -> None:
         (op_with("done", finish_requested=True), True),  # completes at the next barrier
         (op_with("done", "cancelled", cancel_requested=True), True),
         (op_with("done", status="completed", finish_requested=True), False),
-        (OperationState(id="s", strategy="stop_start", fragments={}), True),
+        (OperationState(operation_id="s", strategy=Strategy.STOP_START, fragments={}), True),
     ],
 )
 def test_awaits_barrier(op: OperationState, expected: bool) -> None:

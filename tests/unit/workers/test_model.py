@@ -24,7 +24,7 @@ from workers.operators import (
 from workers.oracle import clickstream, compare, wordcount
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import UnknownFragment, UnknownPipeline
-from workers.pipeline.placement import EpochPlan, FragmentPlacement, PlacementStore
+from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.sources import jsonl
 from workers.sources.generator import GeneratorConfig, generate
 
@@ -140,21 +140,21 @@ def test_manifest_appends_late_files_in_discovery_order(tmp_path: Path) -> None:
 
 
 def test_initial_placement_is_balanced_and_contiguous() -> None:
-    p = FragmentPlacement.initial("f", 256, [4, 9, 2])
-    sizes = [len(p.vnodes_of(pu)) for pu in p.pus]
+    p = VnodeMapping.initial("f", 256, [4, 9, 2])
+    sizes = [len(p.vnodes_of(pu)) for pu in p.parallel_units]
     assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 256
     assert p.mapping[0] == 4 and p.mapping[-1] == 2
     assert p.slot_of_vnode()[0] == 0 and p.slot_of_vnode()[-1] == 2
     with pytest.raises(ValueError, match="not in"):
-        FragmentPlacement("f", (1,), (1, 2))
+        VnodeMapping("f", (1,), (1, 2))
     with pytest.raises(ValueError, match="at least one"):
-        FragmentPlacement("f", (), ())
+        VnodeMapping("f", (), ())
 
 
 def test_placement_store_round_trips_placements_and_plans(tmp_path: Path) -> None:
     store = PlacementStore(tmp_path)
     assert store.load() is None and store.last_plan() is None
-    placements = {"f": FragmentPlacement.initial("f", 8, [0, 1])}
+    placements = {"f": VnodeMapping.initial("f", 8, [0, 1])}
     store.save(placements)
     store.save_plan(EpochPlan(5, placements))
     assert store.load() == placements

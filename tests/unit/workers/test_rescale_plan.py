@@ -1,4 +1,4 @@
-"""The reschedule request parser, validation, and the planner's guarantees."""
+"""The operation request parser, validation, and the planner's guarantees."""
 
 from __future__ import annotations
 
@@ -8,68 +8,62 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.pipeline.placement import FragmentPlacement
+from workers.pipeline.placement import VnodeMapping
 from workers.rescale import errors
-from workers.rescale.planner import Plan, plan_fragment, plan_request, split_steps, target_counts
-from workers.rescale.request import (
-    ClusterView,
-    FragmentChange,
-    FragmentView,
-    Granularity,
-    RescheduleRequest,
-    validate,
-)
+from workers.rescale.planner import plan_fragment, plan_request, split_steps, target_counts
+from workers.rescale.protocol import FragmentChange, Granularity, OperationRequest, Plan
+from workers.rescale.request import ClusterView, FragmentView, validate
 
 
 def view(
     pus: list[int], vnodes: int = 64, load: dict | None = None, busy: str | None = None
 ) -> FragmentView:
-    p = FragmentPlacement.initial("f", vnodes, pus)
-    return FragmentView("f", True, p.pus, p.mapping, load or {}, busy)
+    p = VnodeMapping.initial("f", vnodes, pus)
+    return FragmentView("f", True, p.parallel_units, p.mapping, load or {}, busy)
 
 
 @pytest.mark.parametrize(
     ("body", "code", "text"),
     [
         ([], "malformed_request", "JSON object"),
-        ({"reschedules": {}}, "malformed_request", "non-empty object"),
+        ({"changes": {}}, "malformed_request", "non-empty object"),
         (
-            {"reschedules": {"f": {"added_parallel_units": [1]}}, "extra": 1},
+            {"changes": {"f": {"added_parallel_units": [1]}}, "extra": 1},
             "malformed_request",
             "unknown field",
         ),
-        ({"reschedules": {"f": {"added": [1]}}}, "malformed_request", "unknown field"),
+        ({"changes": {"f": {"add": [1]}}}, "malformed_request", "unknown field"),
         (
-            {"reschedules": {"f": {"added_parallel_units": "1"}}},
+            {"changes": {"f": {"added_parallel_units": "1"}}},
             "malformed_request",
             "list of parallel unit ids",
         ),
-        ({"reschedules": {"f": {"added_parallel_units": [True]}}}, "malformed_request", "integers"),
-        ({"reschedules": {"f": {"added_parallel_units": [1, 1]}}}, "malformed_request", "twice"),
-        ({"reschedules": {"f": {}}}, "nothing_to_do", "adds and removes nothing"),
+        ({"changes": {"f": {"added_parallel_units": [True]}}}, "malformed_request", "integers"),
+        ({"changes": {"f": {"added_parallel_units": [1, 1]}}}, "malformed_request", "twice"),
+        ({"changes": {"f": {}}}, "nothing_to_do", "adds and removes nothing"),
         (
-            {"reschedules": {"f": {"added_parallel_units": [1], "removed_parallel_units": [1]}}},
+            {"changes": {"f": {"added_parallel_units": [1], "removed_parallel_units": [1]}}},
             "parallel_unit_added_and_removed",
             "both added and removed",
         ),
         (
-            {"reschedules": {"f": {"added_parallel_units": [1]}}, "strategy": "fast"},
+            {"changes": {"f": {"added_parallel_units": [1]}}, "strategy": "fast"},
             "malformed_request",
             "strategy",
         ),
         (
-            {"reschedules": {"f": {"added_parallel_units": [1]}}, "dry_run": "yes"},
+            {"changes": {"f": {"added_parallel_units": [1]}}, "dry_run": "yes"},
             "malformed_request",
             "true or false",
         ),
         (
-            {"reschedules": {"f": {"added_parallel_units": [1]}}, "granularity": "slow"},
+            {"changes": {"f": {"added_parallel_units": [1]}}, "granularity": "slow"},
             "malformed_request",
             "preset",
         ),
         (
             {
-                "reschedules": {"f": {"added_parallel_units": [1]}},
+                "changes": {"f": {"added_parallel_units": [1]}},
                 "granularity": {"vnodes_per_step": 0},
             },
             "malformed_request",
@@ -77,7 +71,7 @@ def view(
         ),
         (
             {
-                "reschedules": {"f": {"added_parallel_units": [1]}},
+                "changes": {"f": {"added_parallel_units": [1]}},
                 "granularity": {"vnodes_per_step": "2"},
             },
             "malformed_request",
@@ -89,20 +83,20 @@ def test_malformed_requests_are_refused_with_a_code_and_reason(
     body: object, code: str, text: str
 ) -> None:
     with pytest.raises(errors.RescaleError) as info:
-        RescheduleRequest.parse(body)
+        OperationRequest.parse(body)
     assert info.value.code == code
     assert text in str(info.value)
 
 
 def test_request_round_trips_through_json() -> None:
     body = {
-        "reschedules": {"f": {"added_parallel_units": [2], "removed_parallel_units": [0]}},
+        "changes": {"f": {"added_parallel_units": [2], "removed_parallel_units": [0]}},
         "strategy": "stop_start",
         "granularity": {"vnodes_per_step": 4, "bytes_per_second": 1e6},
         "dry_run": True,
     }
-    request = RescheduleRequest.parse(body)
-    assert RescheduleRequest.parse(request.to_json()) == request
+    request = OperationRequest.parse(body)
+    assert OperationRequest.parse(request.to_json()) == request
     assert request.changes["f"].kind == "migrate"
     assert Granularity.parse("all_at_once").vnodes_per_step == 1 << 16
 
@@ -122,7 +116,7 @@ def _cluster(frag: FragmentView, alive: bool = True) -> ClusterView:
     ],
 )
 def test_validation_refusals(change: dict, cluster_kwargs: dict, error: type) -> None:
-    request = RescheduleRequest.parse({"reschedules": {"f": change}})
+    request = OperationRequest.parse({"changes": {"f": change}})
     with pytest.raises(error):
         validate(request, _cluster(view([0, 1]), **cluster_kwargs))
 
@@ -130,12 +124,12 @@ def test_validation_refusals(change: dict, cluster_kwargs: dict, error: type) ->
 def test_busy_fragment_and_unknown_fragment_are_refused() -> None:
     with pytest.raises(errors.FragmentBusy, match="op7"):
         validate(
-            RescheduleRequest.parse({"reschedules": {"f": {"added_parallel_units": [2]}}}),
+            OperationRequest.parse({"changes": {"f": {"added_parallel_units": [2]}}}),
             _cluster(view([0, 1], busy="op7")),
         )
     with pytest.raises(errors.UnknownFragment, match="stateful fragments: f"):
         validate(
-            RescheduleRequest.parse({"reschedules": {"g": {"added_parallel_units": [2]}}}),
+            OperationRequest.parse({"changes": {"g": {"added_parallel_units": [2]}}}),
             _cluster(view([0, 1])),
         )
 
@@ -166,24 +160,24 @@ def test_plans_move_the_fewest_vnodes_and_balance_within_one(
     assert len(plan.moves) == minimum
     for move in plan.moves:
         assert (
-            frag.mapping[move.vnode] == move.source
-            and plan.mapping_after[move.vnode] == move.target
+            frag.mapping[move.vnode] == move.source_pu
+            and plan.mapping_after[move.vnode] == move.target_pu
         )
 
 
 def test_weighted_plan_evens_out_bytes_with_the_same_number_of_moves() -> None:
     load = {v: (1, 1000 if v < 8 else 10) for v in range(64)}  # hot keys in one range
     frag = view([0, 1], 64, load)
-    plain = plan_fragment(frag, FragmentChange(added=(2, 3)))
-    weighted = plan_fragment(frag, FragmentChange(added=(2, 3)), weighted=True)
+    plain = plan_fragment(frag, FragmentChange(added_parallel_units=(2, 3)))
+    weighted = plan_fragment(frag, FragmentChange(added_parallel_units=(2, 3)), weighted=True)
     assert len(plain.moves) == len(weighted.moves)
-    spread = lambda p: p.balance(p.mapping_after, p.pus_after)["max_bytes_over_mean"]  # noqa: E731
+    spread = lambda p: p.balance(p.mapping_after, p.parallel_units_after)["max_bytes_over_mean"]  # noqa: E731
     assert spread(weighted) < spread(plain)
 
 
 def test_steps_respect_vnode_key_and_byte_caps() -> None:
     frag = view([0], 32, {v: (100, 1000) for v in range(32)})
-    moves = list(plan_fragment(frag, FragmentChange(added=(1, 2))).moves)
+    moves = list(plan_fragment(frag, FragmentChange(added_parallel_units=(1, 2))).moves)
     for granularity, most in [
         (Granularity(vnodes_per_step=4), 4),
         (Granularity(vnodes_per_step=100, max_keys_per_step=250), 2),
@@ -192,20 +186,21 @@ def test_steps_respect_vnode_key_and_byte_caps() -> None:
         steps = split_steps(moves, granularity)
         assert all(len(s.vnodes) <= most for s in steps)
         assert sorted(v for s in steps for v in s.vnodes) == sorted(m.vnode for m in moves)
-        assert len({(s.source, s.target) for s in steps[:2]}) == 2, "pairs interleave"
+        assert len({(s.source_pu, s.target_pu) for s in steps[:2]}) == 2, "pairs interleave"
 
 
 def test_plan_json_round_trip_and_estimate() -> None:
     frag = view([0, 1], 16, {v: (10, 10_000) for v in range(16)})
-    request = RescheduleRequest.parse(
+    request = OperationRequest.parse(
         {
-            "reschedules": {"f": {"added_parallel_units": [2]}},
+            "changes": {"f": {"added_parallel_units": [2]}},
             "granularity": {"bytes_per_second": 1000},
         }
     )
     plan = plan_request(request, _cluster(frag), bytes_per_s=1e9, epoch_s=0.5)
     assert plan.estimate_s >= 50_000 / 1000, "the rate cap bounds the estimate"
-    assert Plan.from_json(request, plan.to_json()).to_json() == plan.to_json()
+    stored = Plan.from_stored(request, plan.stored_json(), list(plan.steps))
+    assert stored.to_json() == plan.to_json()
 
 
 @pytest.mark.parametrize(
@@ -220,13 +215,13 @@ def test_plan_json_round_trip_and_estimate() -> None:
 )
 def test_granularity_gaps_found_by_the_api_fuzz_are_refused(granularity: dict) -> None:
     with pytest.raises(errors.MalformedRequest):
-        RescheduleRequest.parse(
-            {"reschedules": {"f": {"added_parallel_units": [1]}}, "granularity": granularity}
+        OperationRequest.parse(
+            {"changes": {"f": {"added_parallel_units": [1]}}, "granularity": granularity}
         )
     optional = {"max_keys_per_step": None, "max_bytes_per_step": None, "bytes_per_second": None}
     assert (
-        RescheduleRequest.parse(
-            {"reschedules": {"f": {"added_parallel_units": [1]}}, "granularity": optional}
+        OperationRequest.parse(
+            {"changes": {"f": {"added_parallel_units": [1]}}, "granularity": optional}
         ).granularity
         == Granularity()
     )

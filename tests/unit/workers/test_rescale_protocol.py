@@ -18,7 +18,8 @@ from tests.unit.workers.rescale_sim import FRAGMENT, Crash, SimRunner, oracle
 from workers.hashing import vnode_of
 from workers.rescale.orchestrator import Orchestrator
 from workers.rescale.planner import plan_request
-from workers.rescale.request import ClusterView, FragmentView, RescheduleRequest
+from workers.rescale.protocol import CommandKind, OperationRequest
+from workers.rescale.request import ClusterView, FragmentView
 
 VNODES = 16
 KEYS = [f"k{i}" for i in range(120)]
@@ -39,11 +40,11 @@ class Channel:
     def __init__(self, sim: SimRunner) -> None:
         self.sim = sim
 
-    def submit(self, kind: str, payload: dict[str, Any]) -> int:
+    def submit(self, kind: CommandKind, payload: dict[str, Any]) -> int:
         return self.sim.control.submit(kind, payload)
 
-    def progress(self, operation: str) -> dict[str, Any] | None:
-        return self.sim.control.progress(operation)
+    def progress(self, operation_id: str) -> dict[str, Any] | None:
+        return self.sim.control.progress(operation_id)
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:
         return self.sim.control.command_status(command_id)
@@ -59,9 +60,13 @@ def make_plan(sim: SimRunner, change: str, request_extra: dict[str, Any]):
     cluster = ClusterView(
         pu_worker={pu: "w" for pu in range(4)},
         worker_alive={"w": True},
-        fragments={FRAGMENT: FragmentView(FRAGMENT, True, placement.pus, placement.mapping, load)},
+        fragments={
+            FRAGMENT: FragmentView(
+                FRAGMENT, True, placement.parallel_units, placement.mapping, load
+            )
+        },
     )
-    request = RescheduleRequest.parse({"reschedules": {FRAGMENT: CHANGES[change]}, **request_extra})
+    request = OperationRequest.parse({"changes": {FRAGMENT: CHANGES[change]}, **request_extra})
     return plan_request(request, cluster)
 
 
@@ -71,13 +76,13 @@ class Harness:
     def __init__(self, root: Path, initial: list[int]) -> None:
         self.root = root
         self.initial = initial
-        self.sim = SimRunner(root, vnodes=VNODES, pus=4, initial=initial)
+        self.sim = SimRunner(root, vnodes=VNODES, pu_count=4, initial=initial)
         self.epoch = 0
         self.fed: list[tuple[str, int]] = []
         self.rng = random.Random(7)
 
     def restart(self) -> None:
-        self.sim = SimRunner(self.root, vnodes=VNODES, pus=4, initial=self.initial)
+        self.sim = SimRunner(self.root, vnodes=VNODES, pu_count=4, initial=self.initial)
 
     def run_epoch(self, crash_after: int | None = None) -> None:
         records = epoch_records(self.epoch)
@@ -115,9 +120,9 @@ class Harness:
                 assert actual == value, f"I4: {key} lags after epoch {self.epoch - 1}"
 
 
-def check_final(h: Harness, plan, op_id: str) -> dict[str, Any]:
+def check_final(h: Harness, plan, operation_id: str) -> dict[str, Any]:
     sim = h.sim
-    progress = sim.control.progress(op_id)
+    progress = sim.control.progress(operation_id)
     assert progress is not None and progress["status"] in ("completed", "cancelled"), progress
     placement = sim.placements[FRAGMENT]
     stores = sim.state_by_store()
@@ -131,13 +136,13 @@ def check_final(h: Harness, plan, op_id: str) -> dict[str, Any]:
             assert placement.mapping[vnode] == pu, (
                 f"I1/I5: vnode {vnode} on PU {pu}, mapping says {placement.mapping[vnode]}"
             )
-    assert set(placement.mapping) <= set(placement.pus)
+    assert set(placement.mapping) <= set(placement.parallel_units)
     actual = {k: v for rows in stores.values() for k, (_, v) in rows.items()}
     assert actual == oracle(h.fed), "I2/I3: final state differs from the oracle"
     fp = plan.fragments[FRAGMENT]
     if progress["status"] == "completed":
         assert placement.mapping == fp.mapping_after
-        assert placement.pus == fp.pus_after
+        assert placement.parallel_units == fp.parallel_units_after
     else:  # I5: completed moves stay, and the audit (progress) says which
         moved = {v for s in progress["steps"] if s["phase"] == "done" for v in s["vnodes"]}
         for vnode in range(VNODES):
@@ -163,7 +168,7 @@ def drive(h: Harness, orch: Orchestrator, script: list[str]) -> None:
             h.restart()
     for _ in range(200):  # then let it run to its end
         orch.channel = Channel(h.sim)
-        if orch.tick()["status"] in ("completed", "cancelled"):
+        if orch.tick().status in ("completed", "cancelled"):
             break
         h.sim.executor.run_exports()
         h.run_epoch()

@@ -1,4 +1,4 @@
-"""POST reschedules with bodies aimed at the planner: a real fragment, PUs near the real ones,
+"""POST operations with bodies aimed at the planner: a real fragment, PUs near the real ones,
 every kind of granularity. Schemathesis mostly invents fragment names, which stop at
 validation; these get through to planning and storing. Never a 5xx; a 2xx is a whole answer."""
 
@@ -46,7 +46,7 @@ change = st.fixed_dictionaries(
     {}, optional={"added_parallel_units": pus, "removed_parallel_units": pus}
 )
 body = st.fixed_dictionaries(
-    {"reschedules": st.dictionaries(st.sampled_from([FRAGMENT, "source"]), change, min_size=1)},
+    {"changes": st.dictionaries(st.sampled_from([FRAGMENT, "source"]), change, min_size=1)},
     optional={
         "strategy": st.sampled_from(["live", "stop_start", "fast"]),
         "granularity": granularity,
@@ -60,10 +60,10 @@ body = st.fixed_dictionaries(
 def operator_client(
     db: None, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> APIClient:
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda operation_id: None)
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)
-    return token_client(make_user("fuzzer", reschedule=True))
+    return token_client(make_user("fuzzer", rescale=True))
 
 
 @given(data=body)
@@ -72,7 +72,7 @@ def test_planner_bound_bodies_never_get_a_server_error(
     operator_client: APIClient, data: dict[str, Any]
 ) -> None:
     with transaction.atomic():  # each example on the same cluster, none sees another's operation
-        response = operator_client.post("/api/v1/reschedules", data, format="json")
+        response = operator_client.post("/api/v1/operations", data, format="json")
         transaction.set_rollback(True)
     assert response.status_code < 500, (data, response.content)
     answer = response.json()

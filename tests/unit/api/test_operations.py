@@ -1,4 +1,4 @@
-"""POST/GET /api/v1/reschedules, GET reschedules/{uid}, POST reschedules/{uid}/cancel."""
+"""POST/GET /api/v1/operations, GET operations/{operation_id}, POST operations/{operation_id}/cancel."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from rescaler.operations import drive
 from rescaler.operations.audit import audit_record
 from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import make_user, reschedule_body, token_client
+from tests.unit.api.fixtures import make_user, request_body, token_client
 
 pytestmark = pytest.mark.django_db
 
-URL = "/api/v1/reschedules"
+URL = "/api/v1/operations"
 
 
 def post(client: APIClient, body: Any) -> Any:
@@ -29,9 +29,7 @@ def post(client: APIClient, body: Any) -> Any:
 def test_dry_run_answers_the_plan_and_creates_nothing(
     operator_client: APIClient, cluster: Pipeline
 ) -> None:
-    response = post(
-        operator_client, {**reschedule_body(added_parallel_units=[2, 3]), "dry_run": True}
-    )
+    response = post(operator_client, {**request_body(added_parallel_units=[2, 3]), "dry_run": True})
     assert response.status_code == 200, response.content
     plan = response.json()
     fragment = plan["fragments"]["word_count"]
@@ -48,11 +46,11 @@ def test_a_request_is_accepted_with_the_operation_and_its_location(
     django_capture_on_commit_callbacks: Any,
 ) -> None:  # fmt: skip
     with django_capture_on_commit_callbacks(execute=True):
-        response = post(operator_client, reschedule_body(added_parallel_units=[2, 3]))
+        response = post(operator_client, request_body(added_parallel_units=[2, 3]))
     assert response.status_code == 202, response.content
     data = response.json()
-    op = RescaleOperation.objects.get(uid=data["uid"])
-    assert response["Location"].endswith(f"/api/v1/reschedules/{op.uid}")
+    op = RescaleOperation.objects.get(operation_id=data["operation_id"])
+    assert response["Location"].endswith(f"/api/v1/operations/{op.operation_id}")
     assert data["status"] == "pending" and data["requested_by"] == "operator"
     assert data["strategy"] == "live" and data["fragments"] == ["word_count"]
     assert data["steps_total"] == 4 and data["steps_done"] == 0
@@ -66,7 +64,7 @@ def test_a_request_is_accepted_with_the_operation_and_its_location(
 
 
 def test_granularity_presets_and_stop_start(operator_client: APIClient, cluster: Pipeline) -> None:
-    body = {**reschedule_body(added_parallel_units=[2]), "granularity": "batched",
+    body = {**request_body(added_parallel_units=[2]), "granularity": "batched",
             "strategy": "stop_start", "weighted": True, "dry_run": True}  # fmt: skip
     plan = post(operator_client, body).json()
     assert plan["strategy"] == "stop_start"
@@ -76,61 +74,61 @@ def test_granularity_presets_and_stop_start(operator_client: APIClient, cluster:
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        ({"reschedules": {"nope": {"added_parallel_units": [2]}}}, 400, "unknown_fragment"),
-        ({"reschedules": {"source": {"added_parallel_units": [2]}}}, 400, "fragment_not_stateful"),
-        (reschedule_body(added_parallel_units=[7]), 400, "unknown_parallel_unit"),
-        (reschedule_body(added_parallel_units=[0]), 400, "parallel_unit_already_in_fragment"),
-        (reschedule_body(removed_parallel_units=[3]), 400, "parallel_unit_not_in_fragment"),
-        (reschedule_body(removed_parallel_units=[0, 1]), 400, "removes_every_parallel_unit"),
+        ({"changes": {"nope": {"added_parallel_units": [2]}}}, 400, "unknown_fragment"),
+        ({"changes": {"source": {"added_parallel_units": [2]}}}, 400, "fragment_not_stateful"),
+        (request_body(added_parallel_units=[7]), 400, "unknown_parallel_unit"),
+        (request_body(added_parallel_units=[0]), 400, "parallel_unit_already_in_fragment"),
+        (request_body(removed_parallel_units=[3]), 400, "parallel_unit_not_in_fragment"),
+        (request_body(removed_parallel_units=[0, 1]), 400, "removes_every_parallel_unit"),
         (
-            reschedule_body(added_parallel_units=[2], removed_parallel_units=[2]),
+            request_body(added_parallel_units=[2], removed_parallel_units=[2]),
             400,
             "parallel_unit_added_and_removed",
         ),
-        (reschedule_body(added_parallel_units=[]), 400, "nothing_to_do"),
-        (reschedule_body(added_parallel_units=["2"]), 400, "malformed_request"),
-        (reschedule_body(added_parallel_units=[2, 2]), 400, "malformed_request"),
-        (reschedule_body(added_parallel_units=2), 400, "malformed_request"),
-        ({"reschedules": {}}, 400, "malformed_request"),
+        (request_body(added_parallel_units=[]), 400, "nothing_to_do"),
+        (request_body(added_parallel_units=["2"]), 400, "malformed_request"),
+        (request_body(added_parallel_units=[2, 2]), 400, "malformed_request"),
+        (request_body(added_parallel_units=2), 400, "malformed_request"),
+        ({"changes": {}}, 400, "malformed_request"),
         ({}, 400, "malformed_request"),
         ([], 400, "malformed_request"),
         ("word_count", 400, "malformed_request"),
-        ({**reschedule_body(added_parallel_units=[2]), "extra": 1}, 400, "malformed_request"),
+        ({**request_body(added_parallel_units=[2]), "extra": 1}, 400, "malformed_request"),
         (
-            {**reschedule_body(added_parallel_units=[2]), "strategy": "fast"},
+            {**request_body(added_parallel_units=[2]), "strategy": "fast"},
             400,
             "malformed_request",
         ),
-        ({**reschedule_body(added_parallel_units=[2]), "dry_run": "yes"}, 400, "malformed_request"),
+        ({**request_body(added_parallel_units=[2]), "dry_run": "yes"}, 400, "malformed_request"),
         (
-            {**reschedule_body(added_parallel_units=[2]), "granularity": "slow"},
-            400,
-            "malformed_request",
-        ),
-        (
-            {**reschedule_body(added_parallel_units=[2]), "granularity": {"vnodes_per_step": 0}},
+            {**request_body(added_parallel_units=[2]), "granularity": "slow"},
             400,
             "malformed_request",
         ),
         (
-            {**reschedule_body(added_parallel_units=[2]), "granularity": {"speed": 1}},
+            {**request_body(added_parallel_units=[2]), "granularity": {"vnodes_per_step": 0}},
+            400,
+            "malformed_request",
+        ),
+        (
+            {**request_body(added_parallel_units=[2]), "granularity": {"speed": 1}},
             400,
             "malformed_request",
         ),
         # found by the fuzz: a TypeError and an infinite estimate (now refused by the parser)
         (
-            {**reschedule_body(added_parallel_units=[2]), "granularity": {"steps_in_flight": None}},
+            {**request_body(added_parallel_units=[2]), "granularity": {"steps_in_flight": None}},
             400,
             "malformed_request",
         ),
         (
-            {**reschedule_body(added_parallel_units=[2]), "granularity": {"vnodes_per_step": None}},
+            {**request_body(added_parallel_units=[2]), "granularity": {"vnodes_per_step": None}},
             400,
             "malformed_request",
         ),
         (
             {
-                **reschedule_body(added_parallel_units=[2]),
+                **request_body(added_parallel_units=[2]),
                 "granularity": {"bytes_per_second": 5e-324},
             },
             400,
@@ -156,18 +154,18 @@ def test_an_added_pu_on_a_dead_worker_is_refused(
     Pipeline.objects.filter(pk=cluster.pk).update(
         heartbeat_at=timezone.now() - dt.timedelta(hours=1)
     )
-    response = post(operator_client, reschedule_body(added_parallel_units=[2]))
+    response = post(operator_client, request_body(added_parallel_units=[2]))
     assert response.status_code == 400
     assert response.json()["code"] == "parallel_unit_on_dead_worker"
 
 
 def test_a_busy_fragment_is_a_conflict(operator_client: APIClient, cluster: Pipeline) -> None:
-    first = post(operator_client, reschedule_body(added_parallel_units=[2]))
+    first = post(operator_client, request_body(added_parallel_units=[2]))
     assert first.status_code == 202
-    response = post(operator_client, reschedule_body(added_parallel_units=[3]))
+    response = post(operator_client, request_body(added_parallel_units=[3]))
     assert response.status_code == 409
     error = response.json()
-    assert error["code"] == "fragment_busy" and first.json()["uid"] in error["detail"]
+    assert error["code"] == "fragment_busy" and first.json()["operation_id"] in error["detail"]
 
 
 def test_a_body_that_is_not_json_is_malformed(
@@ -176,7 +174,7 @@ def test_a_body_that_is_not_json_is_malformed(
     response = operator_client.post(URL, "{not json", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["code"] == "malformed_request"
-    response = operator_client.post(URL, '{"reschedules": NaN}', content_type="application/json")
+    response = operator_client.post(URL, '{"changes": NaN}', content_type="application/json")
     assert response.status_code == 400
     assert response.json()["code"] == "malformed_request"
 
@@ -184,7 +182,7 @@ def test_a_body_that_is_not_json_is_malformed(
 def test_a_form_body_is_an_unsupported_media_type(
     operator_client: APIClient, cluster: Pipeline
 ) -> None:
-    response = operator_client.post(URL, {"reschedules": "x"})  # multipart
+    response = operator_client.post(URL, {"changes": "x"})  # multipart
     assert response.status_code == 415
     assert response.json()["code"] == "unsupported_media_type"
 
@@ -193,14 +191,14 @@ def test_a_form_body_is_an_unsupported_media_type(
 @pytest.fixture
 def operations(cluster: Pipeline, operator: Any) -> list[RescaleOperation]:
     """Three operations: completed (operator), cancelled (alice), and one pending (operator)."""
-    alice = make_user("alice", reschedule=True)
+    alice = make_user("alice", rescale=True)
     ops = []
     for user, change, final in (
         (operator, {"added_parallel_units": [2]}, "completed"),
         (alice, {"added_parallel_units": [3]}, "cancelled"),
         (operator, {"removed_parallel_units": [1]}, None),
     ):
-        op = operation_request(user=user, body=reschedule_body(**change))
+        op = operation_request(user=user, body=request_body(**change))
         assert isinstance(op, RescaleOperation)
         if final:
             drive._finalize(op, final, "test")
@@ -208,9 +206,9 @@ def operations(cluster: Pipeline, operator: Any) -> list[RescaleOperation]:
     return ops
 
 
-def uids(response: Any) -> list[str]:
+def operation_ids(response: Any) -> list[str]:
     assert response.status_code == 200, response.content
-    return [op["uid"] for op in response.json()["results"]]
+    return [op["operation_id"] for op in response.json()["results"]]
 
 
 def test_list_is_newest_first_and_paginated(
@@ -219,29 +217,32 @@ def test_list_is_newest_first_and_paginated(
     response = viewer_client.get(URL)
     data = response.json()
     assert data["count"] == 3
-    assert uids(response) == [op.uid for op in reversed(operations)]
+    assert operation_ids(response) == [op.operation_id for op in reversed(operations)]
     assert "plan" not in data["results"][0], "the list leaves the plans out"
     page = viewer_client.get(URL, {"page_size": 2, "page": 2})
-    assert uids(page) == [operations[0].uid]
+    assert operation_ids(page) == [operations[0].operation_id]
     assert viewer_client.get(URL, {"page": 9}).json()["code"] == "not_found"
 
 
 def test_list_filters(viewer_client: APIClient, operations: list[RescaleOperation]) -> None:
     done, cancelled, pending = operations
-    assert uids(viewer_client.get(URL, {"status": "completed"})) == [done.uid]
-    assert uids(viewer_client.get(f"{URL}?status=completed&status=cancelled")) == [
-        cancelled.uid,
-        done.uid,
+    assert operation_ids(viewer_client.get(URL, {"status": "completed"})) == [done.operation_id]
+    assert operation_ids(viewer_client.get(f"{URL}?status=completed&status=cancelled")) == [
+        cancelled.operation_id,
+        done.operation_id,
     ]
-    assert uids(viewer_client.get(URL, {"requester": "alice"})) == [cancelled.uid]
-    assert len(uids(viewer_client.get(URL, {"fragment": "word_count"}))) == 3
-    assert uids(viewer_client.get(URL, {"fragment": "source"})) == []
+    assert operation_ids(viewer_client.get(URL, {"requester": "alice"})) == [cancelled.operation_id]
+    assert len(operation_ids(viewer_client.get(URL, {"fragment": "word_count"}))) == 3
+    assert operation_ids(viewer_client.get(URL, {"fragment": "source"})) == []
     RescaleOperation.objects.filter(pk=done.pk).update(
         created_at=timezone.now() - dt.timedelta(days=2)
     )
     since = (timezone.now() - dt.timedelta(days=1)).isoformat()
-    assert uids(viewer_client.get(URL, {"created_after": since})) == [pending.uid, cancelled.uid]
-    assert uids(viewer_client.get(URL, {"created_before": since})) == [done.uid]
+    assert operation_ids(viewer_client.get(URL, {"created_after": since})) == [
+        pending.operation_id,
+        cancelled.operation_id,
+    ]
+    assert operation_ids(viewer_client.get(URL, {"created_before": since})) == [done.operation_id]
 
 
 def test_times_with_any_offset_are_compared_in_utc(
@@ -249,8 +250,8 @@ def test_times_with_any_offset_are_compared_in_utc(
 ) -> None:
     # Postgres refuses offsets beyond ±15:59, which ISO 8601 and Python allow (found by the fuzz)
     far_future = "9967-03-25T07:59:23+17:15"
-    assert uids(viewer_client.get(URL, {"created_after": far_future})) == []
-    assert len(uids(viewer_client.get(URL, {"created_before": far_future}))) == 3
+    assert operation_ids(viewer_client.get(URL, {"created_after": far_future})) == []
+    assert len(operation_ids(viewer_client.get(URL, {"created_before": far_future}))) == 3
 
 
 @pytest.mark.parametrize(
@@ -275,24 +276,24 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     viewer_client: APIClient, operations: list[RescaleOperation]
 ) -> None:
     op = operations[2]
-    RescaleStep.objects.filter(operation=op, number=1).update(
+    RescaleStep.objects.filter(operation=op, step=1).update(
         phase="collecting",
         hold_queue=7,
         per_vnode={"8": {"keys": 10, "bytes": 108, "hold_queue": 7}},
     )
     audit_record(actor_name="runner", action="step.collecting",
-                 obj=("rescale_step", f"{op.uid}/1"))  # fmt: skip
+                 obj=("step", f"{op.operation_id}/1"))  # fmt: skip
     audit_record(actor_name="runner", action="step.collecting",
-                 obj=("rescale_step", f"{operations[0].uid}/1"))  # fmt: skip
-    response = viewer_client.get(f"{URL}/{op.uid}")
+                 obj=("step", f"{operations[0].operation_id}/1"))  # fmt: skip
+    response = viewer_client.get(f"{URL}/{op.operation_id}")
     assert response.status_code == 200
     data = response.json()
-    assert data["uid"] == op.uid and data["status"] == "pending"
+    assert data["operation_id"] == op.operation_id and data["status"] == "pending"
     assert data["plan"]["fragments"]["word_count"]["kind"] == "scale_in"
     assert data["steps"][0]["phase"] == "collecting" and data["steps"][0]["hold_queue"] == 7
     vnodes = {v["vnode"]: v for v in data["vnodes"]}
     assert vnodes[8] == {
-        "fragment": "word_count", "vnode": 8, "step": 1, "source": 1, "target": 0,
+        "fragment": "word_count", "vnode": 8, "step": 1, "source_pu": 1, "target_pu": 0,
         "phase": "collecting", "routing": "hold_queue", "keys": 10, "bytes": 108, "hold_queue": 7,
     }  # fmt: skip
     step_one = set(data["steps"][0]["vnodes"])
@@ -303,8 +304,8 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
 
 
 def test_unknown_operation_is_404(viewer_client: APIClient, cluster: Pipeline) -> None:
-    for uid in ("nope", "a%00b"):
-        response = viewer_client.get(f"{URL}/{uid}")
+    for operation_id in ("nope", "a%00b"):
+        response = viewer_client.get(f"{URL}/{operation_id}")
         assert response.status_code == 404
         assert response.json()["code"] == "unknown_operation"
 
@@ -314,20 +315,20 @@ def test_cancel_is_accepted_audited_and_repeatable(
     operator_client: APIClient, operations: list[RescaleOperation]
 ) -> None:
     op = operations[2]
-    response = operator_client.post(f"{URL}/{op.uid}/cancel")
+    response = operator_client.post(f"{URL}/{op.operation_id}/cancel")
     assert response.status_code == 202
     data = response.json()
     assert data["status"] == "cancelling" and data["cancel_requested_by"] == "operator"
     event = AuditEvent.objects.get(action="operation.cancel_requested")
-    assert event.actor.username == "operator" and event.object_id == op.uid
-    assert operator_client.post(f"{URL}/{op.uid}/cancel").status_code == 202
+    assert event.actor.username == "operator" and event.object_id == op.operation_id
+    assert operator_client.post(f"{URL}/{op.operation_id}/cancel").status_code == 202
     assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 1
 
 
 def test_cancelling_an_ended_operation_is_a_conflict(
     operator_client: APIClient, operations: list[RescaleOperation]
 ) -> None:
-    response = operator_client.post(f"{URL}/{operations[0].uid}/cancel")
+    response = operator_client.post(f"{URL}/{operations[0].operation_id}/cancel")
     assert response.status_code == 409
     assert response.json()["code"] == "operation_final"
     assert "completed" in response.json()["detail"]
@@ -345,7 +346,7 @@ def test_session_login_works_for_the_dashboard(operator: Any, cluster: Pipeline)
     assert client.login(username="operator", password="pw-operator")
     assert client.get(URL).status_code == 200
     # a session POST needs the CSRF token, as any form of the dashboard sends it
-    response = client.post(URL, reschedule_body(added_parallel_units=[2]), format="json")
+    response = client.post(URL, request_body(added_parallel_units=[2]), format="json")
     assert response.status_code == 403 and "CSRF" in response.json()["detail"]
 
 
