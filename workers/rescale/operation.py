@@ -116,6 +116,9 @@ class OperationState:
     begun_epoch: int | None = None
     finished_epoch: int | None = None
     phase: StopStartPhase = StopStartPhase.BEGUN  # a live operation stays begun
+    # stop-start: what the restore really moved (vnodes whose owner changed, their keys, bytes);
+    # a live operation counts its steps instead
+    restored_moves: tuple[int, int, int] = (0, 0, 0)
     error: str = ""
     created_at: float = field(default_factory=time.time)
 
@@ -140,10 +143,17 @@ class OperationState:
         data["strategy"] = Strategy(data["strategy"])
         data["status"] = OperationStatus(data["status"])
         data["phase"] = StopStartPhase(data["phase"])
+        data["restored_moves"] = tuple(data.get("restored_moves", (0, 0, 0)))
         return cls(**data)
 
     def progress(self) -> OperationProgress:
         steps = sorted(self.steps.values(), key=lambda s: s.spec.step)
+        if self.strategy == Strategy.STOP_START:
+            vnodes, keys, moved_bytes = self.restored_moves
+        else:
+            vnodes = sum(len(s.spec.vnodes) for s in steps if s.phase == StepPhase.DONE)
+            keys = sum(s.keys_moved for s in steps)
+            moved_bytes = sum(s.bytes_moved for s in steps)
         return OperationProgress(
             operation_id=self.operation_id,
             strategy=self.strategy,
@@ -154,9 +164,9 @@ class OperationState:
             begun_epoch=self.begun_epoch,
             finished_epoch=self.finished_epoch,
             steps=tuple(s.progress() for s in steps),
-            vnodes_moved=sum(len(s.spec.vnodes) for s in steps if s.phase == StepPhase.DONE),
-            keys_moved=sum(s.keys_moved for s in steps),
-            bytes_moved=sum(s.bytes_moved for s in steps),
+            vnodes_moved=vnodes,
+            keys_moved=keys,
+            bytes_moved=moved_bytes,
             error=self.error,
         )
 

@@ -20,6 +20,7 @@ from workers.rescale.protocol import (
     OperationRequest,
     Plan,
     StepSpec,
+    Strategy,
 )
 from workers.rescale.request import ClusterView, FragmentView
 
@@ -206,4 +207,7 @@ def plan_request(
     estimate = estimate_seconds(
         steps, request.granularity, bytes_per_s=bytes_per_s, epoch_s=epoch_s
     )
+    if request.strategy == Strategy.STOP_START:
+        # one barrier moves everything: there are no steps to issue, show or wait for
+        steps = []
     return Plan(request, fragments, tuple(steps), estimate)

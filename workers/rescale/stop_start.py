@@ -56,10 +56,19 @@ class StopStart:
             op.phase = StopStartPhase.CLEARED
             self.ledger.save(op)
         if op.phase == StopStartPhase.CLEARED:
+            vnodes = keys = moved_bytes = 0
             for name, change in op.fragments.items():
                 mapping = list(change.mapping_after)
-                self._restore(op_dir, name, mapping)
+                # the placement changes below, after the restore: a crash before it resumes
+                # here with the old mapping still in place, and counts the same again
+                before = self.ledger.placements[name].mapping
+                restored = self._restore(op_dir, name, mapping)
+                for vnode, owner in enumerate(mapping):
+                    if owner != before[vnode]:
+                        n, size = restored.get(vnode, (0, 0))
+                        vnodes, keys, moved_bytes = vnodes + 1, keys + n, moved_bytes + size
                 self.ledger.set_placement(name, list(change.parallel_units_after), mapping)
+            op.restored_moves = (vnodes, keys, moved_bytes)
             op.phase = StopStartPhase.RESTORED
             op.status, op.finished_epoch = OperationStatus.COMPLETED, epoch
             self.ledger.save(op)
@@ -95,7 +104,8 @@ class StopStart:
                 transfer.snapshot_path(op_dir, name, part), parts.get(part, [])
             )
 
-    def _restore(self, op_dir: Path, name: str, mapping: list[int]) -> None:
+    def _restore(self, op_dir: Path, name: str, mapping: list[int]) -> dict[int, tuple[int, int]]:
+        """Every snapshot entry into its new owner's store; returns vnode -> (keys, bytes)."""
         by_owner: dict[int, dict[int, list[tuple[bytes, bytes]]]] = defaultdict(
             lambda: defaultdict(list)
         )
@@ -108,3 +118,8 @@ class StopStart:
                 for vnode, items in sorted(by_owner.get(pu, {}).items()):
                     items.sort()
                     store.ingest(VnodeExport(vnode, items, len(items), checksum_items(items)))
+        return {
+            vnode: (len(items), sum(len(k) + len(v) for k, v in items))
+            for owned in by_owner.values()
+            for vnode, items in owned.items()
+        }

@@ -255,3 +255,22 @@ def test_stop_start_restores_every_key_to_its_new_owner(tmp_path: Path) -> None:
     drive(h, orch, ["tick", "crash1"])
     progress = check_final(h, plan, "op1")
     assert progress["status"] == "completed" and progress["phase"] == "restored"
+    assert plan.steps == (), "one barrier moves everything: a stop-start has no steps"
+    moved = [
+        (name, v)
+        for name, fp in plan.fragments.items()
+        for v, (old, new) in enumerate(zip(fp.mapping_before, fp.mapping_after))
+        if old != new
+    ]
+    assert progress["vnodes_moved"] == len(moved) > 0, "history shows what it really moved"
+    stored = {pu: rows for pu, rows in h.sim.state_by_store().items()}
+    keys_moved = sum(
+        1
+        for rows in stored.values()
+        for vnode, _ in rows.values()
+        if any(v == vnode for _, v in moved)
+    )
+    # keys only ever arrive: at least those measured when planning, at most those there now
+    planned = sum(plan.fragments[name].load.get(v, (0, 0))[0] for name, v in moved)
+    assert 0 < planned <= progress["keys_moved"] <= keys_moved
+    assert progress["bytes_moved"] > 0
