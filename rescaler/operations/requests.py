@@ -27,7 +27,7 @@ from workers.rescale.protocol import (
     OperationStatus,
     Plan,
 )
-from workers.rescale.request import validate
+from workers.rescale.request import fragment_busy, validate
 
 
 class OperationError(errors.RescaleError):
@@ -39,23 +39,21 @@ class OperationFinal(OperationError):
 
 
 def _pipeline_for(request: OperationRequest) -> Pipeline:
-    names = list(request.changes)
-    rows = Fragment.objects.filter(name__in=names).select_related("pipeline")
+    """The pipeline the request is about: the one its known fragments belong to. Whether each
+    fragment exists, is stateful, is busy... is decided by ``validate`` alone, against that
+    pipeline's cluster view."""
+    rows = Fragment.objects.filter(name__in=list(request.changes)).select_related("pipeline")
     pipelines = {f.pipeline for f in rows}
-    found = {f.name for f in rows}
-    missing = [n for n in names if n not in found]
-    if missing:
-        known = ", ".join(
-            sorted(
-                Fragment.objects.filter(kind=Fragment.Kind.STATEFUL).values_list("name", flat=True)
-            )
-        )
-        raise errors.UnknownFragment(
-            f"no fragment {missing[0]!r}; stateful fragments: {known or 'none'}"
-        )
-    if len(pipelines) != 1:
+    if len(pipelines) > 1:
         raise errors.MalformedRequest("one request may only name fragments of one pipeline")
-    return pipelines.pop()
+    if pipelines:
+        return pipelines.pop()
+    pipeline = Pipeline.objects.order_by("name").first()
+    if pipeline is None:
+        raise errors.UnknownFragment(
+            "no pipeline has registered yet: start the pipeline runner (manage.py run_pipeline)"
+        )
+    return pipeline  # none of the fragments is known: validate says so, listing its fragments
 
 
 def operation_plan(*, body: OperationRequest | Any) -> tuple[Pipeline, OperationRequest, Plan]:
@@ -99,13 +97,11 @@ def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
                 .select_related("operation", "fragment")
                 .first()
             )
-            detail = (
-                f"{busy.fragment.name}: operation {busy.operation.operation_id}"
+            # another request won the race between validate and this insert: the same refusal
+            raise (
+                fragment_busy(busy.fragment.name, busy.operation.operation_id)
                 if busy
-                else "a fragment"
-            )
-            raise errors.FragmentBusy(
-                f"{detail} is still in progress; wait for it or cancel it"
+                else errors.FragmentBusy("a fragment of the request is busy; try again")
             ) from None
         RescaleStep.objects.bulk_create(
             RescaleStep(

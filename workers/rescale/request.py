@@ -34,6 +34,14 @@ class ClusterView:
     fragments: dict[str, FragmentView]
 
 
+def fragment_busy(fragment: str, operation_id: str) -> errors.FragmentBusy:
+    """The refusal of a request for a fragment another operation holds (its one wording)."""
+    return errors.FragmentBusy(
+        f"{fragment}: operation {operation_id} is still in progress on this fragment; "
+        f"wait for it or cancel it"
+    )
+
+
 def validate(request: OperationRequest, cluster: ClusterView) -> None:
     """Raise the first reason the request cannot be carried out; return if it can."""
     for name, change in request.changes.items():
@@ -69,7 +77,4 @@ def validate(request: OperationRequest, cluster: ClusterView) -> None:
                 f"{name}: the request removes every parallel unit; at least one must remain"
             )
         if frag.busy_with is not None:
-            raise errors.FragmentBusy(
-                f"{name}: operation {frag.busy_with} is still in progress on this fragment; "
-                f"wait for it or cancel it"
-            )
+            raise fragment_busy(name, frag.busy_with)
