@@ -79,17 +79,19 @@ def home(request: HttpRequest) -> HttpResponse:
     ok, body = _health_body()
     last_epoch = body["components"]["runner"].get("last_epoch")
     running = operation_list().exclude(status__in=FINAL)[:20]
+    matrix = _matrix_context()
     return render(
         request,
         "dashboard/cluster.html",
         {
-            **_matrix_context(),
+            **matrix,
             "health": body,
             "all_up": ok,
             "components": _component_rows(body["components"]),
             # The runner reports -1 until its first epoch commits.
             "last_epoch": last_epoch if isinstance(last_epoch, int) and last_epoch >= 0 else None,
             "running": running,
+            "key_fragments": [row.fragment for row in matrix["matrix"].rows],
         },
     )
 
@@ -114,7 +116,12 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
     return render(
         request,
         "dashboard/operation.html",
-        {"op": op, "can_cancel": request.user.has_perm("operations.rescale")},
+        {
+            "op": op,
+            "can_cancel": request.user.has_perm("operations.rescale"),
+            "key_fragments": op.fragments,
+            "key_fragment": op.fragments[0] if op.fragments else None,
+        },
     )
 
 

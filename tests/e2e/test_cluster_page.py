@@ -15,6 +15,7 @@ from rescaler.cluster import services as cluster_services
 from tests.e2e.conftest import screenshot, sign_in
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, register_cluster
 from workers.control import EpochReport, PuLoad, Topology
+from workers.hashing import vnode_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -64,6 +65,15 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert "word_count on PU 1" in detail.inner_text()
     assert "vnodes: 8 9 10 11 12 13 14 15" in detail.inner_text()
     page.wait_for_selector('#ws-state:text("connected")')
+
+    # the key finder: hash -> vnode -> the PU that owns it
+    page.get_by_label("Key", exact=True).fill("hello")
+    page.get_by_role("button", name="Find").click()
+    facts = page.locator("#key-result dl")
+    facts.wait_for()
+    vnode = vnode_of("hello", 16)
+    assert f"vnode{vnode} (mapping v1)" in facts.inner_text().replace("\n", "")
+    assert f"owner nowPU {0 if vnode < 8 else 1}" in facts.inner_text().replace("\n", "")
     screenshot(page, "cluster")
 
     # the runner moves four vnodes to PU 2 and commits an epoch: the page follows, no reload
