@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.integration.stack import REPO, Processes
+
 SCREENSHOTS = REPO / "var" / "e2e"
 
 
@@ -42,54 +35,11 @@ def chromium_path() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _test_database_url() -> str:
-    server = urlsplit(str(settings.DATABASE_URL))
-    name = connection.settings_dict["NAME"]
-    return urlunsplit((server.scheme, server.netloc, f"/{name}", server.query, ""))
-
-
 @pytest.fixture
-def live_url(transactional_db: None, redis_service: str, tmp_path: Path) -> Iterator[str]:
-    """A daphne serving the project on a free port, on this test's database."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "rescaler.settings.test",
-        "DATABASE_URL": _test_database_url(),
-        "TEST_REDIS_URL": str(settings.REDIS_URL),
-        "STATE_DIR": str(tmp_path / "state"),
-    }
-    log = open(tmp_path / "daphne.log", "wb")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "rescaler.asgi:application"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/accounts/login/", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"daphne did not start:\n{(tmp_path / 'daphne.log').read_text()}")
-            time.sleep(0.3)
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def live_url(processes: Processes) -> str:
+    """daphne serving the project on a free port, on this test's database (the real stack's
+    other processes, the runner and Celery, are started by the tests that need them)."""
+    return processes.web()
 
 
 @pytest.fixture

@@ -5,145 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db import connection
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import EpochMetric, Pipeline
 from rescaler.cluster.services import command_submit
+from tests.integration.stack import KEYS, Processes, wait_until
 from tests.integration.workers.fixtures import assert_matches_oracle
 from workers.oracle import expected_from_directory, expected_from_generator
 from workers.sources.generator import GeneratorConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]
-
-REPO = Path(__file__).resolve().parents[2]
-KEYS = 3_000
-ROWS = 4_000
-
-
-def _test_database_url() -> str:
-    server = urlsplit(str(settings.DATABASE_URL))
-    name = connection.settings_dict["NAME"]
-    return urlunsplit((server.scheme, server.netloc, f"/{name}", server.query, ""))
-
-
-class Processes:
-    """The runner and Celery workers of one test, on its database, queue and state directory."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "rescaler.settings.test",
-            "DATABASE_URL": _test_database_url(),
-            "TEST_REDIS_URL": str(settings.REDIS_URL),
-            "CELERY_TASK_DEFAULT_QUEUE": self.queue,
-            "STATE_DIR": str(tmp / "state"),
-            "SPARK_MASTER": "local[2]",
-            "RESCALER_PARALLEL_UNITS": "4",
-            "RESCALER_VNODES": "32",
-            "RESCALER_LEASE_S": "5",
-            "RESCALER_DRIVE_BUDGET_S": "20",
-            "PYSPARK_PYTHON": sys.executable,
-        }
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *command: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.procs[name] = proc
-        return proc
-
-    def runner(self, *source: str) -> subprocess.Popen[bytes]:
-        """The wordcount runner; ``source`` defaults to the generator's arguments."""
-        return self.start(
-            "runner",
-            sys.executable,
-            "manage.py",
-            "run_pipeline",
-            "--pipeline",
-            "wordcount",
-            *(source or ("--rows-per-epoch", str(ROWS), "--key-space", str(KEYS))),
-            "--trigger-interval",
-            "0",
-            "--no-spark-ui",
-        )
-
-    def worker(self, name: str) -> subprocess.Popen[bytes]:
-        return self.start(
-            name,
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "rescaler",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "info",
-            "--hostname",
-            f"{name}-{self.queue}@%h",
-            "--queues",
-            self.queue,
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        )
-
-    def log(self, name: str) -> str:
-        return (self.tmp / f"{name}.log").read_text(errors="replace")[-4000:]
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs[name]
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.kill(name)
-
-
-@pytest.fixture
-def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Iterator[Processes]:
-    from rescaler.celery import app
-
-    procs = Processes(tmp_path)
-    # tasks this process queues (the API's drivers) go to the test's own workers
-    previous = app.conf.get("task_default_queue") or "celery"
-    app.conf.update(task_default_queue=procs.queue)
-    try:
-        yield procs
-    finally:
-        app.conf.update(task_default_queue=previous)
-        procs.stop_all()
 
 
 @pytest.fixture
@@ -153,25 +31,6 @@ def operator_client() -> APIClient:
     client = APIClient()
     client.force_authenticate(user)
     return client
-
-
-def wait_until(
-    predicate: Any, timeout: float, what: str, procs: Processes, watch: tuple[str, ...]
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        for name in watch:
-            proc = procs.procs[name]
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"{name} exited with {proc.returncode} before {what}:\n{procs.log(name)}"
-                )
-        time.sleep(0.5)
-    logs = "\n".join(f"--- {n}\n{procs.log(n)}" for n in watch)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
 
 
 def request_op(client: APIClient, change: dict[str, list[int]], granularity: Any) -> str:

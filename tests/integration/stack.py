@@ -1,0 +1,168 @@
+"""The real stack for tests: the pipeline runner, Celery workers and daphne as child processes
+of the test, on the test's own database, Redis database, queue and state directory.
+
+Used by the end-to-end API tests and the browser tests (``processes`` fixture in
+tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+REPO = Path(__file__).resolve().parents[2]
+# the generator's size in these tests: small epochs, a few thousand keys
+KEYS = 3_000
+ROWS = 4_000
+
+
+def _test_database_url() -> str:
+    server = urlsplit(str(settings.DATABASE_URL))
+    name = connection.settings_dict["NAME"]
+    return urlunsplit((server.scheme, server.netloc, f"/{name}", server.query, ""))
+
+
+class Processes:
+    """The runner and Celery workers of one test, on its database, queue and state directory."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "rescaler.settings.test",
+            "DATABASE_URL": _test_database_url(),
+            "TEST_REDIS_URL": str(settings.REDIS_URL),
+            "CELERY_TASK_DEFAULT_QUEUE": self.queue,
+            "STATE_DIR": str(tmp / "state"),
+            "SPARK_MASTER": "local[2]",
+            "RESCALER_PARALLEL_UNITS": "4",
+            "RESCALER_VNODES": "32",
+            "RESCALER_LEASE_S": "5",
+            "RESCALER_DRIVE_BUDGET_S": "20",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *command: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def runner(self, *source: str) -> subprocess.Popen[bytes]:
+        """The wordcount runner; ``source`` defaults to the generator's arguments."""
+        return self.start(
+            "runner",
+            sys.executable,
+            "manage.py",
+            "run_pipeline",
+            "--pipeline",
+            "wordcount",
+            *(source or ("--rows-per-epoch", str(ROWS), "--key-space", str(KEYS))),
+            "--trigger-interval",
+            "0",
+            "--no-spark-ui",
+        )
+
+    def worker(self, name: str) -> subprocess.Popen[bytes]:
+        return self.start(
+            name,
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "rescaler",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "info",
+            "--hostname",
+            f"{name}-{self.queue}@%h",
+            "--queues",
+            self.queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        )
+
+    def web(self) -> str:
+        """daphne (HTTP and websockets) on a free port; returns its base URL once it answers."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        self.start(
+            "web", sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            "rescaler.asgi:application",
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(f"{url}/healthz"), 60, "daphne", self, ("web",))
+        return url
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")[-4000:]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2)  # loopback only
+    except urllib.error.HTTPError:
+        return True  # it answered (503 while a component is still down)
+    except OSError:
+        return False
+    return True
+
+
+def wait_until(
+    predicate: Any, timeout: float, what: str, procs: Processes, watch: tuple[str, ...]
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        for name in watch:
+            proc = procs.procs[name]
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"{name} exited with {proc.returncode} before {what}:\n{procs.log(name)}"
+                )
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {n}\n{procs.log(n)}" for n in watch)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
