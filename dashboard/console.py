@@ -8,8 +8,11 @@ re-implementing this arithmetic in JavaScript.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
+
+from rescaler.cluster.models import EpochMetric
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("vnodes", "vnodes"),
@@ -122,3 +125,29 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
             )
         )
     return Matrix(columns=columns, rows=tuple(rows), epoch=epoch)
+
+
+def epoch_series(
+    *,
+    pipeline: str,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    limit: int = 300,
+) -> dict[str, list[float]]:
+    """The last ``limit`` epochs of a pipeline (within [since, until] when given), oldest first,
+    as the charts' columns: commit time (unix s), records per second, epoch latency (ms)."""
+    rows = EpochMetric.objects.filter(pipeline__name=pipeline)
+    if since is not None:
+        rows = rows.filter(committed_at__gte=since)
+    if until is not None:
+        rows = rows.filter(committed_at__lte=until)
+    latest = list(
+        rows.order_by("-epoch").values_list("epoch", "committed_at", "rows", "duration_s")[:limit]
+    )
+    latest.reverse()
+    return {
+        "epoch": [float(e) for e, _, _, _ in latest],
+        "at": [at.timestamp() for _, at, _, _ in latest],
+        "rows_per_s": [round(n / d, 1) if d > 0 else 0.0 for _, _, n, d in latest],
+        "latency_ms": [round(d * 1000, 1) for _, _, _, d in latest],
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.conf import settings
@@ -15,7 +16,7 @@ from django.views.decorators.http import require_GET
 from dashboard.api.errors import ApiError
 from dashboard.api.filters import OperationFilter
 from dashboard.api.selectors import cluster_info, operation_get, operation_list
-from dashboard.console import METRICS, cluster_matrix
+from dashboard.console import METRICS, cluster_matrix, epoch_series
 from rescaler.health import down_components, public_components, system_health
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
@@ -80,6 +81,7 @@ def home(request: HttpRequest) -> HttpResponse:
     last_epoch = body["components"]["runner"].get("last_epoch")
     running = operation_list().exclude(status__in=FINAL)[:20]
     matrix = _matrix_context()
+    pipelines = [p["name"] for p in matrix["cluster"]["pipelines"]]
     return render(
         request,
         "dashboard/cluster.html",
@@ -92,6 +94,8 @@ def home(request: HttpRequest) -> HttpResponse:
             "last_epoch": last_epoch if isinstance(last_epoch, int) and last_epoch >= 0 else None,
             "running": running,
             "key_fragments": [row.fragment for row in matrix["matrix"].rows],
+            "epochs_pipeline": pipelines[0] if pipelines else None,
+            "epochs": epoch_series(pipeline=pipelines[0]) if pipelines else None,
         },
     )
 
@@ -121,6 +125,14 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
             "can_cancel": request.user.has_perm("operations.rescale"),
             "key_fragments": op.fragments,
             "key_fragment": op.fragments[0] if op.fragments else None,
+            # the epochs around the operation: a minute before it began to a minute after it ended
+            "epochs": epoch_series(
+                pipeline=op.pipeline.name,
+                since=(op.started_at or op.created_at) - dt.timedelta(minutes=1),
+                until=op.finished_at + dt.timedelta(minutes=1) if op.finished_at else None,
+            ),
+            "span_start": (op.started_at or op.created_at).timestamp(),
+            "span_end": op.finished_at.timestamp() if op.finished_at else None,
         },
     )
 

@@ -246,7 +246,19 @@
       poller = null;
       load(); // resync: anything may have happened while the socket was down
     });
-    socket.addEventListener("message", () => load());
+    socket.addEventListener("message", (event) => {
+      // how late events reach the page (publish time vs now; one clock on one machine)
+      try {
+        const sent = JSON.parse(event.data).published_at;
+        if (typeof sent === "number") {
+          window.rescalerConsole.eventDelays.push(Date.now() / 1000 - sent);
+          if (window.rescalerConsole.eventDelays.length > 1000) window.rescalerConsole.eventDelays.shift();
+        }
+      } catch (err) {
+        // not JSON: nothing to measure
+      }
+      load();
+    });
     socket.addEventListener("close", () => {
       $("live-state").textContent = `not live — reconnecting in ${Math.round(retryMs / 1000)} s`;
       $("live-state").className = "muted";
@@ -272,6 +284,8 @@
     }
     load();
   }
+
+  window.rescalerConsole = window.rescalerConsole || { eventDelays: [] };
 
   document.addEventListener("DOMContentLoaded", () => {
     root = $("operation");

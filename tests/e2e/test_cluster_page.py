@@ -65,6 +65,7 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert "word_count on PU 1" in detail.inner_text()
     assert "vnodes: 8 9 10 11 12 13 14 15" in detail.inner_text()
     page.wait_for_selector('#ws-state:text("connected")')
+    assert page.locator("#epoch-charts").get_attribute("data-points") == "1"
 
     # the key finder: hash -> vnode -> the PU that owns it
     page.get_by_label("Key", exact=True).fill("hello")
@@ -106,6 +107,8 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     as_the_runner(move_and_commit)
     page.wait_for_selector(f'button.cell[data-fragment="{FRAGMENT}"][data-pu="2"]', timeout=10_000)
     seen = time.monotonic() - published
+    assert page.locator("#epoch-charts").get_attribute("data-points") == "2", "charted live"
+    assert page.locator("#chart-latency canvas").count() == 1
     assert cell(page, 2).inner_text() == "40", "the chosen metric (keys) is kept"
     assert "mapping v2" in page.locator("table.matrix tbody th.frag").inner_text()
     print(f"placement change to matrix on screen: {seen:.2f}s")

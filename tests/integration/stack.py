@@ -24,6 +24,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from rescaler.cluster.models import EpochMetric, Pipeline
+from rescaler.cluster.services import command_submit
+from tests.integration.workers.fixtures import assert_matches_oracle
+from workers.oracle import expected_from_generator
+from workers.sources.generator import GeneratorConfig
+
 REPO = Path(__file__).resolve().parents[2]
 # the generator's size in these tests: small epochs, a few thousand keys
 KEYS = 3_000
@@ -166,3 +172,35 @@ def wait_until(
         time.sleep(0.5)
     logs = "\n".join(f"--- {n}\n{procs.log(n)}" for n in watch)
     pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+
+def finish(procs: Processes) -> None:
+    """Stop the runner through the control plane; it must exit cleanly."""
+    command_submit(pipeline="wordcount", kind="stop")
+    procs.procs["runner"].wait(timeout=240)
+    assert procs.procs["runner"].returncode == 0, procs.log("runner")
+
+
+def check_oracle(procs: Processes) -> None:
+    """Every key of the wordcount pipeline equals the oracle over every record committed."""
+    last = EpochMetric.objects.filter(pipeline__name="wordcount").order_by("-epoch").first()
+    assert last is not None
+    end = last.source_offset["offset"]
+    expected = expected_from_generator(
+        "wordcount", GeneratorConfig(kind="lines", key_space=KEYS), end
+    )
+    assert_matches_oracle(procs.tmp / "state", "wordcount", expected)
+
+
+def running_pipeline(procs: Processes) -> None:
+    """Start the wordcount runner on the generator; wait for its third epoch."""
+    procs.runner()
+    wait_until(
+        lambda: Pipeline.objects.filter(
+            name="wordcount", last_epoch__gte=2, status="running"
+        ).exists(),
+        300,
+        "the pipeline's third epoch",
+        procs,
+        ("runner",),
+    )

@@ -14,12 +14,16 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from rescaler.cluster.models import EpochMetric, Pipeline
-from rescaler.cluster.services import command_submit
-from tests.integration.stack import KEYS, Processes, wait_until
+from rescaler.cluster.models import EpochMetric
+from tests.integration.stack import (
+    Processes,
+    check_oracle,
+    finish,
+    running_pipeline,
+    wait_until,
+)
 from tests.integration.workers.fixtures import assert_matches_oracle
-from workers.oracle import expected_from_directory, expected_from_generator
-from workers.sources.generator import GeneratorConfig
+from workers.oracle import expected_from_directory
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]
 
@@ -47,35 +51,6 @@ def op_status(client: APIClient, operation_id: str) -> str:
     response = client.get(f"/api/v1/operations/{operation_id}")
     assert response.status_code == 200, response.content
     return response.json()["status"]
-
-
-def finish(procs: Processes) -> None:
-    command_submit(pipeline="wordcount", kind="stop")
-    procs.procs["runner"].wait(timeout=240)
-    assert procs.procs["runner"].returncode == 0, procs.log("runner")
-
-
-def check_oracle(procs: Processes) -> None:
-    last = EpochMetric.objects.filter(pipeline__name="wordcount").order_by("-epoch").first()
-    assert last is not None
-    end = last.source_offset["offset"]
-    expected = expected_from_generator(
-        "wordcount", GeneratorConfig(kind="lines", key_space=KEYS), end
-    )
-    assert_matches_oracle(procs.tmp / "state", "wordcount", expected)
-
-
-def running_pipeline(procs: Processes) -> None:
-    procs.runner()
-    wait_until(
-        lambda: Pipeline.objects.filter(
-            name="wordcount", last_epoch__gte=2, status="running"
-        ).exists(),
-        300,
-        "the pipeline's third epoch",
-        procs,
-        ("runner",),
-    )
 
 
 def test_scale_out_scale_in_migrate_and_cancel_over_the_api(

@@ -1,0 +1,77 @@
+// Rescaler console: epoch throughput and epoch latency charts (uPlot, vendored under
+// static/vendor/uplot). The page embeds the recent epochs (#epoch-series); the cluster page
+// appends each epoch.committed event; the operation page shades the operation's span.
+(function () {
+  "use strict";
+
+  const $ = (id) => document.getElementById(id);
+  const MAX_POINTS = 300;
+
+  function spanPlugin(span) {
+    // shade [start, end] of the x axis (unix seconds): the operation's time
+    return {
+      hooks: {
+        drawClear: (u) => {
+          if (!span || !Number.isFinite(span.start)) return;
+          const end = Number.isFinite(span.end) ? span.end : Date.now() / 1000;
+          const x0 = u.valToPos(span.start, "x", true);
+          const x1 = u.valToPos(end, "x", true);
+          const { top, height } = u.bbox;
+          u.ctx.save();
+          u.ctx.fillStyle = "rgba(230, 159, 0, 0.18)";
+          u.ctx.fillRect(Math.min(x0, x1), top, Math.abs(x1 - x0), height);
+          u.ctx.restore();
+        },
+      },
+    };
+  }
+
+  function make(el, title, unit, stroke, data, span) {
+    const width = Math.max(el.clientWidth || 600, 320);
+    return new window.uPlot(
+      {
+        title,
+        width,
+        height: 180,
+        plugins: [spanPlugin(span)],
+        scales: { x: { time: true } },
+        axes: [{}, { label: unit, size: 70 }],
+        series: [{}, { label: unit, stroke, width: 1.5, points: { show: false } }],
+      },
+      data,
+      el,
+    );
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const source = $("epoch-series");
+    if (!source || !window.uPlot) return;
+    const s = JSON.parse(source.textContent);
+    const holder = $("epoch-charts");
+    const span = holder && holder.dataset.spanStart
+      ? { start: Number(holder.dataset.spanStart), end: holder.dataset.spanEnd ? Number(holder.dataset.spanEnd) : NaN }
+      : null;
+    const at = s.at.slice();
+    const rate = s.rows_per_s.slice();
+    const latency = s.latency_ms.slice();
+    const throughput = make($("chart-throughput"), "Epoch throughput", "records/s", "#0072b2", [at, rate], span);
+    const delay = make($("chart-latency"), "Epoch latency", "ms", "#d55e00", [at, latency], span);
+    if (holder) holder.dataset.points = String(at.length);
+
+    document.addEventListener("rescaler:cluster-changed", (event) => {
+      const m = event.detail || {};
+      if (m.type !== "epoch.committed" || !m.committed_at || !(m.duration_s > 0)) return;
+      at.push(Date.parse(m.committed_at) / 1000);
+      rate.push(m.rows / m.duration_s);
+      latency.push(m.duration_s * 1000);
+      while (at.length > MAX_POINTS) {
+        at.shift();
+        rate.shift();
+        latency.shift();
+      }
+      throughput.setData([at, rate]);
+      delay.setData([at, latency]);
+      if (holder) holder.dataset.points = String(at.length);
+    });
+  });
+})();

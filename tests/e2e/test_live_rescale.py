@@ -1,0 +1,118 @@
+"""The console against the real stack: daphne, a Celery worker and the pipeline runner on Spark
+local mode, Postgres and Redis. An operator scales out from the Rescale page after reading its
+plan, watches the operation reach 100 % without reloading, cancels a second one, and finds both
+in History; the final state is checked key by key against the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rescaler.operations.models import RescaleOperation
+from tests.e2e.conftest import screenshot, sign_in
+from tests.integration.stack import REPO, Processes, check_oracle, finish, running_pipeline
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.timeout(1500),
+]
+
+LATENCY_JSON = REPO / "bench" / "results" / "console_latency.json"
+
+
+def request_from_page(page: Any, live_url: str, target: int, preset: str, reason: str) -> str:
+    page.goto(f"{live_url}/rescale/")
+    page.get_by_label("Fragment", exact=True).select_option("word_count")
+    page.get_by_label("Number of parallel units", exact=True).fill(str(target))
+    page.get_by_label("Number of parallel units", exact=True).dispatch_event("change")
+    page.get_by_label("Preset", exact=True).select_option(preset)
+    page.get_by_label("Reason (goes to the audit trail)", exact=True).fill(reason)
+    page.get_by_role("button", name="Preview plan").click()
+    page.locator("#plan .estimate").wait_for()
+    page.get_by_role("button", name="Start rescale").click()
+    page.wait_for_url(f"{live_url}/operations/*/", timeout=30_000)
+    return str(page.url.rstrip("/").rsplit("/", 1)[-1])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def test_an_operator_rescales_from_the_browser_and_follows_it_live(
+    browser: Any, live_url: str, processes: Processes
+) -> None:
+    running_pipeline(processes)
+    processes.worker("worker-1")
+    page = sign_in(browser, live_url, "operator", perms=("rescale",))
+    page.wait_for_selector('button.cell[data-fragment="word_count"][data-pu="1"]')
+    assert page.locator('button.cell[data-fragment="word_count"]').count() == 2
+
+    # scale out 2 -> 4, one vnode at a time, watched from the operation page without reload
+    first = request_from_page(page, live_url, 4, "fluid", "e2e: scale out for the peak")
+    page.evaluate("window.__sameDocument = true")
+    page.locator("#live-state:text('live')").wait_for()
+    page.wait_for_selector(".vgrid .vn.phase-done", timeout=240_000)
+    screenshot(page, "operation-mid-migration")
+    page.locator("#op-status:text('completed')").wait_for(timeout=400_000)
+    assert page.evaluate("window.__sameDocument === true"), "the page never reloaded"
+    assert page.locator("#vnodes-text").inner_text() == "16 of 16 (100 %)"
+    assert page.locator(".vgrid .vn.phase-done").count() == 16
+    delays = page.evaluate("window.rescalerConsole.eventDelays")
+    assert len(delays) >= 16, "every step's progress reached the page as an event"
+
+    # a second operation, cancelled from its page once it has moved something
+    second = request_from_page(page, live_url, 2, "fluid", "e2e: give two PUs back")
+    page.wait_for_selector(".vgrid .vn.phase-done", timeout=240_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel operation").click()
+    page.locator("#op-status:text('cancelled')").wait_for(timeout=400_000)
+
+    # both in History, each with its audit trail
+    page.goto(f"{live_url}/operations/")
+    history = page.locator("table.history tbody").inner_text()
+    assert first in history and second in history
+    page.get_by_role("link", name=first).click()
+    timeline = page.locator("#timeline")
+    timeline.get_by_text("operation.completed").wait_for()
+    assert "operation.requested" in timeline.inner_text() and "step.done" in timeline.inner_text()
+    screenshot(page, "history-operation")
+    statuses = dict(RescaleOperation.objects.values_list("operation_id", "status"))
+    assert statuses == {first: "completed", second: "cancelled"}
+
+    finish(processes)
+    check_oracle(processes)
+    write_latency(delays)
+
+
+def write_latency(delays: list[float]) -> None:
+    """Event publish -> page receive, as the browser measured it (bench/results)."""
+    ms = [d * 1000 for d in delays]
+    load = os.getloadavg()[0]
+    LATENCY_JSON.parent.mkdir(parents=True, exist_ok=True)
+    LATENCY_JSON.write_text(
+        json.dumps(
+            {
+                "what": "operation events: publish (rescaler.events) to the operation page's "
+                "websocket handler, in a real chromium, during a fluid 2->4 scale-out",
+                "events": len(ms),
+                "p50_ms": round(statistics.median(ms), 1),
+                "p99_ms": round(percentile(ms, 0.99), 1),
+                "max_ms": round(max(ms), 1),
+                "load_avg_1m": round(load, 2),
+                "valid": load <= 1.0,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    assert Path(LATENCY_JSON).exists()
