@@ -150,6 +150,37 @@
     if (pressed) detail.textContent = pressed.getAttribute("aria-label");
   }
 
+  const OWNED_BY_TARGET = new Set(["acquiring", "acquired", "dropping", "done"]);
+
+  function renderPlacement(op) {
+    const holder = $("placement");
+    holder.replaceChildren();
+    const moved = new Map(); // "fragment/vnode" -> target PU, once the target owns it
+    for (const v of op.vnodes || []) {
+      if (OWNED_BY_TARGET.has(v.phase)) moved.set(`${v.fragment}/${v.vnode}`, v.target_pu);
+    }
+    for (const [name, frag] of Object.entries((op.plan && op.plan.fragments) || {})) {
+      const before = frag.mapping_before || [];
+      const count = (mapping) => {
+        const c = {};
+        mapping.forEach((pu) => { c[pu] = (c[pu] || 0) + 1; });
+        return c;
+      };
+      const rows = [
+        ["before", count(before)],
+        ["planned", count(frag.mapping_after || [])],
+        ["now", count(before.map((pu, vnode) => moved.get(`${name}/${vnode}`) ?? pu))],
+      ];
+      const pus = [...new Set([...(frag.parallel_units_before || []), ...(frag.parallel_units_after || [])])].sort((a, b) => a - b);
+      const table = el("table", { class: "matrix plan", "aria-label": `vnodes per PU of ${name}` },
+        el("thead", {}, el("tr", {}, el("th", { scope: "col", text: name }), ...pus.map((pu) => el("th", { scope: "col", class: "pu", text: `PU ${pu}` })))),
+        el("tbody", {}, ...rows.map(([label, counts]) => el("tr", { "data-row": label },
+          el("th", { scope: "row", class: "frag", text: label }),
+          ...pus.map((pu) => el("td", {}, el("span", { class: "plan-cell", text: String(counts[pu] || 0) })))))));
+      holder.append(table);
+    }
+  }
+
   function renderSteps(op) {
     const now = Date.now() / 1000;
     const tbody = $("steps");
@@ -203,6 +234,7 @@
     current = op;
     renderHeader(op);
     renderGrid(op);
+    renderPlacement(op);
     renderSteps(op);
     renderTimeline(op);
   }

@@ -66,6 +66,10 @@ def test_an_operator_rescales_from_the_browser_and_follows_it_live(
     assert page.evaluate("window.__sameDocument === true"), "the page never reloaded"
     assert page.locator("#vnodes-text").inner_text() == "16 of 16 (100 %)"
     assert page.locator(".vgrid .vn.phase-done").count() == 16
+    placement = page.locator("#placement")
+    planned = placement.locator('tr[data-row="planned"]').inner_text().split()[1:]
+    now = placement.locator('tr[data-row="now"]').inner_text().split()[1:]
+    assert now == planned == ["8", "8", "8", "8"], (now, planned)
     delays = page.evaluate("window.rescalerConsole.eventDelays")
     assert len(delays) >= 16, "every step's progress reached the page as an event"
 

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.requests import operation_request
 from tests.e2e.conftest import screenshot, sign_in
 from tests.e2e.test_cluster_page import as_the_runner
-from tests.unit.api.fixtures import FRAGMENT, register_cluster
+from tests.unit.api.fixtures import FRAGMENT, make_user, register_cluster, request_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -66,6 +67,28 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
     assert "orchestrator" in page.locator("#op-waiting").inner_text()
     assert page.locator(".vgrid .vn.phase-planned").count() == 8
     assert page.locator(".vgrid .vn.phase-owned").count() == 8
+    placement = page.locator("#placement")
+    assert placement.locator('tr[data-row="before"]').inner_text().split() == [
+        "before",
+        "8",
+        "8",
+        "0",
+        "0",
+    ]
+    assert placement.locator('tr[data-row="planned"]').inner_text().split() == [
+        "planned",
+        "4",
+        "4",
+        "4",
+        "4",
+    ]
+    assert placement.locator('tr[data-row="now"]').inner_text().split() == [
+        "now",
+        "8",
+        "8",
+        "0",
+        "0",
+    ]
     assert page.get_by_role("button", name="Cancel operation").is_visible()
     page.locator("#live-state:text('live')").wait_for()
     screenshot(page, "operation-pending")
@@ -88,7 +111,19 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
 
 
 def test_a_viewer_sees_no_enabled_action(browser: Any, live_url: str, cluster: None) -> None:
+    made: list[RescaleOperation] = []
+
+    def request() -> None:
+        operator = make_user("operator", rescale=True)
+        op = operation_request(user=operator, body=request_body(added_parallel_units=[2]))
+        assert isinstance(op, RescaleOperation)
+        made.append(op)
+
+    as_the_runner(request)
     page = sign_in(browser, live_url, "viewer")
     page.goto(f"{live_url}/rescale/")
     assert page.get_by_role("button", name="Preview plan").is_disabled()
     assert "needs the permission" in page.locator("#rescale-title + p").inner_text()
+    page.goto(f"{live_url}/operations/{made[0].operation_id}/")
+    page.locator("#live-state:text('live')").wait_for()
+    assert page.get_by_role("button", name="Cancel operation").count() == 0
