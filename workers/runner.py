@@ -327,13 +327,26 @@ class PipelineRunner:
                     return None  # the batch after the stop refused to start: a clean stop
                 return str(self._error or self.query.exception())
             self.ticks.poll(
-                self._in_batch,
-                # a first epoch even on an empty source: the pipeline is up once it has one
-                lambda: self.last_epoch < 0 or awaits_barrier(self.executor.running()),
+                # Spark may be planning a micro-batch before foreachBatch runs: that is a
+                # barrier on its way, and a tick now would only add an empty epoch behind it
+                self._in_batch or self._spark_status("isTriggerActive"),
+                lambda: self._first_epoch_waits() or awaits_barrier(self.executor.running()),
                 lambda: bool(self.control.poll_commands(self.pipeline.name)),
             )
             time.sleep(0.05)
         return None
+
+    def _first_epoch_waits(self) -> bool:
+        """No epoch yet and Spark found nothing to read: the pipeline is up once it has one, so
+        an empty source gets a first (empty) epoch; a source with data gets its own."""
+        return self.last_epoch < 0 and not self._spark_status("isDataAvailable", default=True)
+
+    def _spark_status(self, flag: str, *, default: bool = False) -> bool:
+        """One flag of the streaming query's status (a call into the JVM)."""
+        try:
+            return bool(self.query.status.get(flag, default))
+        except Exception:  # the query is stopping or the JVM is gone: the loop ends soon
+            return default
 
     def _committed_epoch(self) -> int:
         commits = self.config.pipeline_dir / "checkpoint" / "commits"
