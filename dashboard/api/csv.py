@@ -1,4 +1,5 @@
-"""The audit log as CSV (``GET /api/v1/audit?format=csv``): every matching event, streamed."""
+"""Lists as CSV (``GET /api/v1/audit?format=csv``, ``GET /api/v1/operations?format=csv``):
+every matching row, streamed, never paginated; refusals stay JSON."""
 
 from __future__ import annotations
 
@@ -8,11 +9,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.db.models import QuerySet
-from rest_framework.renderers import BaseRenderer
+from django.http import StreamingHttpResponse
+from rest_framework import generics
+from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
 
-from rescaler.operations.models import AuditEvent
+from rescaler.operations.models import AuditEvent, RescaleOperation
 
 AUDIT_COLUMNS = ("id", "at", "actor_name", "action", "object_type", "object_id", "before", "after")
+OPERATION_COLUMNS = (
+    "operation_id", "pipeline", "fragments", "strategy", "status", "requested_by", "reason",
+    "created_at", "started_at", "finished_at", "duration_s", "vnodes_moved", "keys_moved",
+    "bytes_moved", "outcome", "error_code",
+)  # fmt: skip
+# rows read from Postgres per round trip: any number of rows in bounded memory
+CHUNK_ROWS = 2000
 # A cell starting with one of these is a formula to a spreadsheet (CSV injection); such a cell is
 # written with a leading apostrophe, which spreadsheets show as text and do not display.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -39,15 +51,26 @@ def csv_lines(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> Iterator[
         yield writer.writerow([_cell(v) for v in row])
 
 
-def audit_csv(queryset: QuerySet[AuditEvent]) -> Iterator[str]:
-    """The events as CSV lines, read from Postgres in chunks (any number of events)."""
-    rows = queryset.values_list(
-        "id", "at", "actor_name", "action", "object_type", "object_id", "before", "after"
-    )
-    return csv_lines(
-        AUDIT_COLUMNS,
-        ([i, at.isoformat(), *rest] for i, at, *rest in rows.iterator(chunk_size=2000)),
-    )
+def audit_rows(queryset: QuerySet[AuditEvent]) -> Iterator[list[Any]]:
+    """The events' ``AUDIT_COLUMNS``, read from Postgres in chunks."""
+    rows = queryset.values_list(*AUDIT_COLUMNS)
+    return ([i, at.isoformat(), *rest] for i, at, *rest in rows.iterator(chunk_size=CHUNK_ROWS))
+
+
+def _time(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def operation_rows(queryset: QuerySet[RescaleOperation]) -> Iterator[list[Any]]:
+    """The operations' ``OPERATION_COLUMNS``, read from Postgres in chunks (as instances, so
+    ``duration_s`` is the model's own, as the JSON list shows it)."""
+    for op in queryset.iterator(chunk_size=CHUNK_ROWS):
+        yield [
+            op.operation_id, op.pipeline.name, op.fragments, op.strategy, op.status,
+            op.requested_by.get_username() if op.requested_by else None, op.reason,
+            _time(op.created_at), _time(op.started_at), _time(op.finished_at), op.duration_s,
+            op.vnodes_moved, op.keys_moved, op.bytes_moved, op.outcome, op.error_code,
+        ]  # fmt: skip
 
 
 class CSVRenderer(BaseRenderer):
@@ -64,4 +87,40 @@ class CSVRenderer(BaseRenderer):
             return b""
         if isinstance(data, dict):
             return "".join(csv_lines(data.keys(), [data.values()])).encode("utf-8")
-        return "".join(csv_lines(AUDIT_COLUMNS, [])).encode("utf-8")
+        view = (renderer_context or {}).get("view")
+        return "".join(csv_lines(getattr(view, "csv_columns", ()), [])).encode("utf-8")
+
+
+class CSVListView(generics.ListAPIView):
+    """A list that is JSON pages, or with ``?format=csv`` (``Accept: text/csv``) every row that
+    the same filters match, streamed as ``csv_filename``. A refusal is JSON whatever was asked
+    for: a client parses ``{"code", "detail"}`` one way."""
+
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+    csv_filename: str
+    csv_columns: tuple[str, ...]
+
+    def csv_rows(self, queryset: Any) -> Iterable[Iterable[Any]]:
+        raise NotImplementedError
+
+    def get_renderers(self) -> list[BaseRenderer]:
+        """CSV is a representation of the list only: a POST to the same URL (operations) never
+        answers CSV, and ``?format=csv`` there is a 404 like any format not offered."""
+        renderers = super().get_renderers()
+        request = getattr(self, "request", None)
+        if request is None or request.method in ("GET", "HEAD"):
+            return renderers
+        return [r for r in renderers if not isinstance(r, CSVRenderer)]
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        if request.accepted_renderer.format != "csv":
+            return super().list(request, *args, **kwargs)
+        rows = self.csv_rows(self.filter_queryset(self.get_queryset()))
+        response = StreamingHttpResponse(csv_lines(self.csv_columns, rows), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="{self.csv_filename}"'
+        return response
+
+    def handle_exception(self, exc: Exception) -> Response:
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers, status
@@ -63,7 +65,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's ``EXCEPTION_HANDLER``: the error body of every refusal, whatever raised it."""
     if isinstance(exc, rescale_errors.RescaleError):
         return Response({"code": exc.code, "detail": str(exc)}, status=status_for(exc))
-    if isinstance(exc, Http404):
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own refusal (a SuspiciousOperation), which it would answer with an HTML 400
+        exc = ApiError(
+            "request_too_large",
+            f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes",
+            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
@@ -100,9 +109,10 @@ _DESCRIPTIONS = {
     400: "Refused: the request cannot be carried out as written (see code).",
     401: "Not authenticated: send `Authorization: Token <key>` or log in.",
     403: "Authenticated, but not allowed (needs the operations.rescale permission).",
-    404: "No such object.",
+    404: "No such object, or a ?format= this endpoint does not offer.",
     406: "No representation in the accepted media type.",
     409: "Conflicts with the state of the cluster (fragment_busy, operation_final).",
+    413: "The body is larger than the API takes (request_too_large).",
     415: "Request body media type not supported (send application/json).",
 }
 

@@ -3,7 +3,8 @@
 The operation request is parsed by ``workers.rescale.protocol.OperationRequest.parse``, the one
 place its rules live: ``OperationRequestSerializer`` validates by calling it, and its schema takes
 its bounds and choices from the same constants and enums (``GRANULARITY_MINIMUMS``,
-``Strategy``), so the OpenAPI schema and the parser cannot disagree.
+``GRANULARITY_MAXIMUMS``, ``PARALLEL_UNIT_MAX``, ``FRAGMENT_NAME_MAX_CHARS``, ``Strategy``), so
+the OpenAPI schema and the parser cannot disagree.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from rescaler.cluster.models import Pipeline
 from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep, choices
 from rescaler.operations.waiting import WaitingFor, operation_waiting
 from workers.rescale.protocol import (
+    FRAGMENT_NAME_MAX_CHARS,
+    GRANULARITY_MAXIMUMS,
     GRANULARITY_MINIMUMS,
     GRANULARITY_OPTIONAL,
     GRANULARITY_TYPES,
+    PARALLEL_UNIT_MAX,
     PRESETS,
     REASON_MAX_CHARS,
     ChangeKind,
@@ -37,6 +41,7 @@ def _granularity_property(name: str) -> dict[str, Any]:
     prop: dict[str, Any] = {
         "type": "integer" if GRANULARITY_TYPES[name] is int else "number",
         "minimum": GRANULARITY_MINIMUMS[name],
+        "maximum": GRANULARITY_MAXIMUMS[name],
     }
     if name in GRANULARITY_OPTIONAL:
         prop["nullable"] = True
@@ -68,12 +73,16 @@ class GranularityField(serializers.JSONField):
     pass
 
 
+def _parallel_unit() -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=0, max_value=PARALLEL_UNIT_MAX)
+
+
 class FragmentChangeSerializer(serializers.Serializer):
     added_parallel_units = serializers.ListField(
-        child=serializers.IntegerField(), required=False, help_text="PU numbers to add."
+        child=_parallel_unit(), required=False, help_text="PU numbers to add."
     )
     removed_parallel_units = serializers.ListField(
-        child=serializers.IntegerField(), required=False, help_text="PU numbers to remove."
+        child=_parallel_unit(), required=False, help_text="PU numbers to remove."
     )
 
 
@@ -85,7 +94,9 @@ class OperationRequestSerializer(serializers.Serializer):
 
     changes = serializers.DictField(
         child=FragmentChangeSerializer(),
-        help_text="Per stateful fragment (by name), the PUs to add and to remove.",
+        help_text="Per stateful fragment (by name: 1 to "
+        f"{FRAGMENT_NAME_MAX_CHARS} ASCII letters, digits, '_', '-' or '.'), the PUs to add and "
+        "to remove.",
     )
     strategy = serializers.ChoiceField(
         choices=choices(Strategy), default=Strategy.LIVE, required=False

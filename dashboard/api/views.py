@@ -8,25 +8,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import StreamingHttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import generics, status
+from rest_framework import status
 from rest_framework.decorators import api_view
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse as api_reverse
 from rest_framework.views import APIView
 
 from dashboard.api import selectors
-from dashboard.api.csv import CSVRenderer, audit_csv
+from dashboard.api.csv import (
+    AUDIT_COLUMNS,
+    OPERATION_COLUMNS,
+    CSVListView,
+    audit_rows,
+    operation_rows,
+)
 from dashboard.api.errors import error_responses, not_found
 from dashboard.api.filters import AuditFilter, OperationFilter
 from dashboard.api.pagination import Pagination
+from dashboard.api.parsers import StrictJSONParser
 from dashboard.api.permissions import CanReschedule
 from dashboard.api.serializers import (
     AuditEventSerializer,
@@ -103,25 +107,40 @@ REQUEST_EXAMPLES = [
 ]
 
 
-class OperationListView(generics.ListAPIView):
-    """Rescale operations: list them, or request one (a dry run only plans)."""
+class OperationListView(CSVListView):
+    """Rescale operations: list them (``?format=csv``: all of them), or request one (a dry run
+    only plans)."""
 
     permission_classes = [IsAuthenticated, CanReschedule]
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
     serializer_class = OperationSerializer
     filterset_class = OperationFilter
     pagination_class = Pagination
+    csv_filename = "operations.csv"
+    csv_columns = OPERATION_COLUMNS
 
     def get_queryset(self) -> Any:
         return selectors.operation_list()
 
+    def csv_rows(self, queryset: Any) -> Any:
+        return operation_rows(queryset)
+
     @extend_schema(
         operation_id="operations_list",
         summary="List rescale operations",
-        description="Newest first, paginated, without plans (GET operations/{operation_id} has them).",
-        responses={200: OperationSerializer(many=True), **error_responses(400, 401, 404)},
+        description="Newest first, paginated, without plans (GET operations/{operation_id} has "
+        "them). With ?format=csv (or Accept: text/csv): every matching operation as CSV.",
+        responses={
+            (200, "application/json"): OperationSerializer(many=True),
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="With ?format=csv (or Accept: text/csv): every matching operation, "
+                f"unpaginated, columns {', '.join(OPERATION_COLUMNS)} (fragments as JSON).",
+            ),
+            **error_responses(400, 401, 404, 406, media_type="application/json"),
+        },
     )
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
@@ -139,7 +158,7 @@ class OperationListView(generics.ListAPIView):
                 description="Accepted: the operation, queued for the orchestrator. The Location "
                 "header is its URL.",
             ),
-            **error_responses(400, 401, 403, 409, 415),
+            **error_responses(400, 401, 403, 404, 409, 413, 415, media_type="application/json"),
         },
     )
     def post(self, request: Request) -> Response:
@@ -217,14 +236,18 @@ class FragmentKeyView(APIView):
         return Response(KeyStateSerializer(selectors.key_state(fragment=frag, key=key)).data)
 
 
-class AuditListView(generics.ListAPIView):
+class AuditListView(CSVListView):
     """The audit log, newest first; ``?format=csv`` streams every matching event as CSV."""
 
     serializer_class = AuditEventSerializer
     filterset_class = AuditFilter
     pagination_class = Pagination
-    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
     queryset = AuditEvent.objects.order_by("-at", "-id")
+    csv_filename = "audit.csv"
+    csv_columns = AUDIT_COLUMNS
+
+    def csv_rows(self, queryset: Any) -> Any:
+        return audit_rows(queryset)
 
     @extend_schema(
         operation_id="audit_list",
@@ -233,22 +256,10 @@ class AuditListView(generics.ListAPIView):
             (200, "text/csv"): OpenApiResponse(
                 OpenApiTypes.STR,
                 description="With ?format=csv (or Accept: text/csv): every matching event, "
-                "unpaginated, columns id, at, actor_name, action, object_type, object_id, before, "
-                "after (JSON).",
+                f"unpaginated, columns {', '.join(AUDIT_COLUMNS)} (before and after as JSON).",
             ),
             **error_responses(400, 401, 404, 406, media_type="application/json"),
         },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        if request.accepted_renderer.format == "csv":
-            events = self.filter_queryset(self.get_queryset())
-            response = StreamingHttpResponse(audit_csv(events), content_type="text/csv")
-            response["Content-Disposition"] = 'attachment; filename="audit.csv"'
-            return response
         return super().get(request, *args, **kwargs)
-
-    def handle_exception(self, exc: Exception) -> Response:
-        # a refusal is JSON whatever was asked for: a client parses {"code", "detail"} one way
-        self.request.accepted_renderer = JSONRenderer()
-        self.request.accepted_media_type = JSONRenderer.media_type
-        return super().handle_exception(exc)

@@ -1,4 +1,19 @@
+"""The cluster's metadata in the admin: to read, never to edit.
+
+Pipelines, workers, PUs, fragments, mappings, epoch metrics and runner commands are the runner's
+own report of the running topology (``topology_register``, ``epoch_record``) and the
+orchestrator's instructions to it. An edit here would change nothing the runner does (a mapping
+changed in Postgres moves no state, a hand-made command skips the protocol's checks) and would
+make the control plane disagree with the data plane, unaudited. So the admin refuses every add,
+change and delete, for superusers too, rather than recording such edits as audit events: placement
+changes go through ``POST /api/v1/operations``, which checks them, moves the state and audits
+them with the requester as actor.
+"""
+
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from rescaler.cluster.models import (
     EpochMetric,
@@ -11,40 +26,52 @@ from rescaler.cluster.models import (
 )
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """View permission only: no add, change or delete (nor the bulk delete action)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Pipeline)
-class PipelineAdmin(admin.ModelAdmin):
+class PipelineAdmin(ReadOnlyAdmin):
     list_display = ["name", "status", "last_epoch", "heartbeat_at"]
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ReadOnlyAdmin):
     list_display = ["name", "pipeline", "alive", "last_seen"]
 
 
 @admin.register(ParallelUnit)
-class ParallelUnitAdmin(admin.ModelAdmin):
+class ParallelUnitAdmin(ReadOnlyAdmin):
     list_display = ["number", "worker"]
 
 
 @admin.register(Fragment)
-class FragmentAdmin(admin.ModelAdmin):
+class FragmentAdmin(ReadOnlyAdmin):
     list_display = ["pipeline", "name", "kind", "region", "vnodes", "mapping_version"]
     list_filter = ["pipeline", "kind"]
 
 
 @admin.register(VnodeMapping)
-class VnodeMappingAdmin(admin.ModelAdmin):
+class VnodeMappingAdmin(ReadOnlyAdmin):
     list_display = ["fragment", "version", "created_at"]
-    readonly_fields = ["fragment", "version", "mapping", "created_at"]
 
 
 @admin.register(EpochMetric)
-class EpochMetricAdmin(admin.ModelAdmin):
+class EpochMetricAdmin(ReadOnlyAdmin):
     list_display = ["pipeline", "epoch", "rows", "malformed", "duration_s", "committed_at"]
     list_filter = ["pipeline"]
 
 
 @admin.register(RunnerCommand)
-class RunnerCommandAdmin(admin.ModelAdmin):
+class RunnerCommandAdmin(ReadOnlyAdmin):
     list_display = ["pipeline", "kind", "status", "created_by", "created_at", "acked_at"]
     list_filter = ["status", "kind"]

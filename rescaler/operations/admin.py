@@ -1,8 +1,17 @@
+"""Operations and their audit trail in the admin: to read, never to forge or erase.
+
+An operation is created, cancelled and finished only through the API and the orchestrator, each
+step audited; an operation added, edited or deleted here would have no audit event, or would
+orphan the events that name it. Audit events are append-only (``AuditEvent.save``/``delete``
+refuse too); the admin refuses first, so a superuser gets a 403 rather than an error page.
+"""
+
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
 
+from rescaler.cluster.admin import ReadOnlyAdmin
 from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
 
 
@@ -26,9 +35,15 @@ class StepInline(admin.TabularInline):
     fields = STEP_FIELDS
     readonly_fields = STEP_FIELDS
 
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
 
 @admin.register(RescaleOperation)
-class RescaleOperationAdmin(admin.ModelAdmin):
+class RescaleOperationAdmin(ReadOnlyAdmin):
     list_display = [
         "operation_id",
         "pipeline",
@@ -39,18 +54,10 @@ class RescaleOperationAdmin(admin.ModelAdmin):
         "finished_at",
     ]
     list_filter = ["status", "strategy"]
-    readonly_fields = [f.name for f in RescaleOperation._meta.fields]
     inlines = [StepInline]
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["at", "actor_name", "action", "object_type", "object_id"]
     list_filter = ["action", "object_type"]
-    readonly_fields = [f.name for f in AuditEvent._meta.fields]
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

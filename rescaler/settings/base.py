@@ -208,6 +208,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # request bodies are strict JSON only: no NUL, lone surrogate, duplicate key or deep nesting
+    # (each ended in a 500 further down), at most DATA_UPLOAD_MAX_MEMORY_SIZE (413 beyond)
+    "DEFAULT_PARSER_CLASSES": ["dashboard.api.parsers.StrictJSONParser"],
     # POST/PUT/PATCH/DELETE per user; rates come from RESCALER_THROTTLE_* (read per request)
     "DEFAULT_THROTTLE_CLASSES": ["dashboard.api.throttles.MutationRateThrottle"],
     "NUM_PROXIES": RESCALER_TRUSTED_PROXIES,

@@ -15,7 +15,7 @@ is ``source_pu``/``target_pu``; the PU sets are ``parallel_units*``; the vnode â
 from __future__ import annotations
 
 import enum
-import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -163,8 +163,8 @@ class AuditObject(enum.StrEnum):
 
 
 # -- the request ---------------------------------------------------------------------------------
-# the smallest value of each granularity field: the parser refuses less and the API schema says
-# so, from this one table (so the OpenAPI schema and the code cannot disagree)
+# the range of each granularity field: the parser refuses anything outside it and the API schema
+# publishes it, from these two tables (so the OpenAPI schema and the code cannot disagree)
 GRANULARITY_MINIMUMS: dict[str, int] = {
     "vnodes_per_step": 1,
     "max_keys_per_step": 1,
@@ -172,6 +172,21 @@ GRANULARITY_MINIMUMS: dict[str, int] = {
     # below one byte per second an operation would never finish (and its estimate overflows)
     "bytes_per_second": 1,
     "steps_in_flight": 1,
+}
+# a fragment has at most this many vnodes (``workers.state.MAX_VNODES``, the store key's vnode
+# prefix), so an operation has at most as many moves and steps: a larger step or window is the
+# same as this one, and all_at_once is exactly it
+_MOST_VNODES = 1 << 16
+# the largest integer a double holds exactly (and JavaScript clients read exactly): keys, bytes
+# and rates meet floats in the planner's estimate and the orchestrator's pacing, where a larger
+# number loses precision or overflows; 2**53 bytes is 8 PiB, far beyond any fragment's state
+_MOST_EXACT = 1 << 53
+GRANULARITY_MAXIMUMS: dict[str, int] = {
+    "vnodes_per_step": _MOST_VNODES,
+    "max_keys_per_step": _MOST_EXACT,
+    "max_bytes_per_step": _MOST_EXACT,
+    "bytes_per_second": _MOST_EXACT,
+    "steps_in_flight": _MOST_VNODES,
 }
 GRANULARITY_OPTIONAL = frozenset({"max_keys_per_step", "max_bytes_per_step", "bytes_per_second"})
 GRANULARITY_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -181,6 +196,14 @@ GRANULARITY_TYPES: dict[str, type | tuple[type, ...]] = {
     "steps_in_flight": int,
     "bytes_per_second": (int, float),
 }
+# a PU number is stored in an integer column (``ParallelUnit.number``): the parser refuses what
+# the database could not compare, rather than letting the query fail
+PARALLEL_UNIT_MAX = (1 << 31) - 1
+# a fragment name as the topology can declare it (``Fragment.name`` is 64 characters): ASCII
+# letters, digits, ``_``, ``-`` and ``.``, so it is safe in a URL path, a log line, a CSV cell
+# and a Postgres text column (no NUL, no surrogate, no control or look-alike character)
+FRAGMENT_NAME_MAX_CHARS = 64
+FRAGMENT_NAME_PATTERN = re.compile(rf"[A-Za-z0-9_.-]{{1,{FRAGMENT_NAME_MAX_CHARS}}}")
 
 
 @dataclass(frozen=True)
@@ -202,9 +225,12 @@ class Granularity:
             value = getattr(self, name)
             if value is None and name in GRANULARITY_OPTIONAL:
                 continue
-            if not least <= value < math.inf:
+            most = GRANULARITY_MAXIMUMS[name]
+            if not least <= value <= most:
                 when = " when given" if name in GRANULARITY_OPTIONAL else ""
-                raise errors.MalformedRequest(f"granularity.{name} must be at least {least}{when}")
+                raise errors.MalformedRequest(
+                    f"granularity.{name} must be at least {least} and at most {most}{when}"
+                )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -290,10 +316,12 @@ def _parse_units(fragment: str, name: str, value: Any) -> tuple[int, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or any(
-        isinstance(v, bool) or not isinstance(v, int) for v in value
+        isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= PARALLEL_UNIT_MAX
+        for v in value
     ):
         raise errors.MalformedRequest(
-            f"changes.{fragment}.{name} must be a list of parallel unit ids (integers)"
+            f"changes.{fragment}.{name} must be a list of parallel unit ids "
+            f"(integers from 0 to {PARALLEL_UNIT_MAX})"
         )
     if len(set(value)) != len(value):
         raise errors.MalformedRequest(f"changes.{fragment}.{name} lists a unit twice")
@@ -347,9 +375,13 @@ class OperationRequest:
                 "'changes' must be a non-empty object: {fragment: {added_parallel_units: [...], "
                 "removed_parallel_units: [...]}}"
             )
-        parsed = {
-            str(name): FragmentChange.parse(str(name), body) for name, body in changes.items()
-        }
+        for name in changes:
+            if not isinstance(name, str) or not FRAGMENT_NAME_PATTERN.fullmatch(name):
+                raise errors.MalformedRequest(
+                    f"changes: {str(name)[:80]!r} is not a fragment name (1 to {FRAGMENT_NAME_MAX_CHARS} "
+                    "ASCII letters, digits, '_', '-' or '.')"
+                )
+        parsed = {name: FragmentChange.parse(name, body) for name, body in changes.items()}
         strategy = data.get("strategy", Strategy.LIVE)
         if not isinstance(strategy, str) or strategy not in set(Strategy):
             raise errors.MalformedRequest(
@@ -363,8 +395,10 @@ class OperationRequest:
             raise errors.MalformedRequest(
                 f"'reason' must be a text of at most {REASON_MAX_CHARS} characters"
             )
-        if any(ord(c) < 32 and c not in "\t\n" for c in reason):
-            raise errors.MalformedRequest("'reason' may not hold control characters")
+        if any((ord(c) < 32 and c not in "\t\n") or "\ud800" <= c <= "\udfff" for c in reason):
+            raise errors.MalformedRequest(
+                "'reason' may not hold control characters or lone surrogates"
+            )
         return cls(
             changes=parsed,
             strategy=Strategy(strategy),
