@@ -135,7 +135,9 @@ def one_run(
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, emitted.schema) as writer:
         # content, not chunking: the two paths may cut the same rows into different batches
-        writer.write_table(emitted.filter(pa.compute.equal(emitted["kind"], "out")).combine_chunks())
+        writer.write_table(
+            emitted.filter(pa.compute.equal(emitted["kind"], "out")).combine_chunks()
+        )
     return {
         "seconds": seconds,
         "rows_per_s": epochs[1].num_rows / seconds,
