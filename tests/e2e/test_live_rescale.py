@@ -16,7 +16,15 @@ import pytest
 
 from rescaler.operations.models import RescaleOperation
 from tests.e2e.conftest import screenshot, sign_in
-from tests.integration.stack import REPO, Processes, check_oracle, finish, running_pipeline
+from tests.integration.stack import (
+    KEYS,
+    REPO,
+    Processes,
+    check_oracle,
+    finish,
+    running_pipeline,
+)
+from workers.hashing import vnode_of
 
 pytestmark = [
     pytest.mark.e2e,
@@ -60,6 +68,17 @@ def test_an_operator_rescales_from_the_browser_and_follows_it_live(
     first = request_from_page(page, live_url, 4, "fluid", "e2e: scale out for the peak")
     page.evaluate("window.__sameDocument = true")
     page.locator("#live-state:text('live')").wait_for()
+
+    # the key finder on a key whose vnode this operation will move (the last planned one)
+    planned = page.locator(".vgrid .vn.phase-planned").last.get_attribute("data-key")
+    vnode = int(str(planned).split("/")[1])
+    word = next(w for w in (f"w{i:04d}" for i in range(KEYS)) if vnode_of(w, 32) == vnode)
+    page.get_by_label("Key", exact=True).fill(word)
+    page.get_by_role("button", name="Find").click()
+    page.locator("#key-result dl").wait_for()
+    facts = page.locator("#key-result dl").inner_text()
+    assert f"vnode\n{vnode} " in facts and f"operation {first}" in facts, facts
+    assert "→" in facts.split("moving", 1)[1].split("state", 1)[0], facts
     page.wait_for_selector(".vgrid .vn.phase-done", timeout=240_000)
     screenshot(page, "operation-mid-migration")
     page.locator("#op-status:text('completed')").wait_for(timeout=400_000)
