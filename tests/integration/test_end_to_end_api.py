@@ -188,3 +188,42 @@ def test_a_live_rescale_on_an_idle_stream_completes_over_the_api(
     files = (processes.tmp / "state" / "wordcount" / "source-manifest.txt").read_text().split()
     expected = expected_from_directory("wordcount", inbox, files)
     assert_matches_oracle(processes.tmp / "state", "wordcount", expected)
+
+
+def test_the_runner_killed_during_a_stop_start_requested_over_the_api(
+    processes: Processes, operator_client: APIClient
+) -> None:
+    """kill -9 of the runner as soon as the orchestrator has begun a stop-start operation (so
+    somewhere between its begin command and its end; the crash points inside the snapshot,
+    clear and restore phases are driven one by one by the model test and test_rescale_spark),
+    then a new runner: the operation completes and every key equals the oracle."""
+    running_pipeline(processes)
+    processes.worker("worker-1")
+    response = operator_client.post(
+        "/api/v1/operations",
+        {
+            "changes": {"word_count": {"added_parallel_units": [2, 3]}},
+            "strategy": "stop_start",
+            "reason": "fault test",
+        },
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    operation_id = response.json()["operation_id"]
+    deadline = time.monotonic() + 120
+    while op_status(operator_client, operation_id) == "pending":
+        assert time.monotonic() < deadline, "no orchestrator took the operation"
+        time.sleep(0.02)
+    processes.kill("runner")
+    processes.runner()
+    wait_until(
+        lambda: op_status(operator_client, operation_id) == "completed",
+        400,
+        "the stop-start to complete under the new runner",
+        processes,
+        ("runner", "worker-1"),
+    )
+    body = operator_client.get(f"/api/v1/operations/{operation_id}").json()
+    assert body["steps_total"] == 0 and body["vnodes_moved"] == 16, body
+    finish(processes)
+    check_oracle(processes)
