@@ -7,21 +7,7 @@
   const $ = (id) => document.getElementById(id);
   let metric = "vnodes";
   let selected = null; // "fragment/pu" of the cell whose vnodes are listed
-
-  function number(value) {
-    return Number(value).toLocaleString();
-  }
-
-  function bytes(value) {
-    const units = ["B", "KB", "MB", "GB", "TB"];
-    let v = Number(value);
-    let i = 0;
-    while (v >= 1024 && i < units.length - 1) {
-      v /= 1024;
-      i += 1;
-    }
-    return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
-  }
+  const { number, bytes } = window.rescalerFormat;
 
   function show(value) {
     return metric === "bytes" ? bytes(value) : number(value);

@@ -16,27 +16,8 @@
     parallel_unit_added_and_removed: "removed_parallel_units",
     nothing_to_do: "added_parallel_units",
   };
-  const number = (v) => Number(v || 0).toLocaleString();
-  function bytes(value) {
-    const units = ["B", "KB", "MB", "GB", "TB"];
-    let v = Number(value || 0);
-    let i = 0;
-    while (v >= 1024 && i < units.length - 1) {
-      v /= 1024;
-      i += 1;
-    }
-    return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
-  }
-  function el(tag, attrs, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (k === "class") node.className = v;
-      else if (k === "text") node.textContent = v;
-      else node.setAttribute(k, v);
-    }
-    node.append(...children);
-    return node;
-  }
+  const { bytes, el } = window.rescalerFormat;
+  const number = (v) => window.rescalerFormat.number(v || 0);
 
   let form;
   let previewed = null; // the body whose dry run is shown; Start sends exactly it
