@@ -179,6 +179,20 @@ class RescaleStep(models.Model):
     def __str__(self) -> str:
         return f"step {self.step} of {self.operation.operation_id}: {self.phase}"
 
+    @classmethod
+    def planned(cls, operation: RescaleOperation, spec: StepSpec) -> RescaleStep:
+        """The row of a planned step (the inverse of ``spec``)."""
+        return cls(
+            operation=operation,
+            step=spec.step,
+            fragment=spec.fragment,
+            source_pu=spec.source_pu,
+            target_pu=spec.target_pu,
+            vnodes=list(spec.vnodes),
+            keys=spec.keys,
+            bytes=spec.bytes,
+        )
+
     def spec(self) -> StepSpec:
         """The step as planned."""
         return StepSpec(

@@ -103,19 +103,7 @@ def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
                 if busy
                 else errors.FragmentBusy("a fragment of the request is busy; try again")
             ) from None
-        RescaleStep.objects.bulk_create(
-            RescaleStep(
-                operation=op,
-                step=s.step,
-                fragment=s.fragment,
-                source_pu=s.source_pu,
-                target_pu=s.target_pu,
-                vnodes=list(s.vnodes),
-                keys=s.keys,
-                bytes=s.bytes,
-            )
-            for s in plan.steps
-        )
+        RescaleStep.objects.bulk_create(RescaleStep.planned(op, s) for s in plan.steps)
         audit_record(
             actor=user,
             action="operation.requested",
