@@ -30,10 +30,20 @@ from workers.rescale.protocol import (
     ChangeKind,
     Granularity,
     OperationRequest,
+    OperationStatus,
     Routing,
     StepPhase,
     Strategy,
 )
+
+# -- the schema's enum names ---------------------------------------------------------------------
+# SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] (rescaler/settings/base.py) names these choice
+# lists. An override matches a field by its exact (value, label) pairs: the fields' choices are
+# ``choices(<enum>)`` (the label is the value), so the override names the same list, not the enum
+# class (whose labels drf-spectacular takes from the member names, and then matches nothing).
+OPERATION_STATUS_CHOICES = choices(OperationStatus)  # RescaleOperation.status
+STEP_PHASE_CHOICES = choices(StepPhase)  # RescaleStep.phase and the phases derived from it
+STRATEGY_CHOICES = choices(Strategy)
 
 
 # -- the operation request -----------------------------------------------------------------------
@@ -99,7 +109,7 @@ class OperationRequestSerializer(serializers.Serializer):
         "to remove.",
     )
     strategy = serializers.ChoiceField(
-        choices=choices(Strategy), default=Strategy.LIVE, required=False
+        choices=STRATEGY_CHOICES, default=Strategy.LIVE, required=False
     )
     granularity = GranularityField(required=False)
     dry_run = serializers.BooleanField(
@@ -176,7 +186,7 @@ class StepSpecSerializer(serializers.Serializer):
 
 
 class PlanSerializer(serializers.Serializer):
-    strategy = serializers.ChoiceField(choices=choices(Strategy))
+    strategy = serializers.ChoiceField(choices=STRATEGY_CHOICES)
     granularity = GranularitySerializer()
     fragments = serializers.DictField(child=FragmentPlanSerializer())
     steps = StepSpecSerializer(many=True)
@@ -258,7 +268,7 @@ class VnodePhaseSerializer(serializers.Serializer):
     step = serializers.IntegerField()
     source_pu = serializers.IntegerField()
     target_pu = serializers.IntegerField()
-    phase = serializers.ChoiceField(choices=choices(StepPhase))
+    phase = serializers.ChoiceField(choices=STEP_PHASE_CHOICES)
     routing = serializers.ChoiceField(
         choices=choices(Routing),
         help_text="Where the vnode's records go now: its source PU, the step's hold queue, "
@@ -435,7 +445,7 @@ class KeyMigrationSerializer(serializers.Serializer):
     step = serializers.IntegerField()
     source_pu = serializers.IntegerField()
     target_pu = serializers.IntegerField()
-    phase = serializers.ChoiceField(choices=choices(StepPhase))
+    phase = serializers.ChoiceField(choices=STEP_PHASE_CHOICES)
     routing = serializers.ChoiceField(choices=choices(Routing))
 
 

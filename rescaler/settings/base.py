@@ -234,10 +234,13 @@ SPECTACULAR_SETTINGS = {
     # request bodies get their own components (the operation request is not an operation)
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # One name per choice set, so that two fields called "status" (an operation's, a pipeline's)
+    # do not collide (drf_spectacular.W001). The protocol's enums are named through the lists
+    # the fields use (dashboard/api/serializers.py): an override must match a field's choices.
     "ENUM_NAME_OVERRIDES": {
-        "OperationStatusEnum": "workers.rescale.protocol.OperationStatus",
-        "StepPhaseEnum": "workers.rescale.protocol.StepPhase",
-        "StrategyEnum": "workers.rescale.protocol.Strategy",
+        "OperationStatusEnum": "dashboard.api.serializers.OPERATION_STATUS_CHOICES",
+        "StepPhaseEnum": "dashboard.api.serializers.STEP_PHASE_CHOICES",
+        "StrategyEnum": "dashboard.api.serializers.STRATEGY_CHOICES",
         "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
     },
 }
