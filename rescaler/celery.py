@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
+from kombu.exceptions import OperationalError as BrokerUnavailable
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rescaler.settings.local")
 
@@ -14,3 +17,24 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # project's own rescaler/tasks.py: the rescaler package itself is not an installed app.
 app.autodiscover_tasks()
 app.autodiscover_tasks(["rescaler"])
+
+
+class ResumeOnConnect(bootsteps.StartStopStep):
+    """Queue ``resume_operations`` each time the worker's consumer (re)connects to the broker.
+
+    At start, it picks up operations whose driver died. After a broker restart it is what brings
+    operations back: a broker that keeps nothing on disk (Redis without persistence) comes back
+    empty, without the drivers' queued messages nor the resume task's own, and Celery restarts
+    the consumer's steps once it has reconnected.
+    """
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: Any) -> None:
+        try:
+            c.app.send_task("rescaler.operations.resume_operations", countdown=1)
+        except BrokerUnavailable:
+            logging.getLogger(__name__).warning("resume_operations not queued: broker unavailable")
+
+
+app.steps["consumer"].add(ResumeOnConnect)

@@ -53,6 +53,9 @@ class RunnerConfig:
     spark_ui: bool = True
     heartbeat_interval_s: float = 2.0
     max_query_restarts: int = 3  # consecutive failures of the streaming query before giving up
+    # how long the runner waits out an unreachable control plane (its database restarting)
+    # before it gives up; meanwhile epochs wait at the barrier (workers.control.PatientControl)
+    control_patience_s: float = 600.0
     spark_conf: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
@@ -65,6 +68,8 @@ class RunnerConfig:
                 raise ConfigError(f"{name} must be at least 1")
         if not 0 < self.idle_barrier_s <= 3600:
             raise ConfigError("idle_barrier_s must be above 0 and at most 3600 seconds")
+        if not 0 < self.control_patience_s <= 86_400:
+            raise ConfigError("control_patience_s must be above 0 and at most 86400 seconds")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError("epochs must be at least 1 when given")
         if self.initial_pus > self.pus_per_worker:
@@ -99,6 +104,8 @@ class RunnerConfig:
             env["backend"] = os.environ["RESCALER_STATE_BACKEND"]
         if os.environ.get("RESCALER_VNODES"):
             env["vnodes"] = int(os.environ["RESCALER_VNODES"])
+        if os.environ.get("RESCALER_CONTROL_PATIENCE_S"):
+            env["control_patience_s"] = float(os.environ["RESCALER_CONTROL_PATIENCE_S"])
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**env)
 

@@ -10,12 +10,22 @@ runs on its own (``python -m workers run``) and in tests without Django.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ControlUnavailable(Exception):
+    """The control plane cannot be reached right now (its database is restarting, the network is
+    down): the call may succeed if made again later. Any other exception is a real failure."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,73 @@ class ControlInterface(Protocol):
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
         """A rescale operation changed phase: ``progress`` is its whole state (steps, vnodes)."""
+
+
+class PatientControl:
+    """A :class:`ControlInterface` that waits out control-plane outages.
+
+    A call that raises :class:`ControlUnavailable` is made again, with backoff, until it succeeds
+    or ``patience_s`` has passed (then the error goes up: the runner stops with it). Every call is
+    idempotent on the control plane's side (an epoch report replaces its row, a progress report
+    is the operation's whole state, an ack sets a status), so repeating one whose answer was lost
+    is safe. While it waits, the epoch waits: records stay in the source, nothing is committed
+    that the control plane has not been told about. A heartbeat is not repeated: the next one
+    replaces it.
+    """
+
+    def __init__(
+        self,
+        inner: ControlInterface,
+        *,
+        patience_s: float = 600.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.patience_s = patience_s
+        self._sleep = sleep
+        self._clock = clock
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        deadline: float | None = None
+        delay = 0.2
+        while True:
+            try:
+                result = call()
+            except ControlUnavailable as exc:
+                now = self._clock()
+                if deadline is None:
+                    deadline = now + self.patience_s
+                    log.warning("control plane unavailable (%s: %s); retrying", what, exc)
+                if now >= deadline:
+                    raise ControlUnavailable(
+                        f"the control plane has been unreachable for {self.patience_s:.0f}s "
+                        f"({what}: {exc}); check that its database is up and DATABASE_URL"
+                    ) from exc
+                self._sleep(min(delay, max(deadline - now, 0.0)))
+                delay = min(delay * 2, 5.0)
+                continue
+            if deadline is not None:
+                log.warning("control plane reachable again (%s)", what)
+            return result
+
+    def register(self, topology: Topology) -> None:
+        self._call("register", lambda: self.inner.register(topology))
+
+    def poll_commands(self, pipeline: str) -> list[Command]:
+        return self._call("poll commands", lambda: self.inner.poll_commands(pipeline))
+
+    def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
+        self._call("ack", lambda: self.inner.ack_command(command_id, status, detail))
+
+    def report_epoch(self, report: EpochReport) -> None:
+        self._call(f"report epoch {report.epoch}", lambda: self.inner.report_epoch(report))
+
+    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+        self.inner.heartbeat(pipeline, epoch, status, spark)
+
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
+        self._call("report progress", lambda: self.inner.report_progress(pipeline, progress))
 
 
 class LocalControl:

@@ -28,7 +28,14 @@ from typing import Any
 
 from workers.barrier import Barrier
 from workers.config import RunnerConfig
-from workers.control import ControlInterface, EpochReport, PuLoad, Topology
+from workers.control import (
+    ControlInterface,
+    ControlUnavailable,
+    EpochReport,
+    PatientControl,
+    PuLoad,
+    Topology,
+)
 from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, spark_info
 from workers.pipeline.builtins import get_pipeline
@@ -61,7 +68,10 @@ class PipelineRunner:
         on_epoch: Callable[[EpochReport], None] | None = None,
     ) -> None:
         self.config = config
-        self.control = control
+        # an outage of the control plane (its database restarting) is waited out, not fatal
+        self.control: ControlInterface = PatientControl(
+            control, patience_s=config.control_patience_s
+        )
         self.pipeline: Pipeline = get_pipeline(config.pipeline, config.vnodes)
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.placements: dict[str, VnodeMapping] = {}
@@ -235,6 +245,8 @@ class PipelineRunner:
         try:
             info = spark_info(self.spark) if self.spark is not None else {}
             self.control.heartbeat(self.pipeline.name, self.last_epoch, self.status, info)
+        except ControlUnavailable as exc:  # waited out by the epochs; the next beat replaces it
+            log.warning("heartbeat missed: %s", exc)
         except Exception:  # a missed heartbeat must never kill the pipeline
             log.exception("heartbeat failed")
 

@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from rescaler.cluster import services
 from rescaler.cluster.models import RunnerCommand
 from rescaler.operations.progress import operation_progress_record
-from workers.control import Command, EpochReport, Topology
+from workers.control import Command, ControlUnavailable, EpochReport, Topology
+
+
+@contextmanager
+def _database() -> Iterator[None]:
+    """One call on this thread's connection: a connection the database dropped (a restart) is
+    replaced first, and losing the database during the call is reported as
+    ``ControlUnavailable``, which the runner waits out (``workers.control.PatientControl``)."""
+    close_old_connections()
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        connection.close()  # the next call opens a new one
+        raise ControlUnavailable(
+            str(exc).strip().splitlines()[0] if str(exc) else repr(exc)
+        ) from exc
 
 
 class OrmControl:
@@ -17,27 +34,28 @@ class OrmControl:
     the runner's heartbeat thread gets its own connection, as Django gives one per thread."""
 
     def register(self, topology: Topology) -> None:
-        close_old_connections()
-        services.topology_register(topology=topology)
+        with _database():
+            services.topology_register(topology=topology)
 
     def poll_commands(self, pipeline: str) -> list[Command]:
-        close_old_connections()
-        pending = RunnerCommand.objects.filter(
-            pipeline__name=pipeline, status=RunnerCommand.Status.PENDING
-        ).order_by("id")
-        return [Command(id=c.id, kind=c.kind, payload=c.payload) for c in pending]
+        with _database():
+            pending = RunnerCommand.objects.filter(
+                pipeline__name=pipeline, status=RunnerCommand.Status.PENDING
+            ).order_by("id")
+            return [Command(id=c.id, kind=c.kind, payload=c.payload) for c in pending]
 
     def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
-        services.command_ack(command_id=command_id, status=status, detail=detail)
+        with _database():
+            services.command_ack(command_id=command_id, status=status, detail=detail)
 
     def report_epoch(self, report: EpochReport) -> None:
-        close_old_connections()
-        services.epoch_record(report=report)
+        with _database():
+            services.epoch_record(report=report)
 
     def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
-        close_old_connections()
-        services.runner_heartbeat(pipeline=pipeline, epoch=epoch, status=status, spark=spark)
+        with _database():
+            services.runner_heartbeat(pipeline=pipeline, epoch=epoch, status=status, spark=spark)
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
-        close_old_connections()
-        operation_progress_record(pipeline=pipeline, progress=progress)
+        with _database():
+            operation_progress_record(pipeline=pipeline, progress=progress)

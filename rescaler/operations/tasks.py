@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from kombu.exceptions import OperationalError as BrokerUnavailable
 
 from rescaler.operations import drive
+
+log = logging.getLogger(__name__)
+
+# Postgres restarting under a task: the task runs again (a new connection), with backoff up to
+# half a minute, for about ten minutes; Celery's Django fix-up drops the broken connection.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+RETRY = {
+    "autoretry_for": DATABASE_DOWN,
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": False,
+    "max_retries": 25,
+}
 
 
 @shared_task(
@@ -16,6 +31,7 @@ from rescaler.operations import drive
     acks_late=True,
     reject_on_worker_lost=True,
     name="rescaler.operations.drive_operation",
+    **RETRY,
 )
 def drive_operation(self: Any, pk: int) -> str:
     """Drive an operation for a while; re-queue itself until it ends.
@@ -25,11 +41,16 @@ def drive_operation(self: Any, pk: int) -> str:
     """
     status = drive.operation_drive(pk=pk)
     if status == "continue":
-        drive_operation.apply_async((pk,), countdown=0)
+        try:
+            drive_operation.apply_async((pk,), countdown=0)
+        except BrokerUnavailable:
+            # the lease is handed back: the resume task of whichever worker reconnects first
+            # picks the operation up (ResumeOnConnect in rescaler/celery.py)
+            log.warning("operation %s: broker unavailable, left for the resume task", pk)
     return status
 
 
-@shared_task(name="rescaler.operations.resume_operations")
+@shared_task(name="rescaler.operations.resume_operations", **RETRY)
 def resume_operations() -> list[int]:
     """Queue a driver for every operation whose driver's lease expired; while any operation is
     unfinished, look again after one lease period (a worker killed with its lease still live)."""
@@ -39,9 +60,3 @@ def resume_operations() -> list[int]:
     if drive.unfinished_operations():
         resume_operations.apply_async(countdown=settings.RESCALER_LEASE_S + 1)
     return orphaned
-
-
-@worker_ready.connect
-def _resume_on_start(sender: Any = None, **kwargs: Any) -> None:
-    # a worker that starts picks up operations whose driver died (their lease expired)
-    resume_operations.delay()
