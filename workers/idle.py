@@ -48,7 +48,8 @@ def awaits_barrier(operations: Iterable[OperationState]) -> bool:
     """Whether the next barrier would move one of these (unfinished) operations forward.
 
     Everything but a step still being exported changes at a barrier: a new operation records its
-    first epoch, a pending step is collected, an exported one acquired, an acquired one dropped,
+    first epoch, a pending step is collected (if fewer than ``steps_in_flight`` hold their
+    vnodes), an exported one acquired, an acquired one dropped,
     a dropped one done; a stop-start runs entirely at one barrier; an operation whose steps are
     all over completes (or is cancelled) at the next one. A step in ``collecting`` waits for its
     export thread, which no barrier hastens; the thread's end makes it ``exported``.
@@ -59,7 +60,9 @@ def awaits_barrier(operations: Iterable[OperationState]) -> bool:
         if op.strategy != Strategy.LIVE or op.begun_epoch is None:
             return True
         phases = {step.phase for step in op.steps.values()}
-        if phases - {StepPhase.COLLECTING, *STEP_ENDED}:
+        # a pending step waiting for a free slot (steps_in_flight) moves only once one frees
+        moving = phases - {StepPhase.COLLECTING, StepPhase.PENDING, *STEP_ENDED}
+        if moving or op.startable() or (op.cancel_requested and StepPhase.PENDING in phases):
             return True
         if not phases - STEP_ENDED and (op.finish_requested or op.cancel_requested):
             return True

@@ -10,6 +10,7 @@ changes.
 from __future__ import annotations
 
 from workers.control import Command
+from workers.rescale import errors
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import (
@@ -40,7 +41,11 @@ class CommandHandler:
             raise CommandRefused(f"{command.kind}: payload has no 'operation_id'")
         with self.ledger.lock:
             if command.kind == CommandKind.OPERATION_BEGIN:
-                return self._begin(BeginPayload.from_json(payload))
+                try:
+                    begin = BeginPayload.from_json(payload)
+                except errors.RescaleError as exc:  # e.g. a granularity out of range
+                    raise CommandRefused(f"{command.kind}: {exc}") from exc
+                return self._begin(begin)
             op = self.ledger.ops.get(operation_id)
             if op is None:
                 raise CommandRefused(f"operation {operation_id} was never begun on this runner")
@@ -79,7 +84,10 @@ class CommandHandler:
                 if not after or len(after) != placements[name].vnodes:
                     raise CommandRefused(f"{name}: stop_start needs a full mapping_after")
         op = OperationState(
-            operation_id=operation_id, strategy=begin.strategy, fragments=dict(begin.fragments)
+            operation_id=operation_id,
+            strategy=begin.strategy,
+            fragments=dict(begin.fragments),
+            granularity=begin.granularity,
         )
         self.ledger.ops[operation_id] = op
         self.ledger.save(op)

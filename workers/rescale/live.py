@@ -4,7 +4,9 @@ Planning an epoch first moves steps forward (a decision is recorded as the *epoc
 phase happens), then derives everything the epoch does from those epochs:
 
 * vnodes of steps with ``collect_epoch <= e < acquire_epoch`` are *held*: their records are routed
-  to the target's task, which appends them to a hold queue file instead of applying them;
+  to the target's task, which appends them to a hold queue file instead of applying them. At most
+  ``steps_in_flight`` steps of an operation hold at once: a pending step is collected at the first
+  barrier with a free slot, which may be the barrier that acquires an earlier step;
 * the source seals a step's vnodes at ``collect_epoch``; a background thread exports them
   (:mod:`workers.rescale.exports`);
 * at ``acquire_epoch`` the mapping sends them to the target, whose task ingests the verified
@@ -38,13 +40,22 @@ class LiveProtocol:
         self.ledger = ledger
 
     def advance(self, op: OperationState, epoch: int) -> None:
-        """Move the operation's steps (and the operation) forward for ``epoch``."""
+        """Move the operation's steps (and the operation) forward for ``epoch``.
+
+        First every started step moves on (a dropped one is done, an acquired one dropped, an
+        exported one acquired), then pending steps are collected while fewer than the
+        granularity's ``steps_in_flight`` steps hold their vnodes: a step acquired at this
+        barrier has freed its slot, so the next step is collected at the same barrier and a wave
+        of steps costs one epoch. Re-run for the same epoch (a crash before its plan was
+        recorded), it finds the steps it moved and the slots it filled, and does nothing more.
+        """
         changed = False
         if op.begun_epoch is None:
             op.begun_epoch = epoch
             changed = True
-        for step in sorted(op.steps.values(), key=lambda s: s.spec.step):
-            before = (step.phase, step.collect_epoch, step.acquire_epoch, step.drop_epoch)
+        steps = sorted(op.steps.values(), key=lambda s: s.spec.step)
+        before = [(s.phase, s.collect_epoch, s.acquire_epoch, s.drop_epoch) for s in steps]
+        for step in steps:
             if step.phase == StepPhase.PENDING and op.cancel_requested:
                 step.enter(StepPhase.CANCELLED)
             if (
@@ -67,15 +78,12 @@ class LiveProtocol:
             ):
                 step.acquire_epoch = epoch
                 step.enter(StepPhase.ACQUIRING)
-            if step.phase == StepPhase.PENDING:
-                step.collect_epoch = epoch
-                step.enter(StepPhase.COLLECTING)
-            changed |= before != (
-                step.phase,
-                step.collect_epoch,
-                step.acquire_epoch,
-                step.drop_epoch,
-            )
+        for step in op.startable():
+            step.collect_epoch = epoch
+            step.enter(StepPhase.COLLECTING)
+        changed |= before != [
+            (s.phase, s.collect_epoch, s.acquire_epoch, s.drop_epoch) for s in steps
+        ]
         if not op.in_flight() and all(s.phase in STEP_ENDED for s in op.steps.values()):
             if op.cancel_requested:
                 op.status, op.finished_epoch = OperationStatus.CANCELLED, epoch
@@ -136,7 +144,7 @@ class LiveProtocol:
                 spec = step.spec
                 frag = spec.fragment
                 c, a, d = step.collect_epoch, step.acquire_epoch, step.drop_epoch
-                if c is not None and c <= epoch and (a is None or epoch < a):
+                if step.holds(epoch):
                     for vnode in spec.vnodes:
                         held[frag][vnode] = spec.target_pu
                     slots[frag][spec.target_pu]["hold_path"] = str(

@@ -2,7 +2,8 @@
 
 A step's phases, in order (DESIGN §3):
 
-``pending``    issued, not started;
+``pending``    issued, not started: it waits for a barrier with a free slot (fewer than the
+               granularity's ``steps_in_flight`` steps of the operation collecting or exported);
 ``collecting`` held from ``collect_epoch``: its records go to the hold queue, the source's copy is
                sealed and being exported;
 ``exported``   every vnode's export is written and verified (key count and checksum);
@@ -21,15 +22,17 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from workers.pipeline.placement import write_json_atomic
 from workers.rescale.protocol import (
     FINAL,
+    STEP_HOLDING,
     STEP_IN_FLIGHT,
     FragmentBegin,
+    Granularity,
     OperationProgress,
     OperationStatus,
     StepPhase,
@@ -58,11 +61,20 @@ class StepState:
         self.phase = phase
         self.timings[phase] = time.time()
 
+    def holds(self, epoch: int) -> bool:
+        """Whether the step's vnodes are held in ``epoch``: routed to the target's hold queue,
+        sealed at the source (``collect_epoch <= epoch < acquire_epoch``)."""
+        c, a = self.collect_epoch, self.acquire_epoch
+        return c is not None and c <= epoch and (a is None or epoch < a)
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # field by field, not ``asdict``: an operation's state file is written at every change,
+        # and a deep copy of every step each time costs more than the write
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["spec"] = self.spec.to_json()
-        data["exports"] = {str(v): m for v, m in self.exports.items()}
+        data["exports"] = {str(v): dict(m) for v, m in self.exports.items()}
         data["hold_rows"] = {str(v): n for v, n in self.hold_rows.items()}
+        data["timings"] = dict(self.timings)
         return data
 
     @classmethod
@@ -109,6 +121,8 @@ class OperationState:
     operation_id: str
     strategy: Strategy
     fragments: dict[str, FragmentBegin]
+    # from the begin payload; None (an older control plane): no bound on the steps held at once
+    granularity: Granularity | None = None
     status: OperationStatus = OperationStatus.RUNNING  # then one of FINAL
     steps: dict[int, StepState] = field(default_factory=dict)
     cancel_requested: bool = False
@@ -129,10 +143,27 @@ class OperationState:
     def in_flight(self) -> list[StepState]:
         return [s for s in self.steps.values() if s.phase in STEP_IN_FLIGHT]
 
+    def startable(self) -> list[StepState]:
+        """The pending steps a barrier may collect now, in step order: as many as there are free
+        slots, a slot being one of ``steps_in_flight`` steps holding their vnodes. A step acquired
+        at a barrier frees its slot at that barrier, so call this after moving steps forward."""
+        if self.final or self.cancel_requested:
+            return []
+        pending = sorted(
+            (s for s in self.steps.values() if s.phase == StepPhase.PENDING),
+            key=lambda s: s.spec.step,
+        )
+        if self.granularity is None:
+            return pending
+        holding = sum(1 for s in self.steps.values() if s.phase in STEP_HOLDING)
+        return pending[: max(self.granularity.steps_in_flight - holding, 0)]
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["steps"] = {str(i): s.to_json() for i, s in self.steps.items()}
         data["fragments"] = {n: f.to_json() for n, f in self.fragments.items()}
+        data["granularity"] = None if self.granularity is None else self.granularity.to_json()
+        data["restored_moves"] = tuple(self.restored_moves)
         return data
 
     @classmethod
@@ -140,6 +171,8 @@ class OperationState:
         data = dict(data)
         data["steps"] = {int(i): StepState.from_json(s) for i, s in data.get("steps", {}).items()}
         data["fragments"] = {n: FragmentBegin.from_json(f) for n, f in data["fragments"].items()}
+        granularity = data.get("granularity")
+        data["granularity"] = None if granularity is None else Granularity.parse(granularity)
         data["strategy"] = Strategy(data["strategy"])
         data["status"] = OperationStatus(data["status"])
         data["phase"] = StopStartPhase(data["phase"])

@@ -1,6 +1,13 @@
 """Driving one operation from outside the runner: begin it, issue its steps paced by the
 granularity, wait for their phases, time out a stuck step, honour cancel, finish.
 
+Who paces what: the runner starts a pending step at a barrier only while fewer than
+``steps_in_flight`` of the operation's steps hold their vnodes (from collect to acquire: the
+begin payload carries the granularity), so the orchestrator is off the critical path. It issues
+steps ahead, up to ``issue_ahead`` waves of ``steps_in_flight`` steps not yet acquired, and never
+faster than ``bytes_per_second`` allows; the runner collects the next wave at the very barrier
+that acquires the last one.
+
 It talks to the runner only through an :class:`OperationChannel` (commands in, progress out), so
 the same logic runs against the file-based control of the data plane (tests, the CLI) and against
 Postgres in a Celery task. It keeps no state of its own that the runner's progress cannot rebuild:
@@ -25,12 +32,16 @@ from workers.rescale.protocol import (
     OperationRef,
     Plan,
     StepPayload,
+    StepPhase,
     StepProgress,
     StepSpec,
     Strategy,
     Tick,
     TickStatus,
 )
+
+# issued and not yet acquired: what the orchestrator's issue-ahead window counts
+STEP_NOT_ACQUIRED = frozenset({StepPhase.PENDING, *STEP_HOLDING})
 
 
 class OperationChannel(Protocol):
@@ -47,6 +58,10 @@ class Orchestrator:
     operation_id: str
     plan: Plan
     step_timeout_s: float = 300.0
+    # steps issued and not yet acquired, in waves of steps_in_flight: one wave holds its vnodes
+    # in the runner and the next waits there for its slots, so a barrier never finds the runner
+    # without a step to start as long as the orchestrator polls once per epoch
+    issue_ahead: int = 2
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time  # compared with the runner's phase-entry times
     _started: float | None = None
@@ -97,19 +112,23 @@ class Orchestrator:
         return Tick(started, progress)
 
     def _issue_ready(self, steps: dict[int, StepProgress]) -> None:
-        """Issue the steps that may start now. The first wave goes right behind the begin and the
-        finish right behind the last step: the runner applies commands in order at one barrier
-        and completes only when every step is done, so no epoch is spent waiting for replies."""
+        """Issue the steps that may be issued now: up to ``issue_ahead`` waves of steps not yet
+        acquired (pending in the runner, holding their vnodes, or sent and not yet seen), as fast
+        as ``bytes_per_second`` allows. The runner starts them as its slots free up. The first
+        waves go right behind the begin and the finish right behind the last step: the runner
+        applies commands in order at one barrier and completes only when every step is done, so
+        no epoch is spent waiting for replies."""
         sent = self._issued - steps.keys()  # issued, not yet seen by the runner
-        in_flight = sum(1 for s in steps.values() if s.phase in STEP_HOLDING) + len(sent)
+        window = self.granularity.steps_in_flight * max(self.issue_ahead, 1)
+        ahead = sum(1 for s in steps.values() if s.phase in STEP_NOT_ACQUIRED) + len(sent)
         issued_bytes = sum(s.bytes for s in self.plan.steps if s.step in steps or s.step in sent)
         for spec in self.plan.steps:
             if spec.step in steps or spec.step in self._issued:
                 continue
-            if in_flight >= self.granularity.steps_in_flight or not self._rate_allows(issued_bytes):
+            if ahead >= window or not self._rate_allows(issued_bytes):
                 break
             self._issue(spec)
-            in_flight += 1
+            ahead += 1
             issued_bytes += spec.bytes
         all_issued = all(s.step in steps or s.step in self._issued for s in self.plan.steps)
         if all_issued and not self._finish_sent:
@@ -133,13 +152,27 @@ class Orchestrator:
 
     def _stuck(self, steps: dict[int, StepProgress]) -> str:
         """A step whose phase has not changed for longer than the time-out, by the runner's own
-        record of when it entered the phase (so a replacement orchestrator sees it too)."""
+        record of when it entered the phase (so a replacement orchestrator sees it too).
+
+        A pending step waits in the runner for a free slot, which no time-out hastens: while
+        ``steps_in_flight`` steps hold their vnodes it is not timed out (their own clocks run),
+        and once a slot is free its clock starts when the slot freed (the last step to leave
+        the hold window entered ``acquiring`` then), or when it was issued if that is later.
+        """
         now = self.wall()
+        holding = sum(1 for s in steps.values() if s.phase in STEP_HOLDING)
+        slot_freed = max(
+            (s.timings.get(StepPhase.ACQUIRING, 0.0) for s in steps.values()), default=0.0
+        )
         for number, step in sorted(steps.items()):
             phase = step.phase
             since = step.timings.get(phase)
             if phase in STEP_ENDED or since is None:
                 continue
+            if phase == StepPhase.PENDING:
+                if holding >= self.granularity.steps_in_flight:
+                    continue
+                since = max(since, slot_freed)
             if now - since > self.step_timeout_s:
                 return (
                     f"step {number} stuck in phase {str(phase)!r} for {now - since:.0f}s "

@@ -27,7 +27,10 @@ from workers.rescale.request import ClusterView, FragmentView
 # used for estimates when nothing has been measured yet
 DEFAULT_TRANSFER_BYTES_PER_S = 40e6
 DEFAULT_EPOCH_S = 1.0
-EPOCHS_PER_STEP = 2  # collect at one barrier, acquire at the next, drop at the one after
+# a wave of steps_in_flight steps is collected at one barrier and acquired at the next, which
+# collects the next wave; after the last wave's acquire come its drop and the completion
+EPOCHS_PER_WAVE = 1
+EPOCHS_AFTER_LAST_WAVE = 2
 
 
 def target_counts(
@@ -183,11 +186,13 @@ def estimate_seconds(
     bytes_per_s: float = DEFAULT_TRANSFER_BYTES_PER_S,
     epoch_s: float = DEFAULT_EPOCH_S,
 ) -> float:
-    """Transfer time at the measured rate (or the cap), plus each wave of steps' barriers."""
+    """Transfer time at the measured rate (or the cap), plus the barriers: one per wave of
+    steps, and two more for the last wave's acquire and drop."""
     total_bytes = sum(s.bytes for s in steps)
     rate = min(bytes_per_s, granularity.bytes_per_second or math.inf)
     waves = math.ceil(len(steps) / granularity.steps_in_flight) if steps else 0
-    return total_bytes / rate + waves * EPOCHS_PER_STEP * epoch_s
+    epochs = waves * EPOCHS_PER_WAVE + (EPOCHS_AFTER_LAST_WAVE if waves else 0)
+    return total_bytes / rate + epochs * epoch_s
 
 
 def plan_request(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from workers.rescale import errors
@@ -47,11 +47,11 @@ STEP_IN_FLIGHT = frozenset(
         StepPhase.DROPPING,
     }
 )
-# a step counts against steps_in_flight while its vnodes' records wait; once acquired it only
-# cleans up the source's copy, and the next step may start
-STEP_HOLDING = frozenset(
-    {StepPhase.PENDING, StepPhase.COLLECTING, StepPhase.EXPORTED, StepPhase.ACQUIRING}
-)
+# a step holds its vnodes (sealed at the source, their records in hold queues) from its
+# collect epoch up to its acquire epoch: these are the steps counted against steps_in_flight.
+# A pending step waits in the runner for a slot; at the barrier that acquires a step (it is then
+# acquiring: its vnodes route to the target) the runner may collect the next one
+STEP_HOLDING = frozenset({StepPhase.COLLECTING, StepPhase.EXPORTED})
 STEP_ENDED = frozenset({StepPhase.DONE, StepPhase.CANCELLED})
 
 
@@ -579,25 +579,31 @@ class FragmentBegin:
 
 @dataclass(frozen=True)
 class BeginPayload:
-    """``operation.begin``: the operation, its strategy, and per fragment its change."""
+    """``operation.begin``: the operation, its strategy, per fragment its change, and its
+    granularity: the runner starts a pending step only while fewer than ``steps_in_flight`` of
+    the operation's steps hold their vnodes (None, from an older control plane: no bound)."""
 
     operation_id: str
     strategy: Strategy
     fragments: dict[str, FragmentBegin]
+    granularity: Granularity | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "operation_id": self.operation_id,
             "strategy": self.strategy,
             "fragments": {n: f.to_json() for n, f in self.fragments.items()},
+            "granularity": None if self.granularity is None else self.granularity.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BeginPayload:
+        granularity = data.get("granularity")
         return cls(
             operation_id=str(data["operation_id"]),
             strategy=Strategy(data.get("strategy", Strategy.LIVE)),
             fragments={n: FragmentBegin.from_json(f) for n, f in data["fragments"].items()},
+            granularity=None if granularity is None else Granularity.parse(granularity),
         )
 
     @classmethod
@@ -605,6 +611,7 @@ class BeginPayload:
         return cls(
             operation_id=operation_id,
             strategy=plan.request.strategy,
+            granularity=plan.request.granularity,
             fragments={
                 name: FragmentBegin(
                     added_parallel_units=plan.request.changes[name].added_parallel_units,
@@ -664,7 +671,13 @@ class StepProgress:
     error: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "vnodes": list(self.vnodes)}
+        # field by field, not ``asdict``: a progress report carries every step, at every change
+        return {
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+            "vnodes": list(self.vnodes),
+            "per_vnode": {v: dict(figures) for v, figures in self.per_vnode.items()},
+            "timings": dict(self.timings),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepProgress:
@@ -696,7 +709,7 @@ class OperationProgress:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **asdict(self),
+            **{f.name: getattr(self, f.name) for f in fields(self)},
             "fragments": list(self.fragments),
             "steps": [s.to_json() for s in self.steps],
         }
