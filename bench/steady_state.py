@@ -185,7 +185,12 @@ def run_rescaler(w: Workload, workdir: Path) -> dict[str, Any]:
         # Runs inside the epoch's foreachBatch, so it must stay cheap: one log line, and the
         # progress snapshot only in the trailing epoch, whose time is not measured.
         reports.append(
-            {"epoch": report.epoch, "rows": report.rows, "foreach_batch_s": report.duration_s}
+            {
+                "epoch": report.epoch,
+                "rows": report.rows,
+                "foreach_batch_s": report.duration_s,
+                "timings": asdict(runner.last_timings),
+            }
         )
         say(
             f"rescaler {w.dist}: epoch {report.epoch + 1}/{w.total_epochs} "
@@ -303,7 +308,57 @@ def run_contender(name: str, rnd: int, *, w: Workload, run_dir: Path) -> dict[st
     r = CHILD.run(args, run_dir / f"{w.dist}-{name}-{rnd}", f"{name} {w.dist} #{rnd + 1}")
     if "progress" in r:
         r["summary"] = summarize(r["progress"], w)
+        if "epoch_reports" in r and "error" not in r["summary"]:
+            r["summary"]["epoch_breakdown_ms"] = breakdown(r["epoch_reports"], r["summary"], w)
     return r
+
+
+# Spark's own parts of a micro-batch around foreachBatch (durationMs), then the runner's parts
+# inside it (workers.runner.EpochTimings): where a rescaler epoch's time goes.
+SPARK_PARTS = ("latestOffset", "queryPlanning", "walCommit", "commitOffsets")
+DRIVER_PARTS = ("plan_s", "build_s", "spark_job_s", "bookkeeping_s", "report_s")
+
+
+def breakdown(
+    reports: list[dict[str, Any]], summary: dict[str, Any], w: Workload
+) -> dict[str, float]:
+    """Mean milliseconds per measured epoch of each part of the rescaler's epoch."""
+    measured = [
+        r for r in reports if w.warmup <= r["epoch"] < w.warmup + w.epochs and "timings" in r
+    ]
+    if not measured:
+        return {}
+    parts = {
+        k.removesuffix("_s"): round(
+            sum(r["timings"][k] for r in measured) / len(measured) * 1000, 1
+        )
+        for k in DRIVER_PARTS
+    }
+    spark = summary.get("mean_ms_by_component", {})
+    out = {f"spark_{k}": spark.get(k, 0.0) for k in SPARK_PARTS}
+    out.update(parts)
+    trigger = spark.get("triggerExecution", 0.0)
+    out["other"] = round(trigger - sum(out.values()), 1)
+    out["total_triggerExecution"] = trigger
+    return out
+
+
+def breakdown_table(dist: str, rescaler: dict[str, Any]) -> str | None:
+    """The rescaler's epoch, part by part, median [min, max] of each run's mean."""
+    runs = [r["summary"]["epoch_breakdown_ms"] for r in rescaler["runs"] if dig_ok(r)]
+    if not runs:
+        return None
+    rows = [
+        [part, common.fmt_spread(common.spread(run.get(part) for run in runs), ",.1f")]
+        for part in runs[0]
+    ]
+    return f"== {dist}: where a rescaler epoch's time goes (ms per epoch) ==\n" + (
+        common.format_table(["part", "ms"], rows)
+    )
+
+
+def dig_ok(run: dict[str, Any]) -> bool:
+    return bool(common.dig(run, "summary", "epoch_breakdown_ms"))
 
 
 def summarize(progress: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
@@ -542,6 +597,12 @@ def parent_main(args: argparse.Namespace) -> int:
     trust = common.trust_fields(validity, load_before, launches)
     tables = [
         common.with_verdict(table_for(dist, results[dist]["contenders"]), trust) for dist in results
+    ]
+    tables += [
+        table
+        for dist in results
+        if "rescaler" in results[dist]["contenders"]
+        and (table := breakdown_table(dist, results[dist]["contenders"]["rescaler"]))
     ]
     legend = (
         "rows/s: rows / sum of triggerExecution over the measured epochs; rows/s wall: rows / "

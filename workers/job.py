@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ class EpochJob:
         self.spark = spark
         self.config = config
         self.pipeline = pipeline
+        self.last_timings: tuple[float, float] = (0.0, 0.0)
 
     def source_stream(self, ticks_path: Path) -> Any:
         """The pipeline's source as a streaming DataFrame (offsets carry the barrier tick)."""
@@ -127,31 +129,46 @@ class EpochJob:
         actions: FragmentActions,
         spec: TaskSpec,
         key_col: str,
+        *,
+        from_outputs: bool = False,
     ) -> Any:
         """Route records to their PU's task in Spark SQL: vnode, then slot (held vnodes go to
-        their target, marked ``held``), then one partition per PU."""
-        from pyspark.sql import functions as F
+        their target, marked ``held``), then one partition per PU.
 
+        One projection computes it all (each DataFrame step costs the driver an analysis and
+        py4j round trips at every epoch; Spark's code generation evaluates the repeated vnode
+        hash once per row). ``from_outputs``: ``df`` holds the previous fragment's outputs
+        (kind ``out``), which become this fragment's records.
+        """
+        kind = "(CASE WHEN kind = 'out' THEN 'rec' ELSE kind END)" if from_outputs else "kind"
+        is_rec = f"{kind} = 'rec'"
+        vnode = vnode_sql(key_col, placement.vnodes)
         slots = ",".join(map(str, route_slots(placement, actions)))
-        is_rec = F.col("kind") == F.lit("rec")
-        routed = (
-            df.withColumnRenamed(key_col, "key")
-            .withColumn("vnode", F.when(is_rec, F.expr(vnode_sql("key", placement.vnodes))))
-            .withColumn(
-                "slot",
-                F.when(
-                    is_rec, F.expr(f"element_at(array({slots}), cast(vnode + 1 as int))")
-                ).otherwise(F.lit(0)),
-            )
-        )
+        routed_kind = kind
         if actions.held:
             flags = ",".join(
                 "true" if v in actions.held else "false" for v in range(placement.vnodes)
             )
-            is_held = F.expr(f"element_at(array({flags}), cast(vnode + 1 as int))")
-            routed = routed.withColumn(
-                "kind", F.when(is_rec & is_held, F.lit("held")).otherwise(F.col("kind"))
-            )
+            held = f"element_at(array({flags}), cast({vnode} + 1 as int))"
+            routed_kind = f"CASE WHEN {is_rec} AND {held} THEN 'held' ELSE {kind} END"
+        columns = []
+        for name in df.columns:
+            if name == key_col:
+                columns.append(f"`{name}` AS key")
+            elif name == "kind":
+                columns.append(f"{routed_kind} AS kind")
+            elif name == "src" and from_outputs:
+                columns.append("0 AS src")
+            else:
+                columns.append(f"`{name}`")
+        if from_outputs and "src" not in df.columns:
+            columns.append("0 AS src")
+        routed = df.selectExpr(
+            *columns,
+            f"CASE WHEN {is_rec} THEN {vnode} END AS vnode",
+            f"CASE WHEN {is_rec} THEN element_at(array({slots}), cast({vnode} + 1 as int)) "
+            "ELSE 0 END AS slot",
+        )
         schema = output_schema(spec.operator)
         ddl = ", ".join(f"`{f.name}` {_SPARK_TYPES[str(f.type)]}" for f in schema)
         return routed.repartitionById(len(placement.parallel_units), "slot").mapInArrow(
@@ -160,22 +177,24 @@ class EpochJob:
 
     def run(self, df: Any, plan: EpochPlan) -> list[dict[str, Any]]:
         """Run ``plan`` over the epoch's records ``df``: one Spark job, every fragment; returns
-        the rows the tasks sent back (``stat`` reports of every PU task, ``malformed`` lines)."""
-        from pyspark.sql import functions as F
+        the rows the tasks sent back (``stat`` reports of every PU task, ``malformed`` lines).
 
+        ``last_timings`` is then (seconds building the job's DataFrame on the driver, seconds of
+        the Spark job itself, from submission to the collected reports)."""
+        started = time.perf_counter()
         cfg = self.config
         first = self.pipeline.fragments[0]
         # one pass over the source: malformed rows ride along (kind "malformed") instead of
         # being split off into a second branch, which would make Spark read the source twice
         prepared = self.pipeline.prepare(df)
-        bad = F.col("_malformed").isNotNull()
-        stream = prepared.select(
-            F.when(bad, F.lit("malformed")).otherwise(F.lit("rec")).alias("kind"),
-            F.when(bad, F.lit(None)).otherwise(F.col(first.key)).alias(first.key),
+        bad = "_malformed IS NOT NULL"
+        stream = prepared.selectExpr(
+            f"CASE WHEN {bad} THEN 'malformed' ELSE 'rec' END AS kind",
+            f"CASE WHEN {bad} THEN NULL ELSE `{first.key}` END AS `{first.key}`",
             "seq",
-            *first.operator.columns,
-            F.when(bad, F.lit(0)).otherwise(F.col("src")).alias("src"),
-            F.col("_malformed").alias("info"),
+            *(f"`{c}`" for c in first.operator.columns),
+            f"CASE WHEN {bad} THEN 0 ELSE src END AS src",
+            "_malformed AS info",
         )
         for i, frag in enumerate(self.pipeline.fragments):
             placement = plan.placements[frag.name]
@@ -194,12 +213,12 @@ class EpochJob:
                 terminal=i == len(self.pipeline.fragments) - 1,
                 actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
             )
-            if i > 0:
-                stream = stream.withColumn(
-                    "kind", F.when(F.col("kind") == "out", F.lit("rec")).otherwise(F.col("kind"))
-                ).withColumn("src", F.lit(0))
-            stream = self.stage(stream, placement, actions, spec, "key" if i > 0 else frag.key)
+            stream = self.stage(
+                stream, placement, actions, spec, "key" if i > 0 else frag.key, from_outputs=i > 0
+            )
+        built = time.perf_counter()
         rows = stream.select("kind", "info").collect()
+        self.last_timings = (built - started, time.perf_counter() - built)
         return [
             {"kind": r.kind, **json.loads(r.info)}
             if r.kind == "stat"

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,22 @@ class StopRequested(Exception):
     does not commit it, so the next start re-runs it from its logged offsets."""
 
 
+@dataclass(frozen=True)
+class EpochTimings:
+    """Where one epoch's time went on the driver, inside Spark's ``foreachBatch`` (Spark's own
+    share around it, offsets and commit logs, is in the query's progress ``durationMs``)."""
+
+    plan_s: float  # the barrier: commands, operation phases, the recorded plan
+    build_s: float  # the epoch's DataFrame, built and analysed (py4j calls into the JVM)
+    spark_job_s: float  # the Spark job: scheduling, every PU task, the collected reports
+    bookkeeping_s: float  # checking the reports, the rescale ledger
+    report_s: float  # the epoch report to the control plane
+
+    def summary(self) -> str:
+        parts = ("plan", "build", "spark_job", "bookkeeping", "report")
+        return ", ".join(f"{p} {getattr(self, p + '_s') * 1000:.0f} ms" for p in parts)
+
+
 class PipelineRunner:
     """Runs one pipeline until stopped (a ``stop`` command, ``--epochs``, or a signal)."""
 
@@ -88,6 +105,7 @@ class PipelineRunner:
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
         self.ticks = BarrierTicks(config.pipeline_dir / TICKS_FILE, config.idle_barrier_s)
+        self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
 
     # -- set-up ------------------------------------------------------------------------------
     @property
@@ -172,10 +190,12 @@ class PipelineRunner:
         started = time.perf_counter()
         try:
             plan = self.barrier.plan(epoch)
+            planned = time.perf_counter()
             results = self.job.run(df, plan)
         except BaseException as exc:  # surfaced by run(); Spark would otherwise only log it
             self._error = exc
             raise
+        ran = time.perf_counter()
         stats = [r for r in results if r["kind"] == "stat"]
         self._check_reports(plan, stats)
         malformed = [r["text"] for r in results if r["kind"] == "malformed"]
@@ -205,7 +225,16 @@ class PipelineRunner:
         )
         self.executor.committed(epoch, stats)
         self.last_epoch = epoch
+        booked = time.perf_counter()
         self.control.report_epoch(report)
+        build_s, job_s = self.job.last_timings
+        self.last_timings = EpochTimings(
+            plan_s=planned - started,
+            build_s=build_s,
+            spark_job_s=job_s,
+            bookkeeping_s=booked - ran,
+            report_s=time.perf_counter() - booked,
+        )
         if malformed:
             log.warning(
                 "epoch %d: %d malformed records, e.g. %s", epoch, len(malformed), malformed[0]
@@ -213,10 +242,11 @@ class PipelineRunner:
         if self._on_epoch is not None:
             self._on_epoch(report)
         log.info(
-            "epoch %d committed: %d rows in %.3fs%s",
+            "epoch %d committed: %d rows in %.3fs (%s)%s",
             epoch,
             report.rows,
             report.duration_s,
+            self.last_timings.summary(),
             "" if report.rows else " (empty: a barrier for waiting control work)",
         )
 

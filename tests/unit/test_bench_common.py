@@ -235,3 +235,23 @@ def test_repeat_defaults_to_three_and_must_be_at_least_one() -> None:
     assert parser.parse_args(["--repeat", "1", "--allow-load"]).repeat == 1
     with pytest.raises(SystemExit):
         parser.parse_args(["--repeat", "0"])
+
+
+def test_the_epoch_breakdown_adds_up_to_sparks_trigger_time() -> None:
+    from bench.steady_state import Workload, breakdown
+
+    w = Workload(
+        dist="uniform", zipf_s=0.0, key_space=10, rows_per_epoch=5, warmup=1, epochs=2,
+        shuffle_partitions=2,
+    )  # fmt: skip
+    timings = {"plan_s": 0.002, "build_s": 0.04, "spark_job_s": 0.2, "bookkeeping_s": 0.0,
+               "report_s": 0.005}  # fmt: skip
+    reports = [{"epoch": e, "timings": timings} for e in range(4)]
+    reports[0]["timings"] = {k: 9.0 for k in timings}  # the warm-up epoch is not measured
+    summary = {"mean_ms_by_component": {"triggerExecution": 300.0, "walCommit": 15.0,
+                                        "commitOffsets": 20.0, "queryPlanning": 5.0}}  # fmt: skip
+    parts = breakdown(reports, summary, w)
+    assert parts["spark_job"] == 200.0 and parts["build"] == 40.0 and parts["plan"] == 2.0
+    assert parts["spark_latestOffset"] == 0.0 and parts["spark_walCommit"] == 15.0
+    assert parts["other"] == 13.0  # 300 - (15 + 20 + 5 + 2 + 40 + 200 + 0 + 5)
+    assert parts["total_triggerExecution"] == 300.0

@@ -11,24 +11,20 @@ WORD_SEPARATOR = " "
 
 
 def _prepare_wordcount(df: Any) -> Any:
-    # lines -> words; splitting on single spaces keeps Spark and the oracle in exact agreement
-    from pyspark.sql import functions as F
-
-    words = df.select(
-        "seq",
-        "_malformed",
-        F.posexplode_outer(F.split("line", WORD_SEPARATOR)).alias("pos", "word"),
+    # lines -> words; splitting on single spaces keeps Spark and the oracle in exact agreement.
+    # SQL strings, not Column objects: each Column is a py4j round trip, paid at every epoch
+    words = df.selectExpr(
+        "seq", "_malformed", f"posexplode_outer(split(line, '{WORD_SEPARATOR}')) AS (pos, word)"
     )
+    # a malformed line has no words: posexplode_outer keeps it as one row for the report;
     # src marks one record per source line, so the runner can count source rows per epoch
-    words = words.withColumn("src", (F.col("pos") == 0).cast("int"))
-    # a malformed line has no words: posexplode_outer keeps it as one row for the report
-    return words.where(F.col("_malformed").isNotNull() | (F.col("word") != "")).drop("pos")
+    return words.where("_malformed IS NOT NULL OR word != ''").selectExpr(
+        "seq", "_malformed", "word", "CAST(pos = 0 AS INT) AS src"
+    )
 
 
 def _prepare_clickstream(df: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return df.select("seq", "user", "page", "ts", "bytes", "_malformed", F.lit(1).alias("src"))
+    return df.selectExpr("seq", "user", "page", "ts", "bytes", "_malformed", "1 AS src")
 
 
 def wordcount(vnodes: int = DEFAULT_VNODES) -> Pipeline:
