@@ -345,7 +345,9 @@ def breakdown(
 
 def breakdown_table(dist: str, rescaler: dict[str, Any]) -> str | None:
     """The rescaler's epoch, part by part, median [min, max] of each run's mean."""
-    runs = [r["summary"]["epoch_breakdown_ms"] for r in rescaler["runs"] if dig_ok(r)]
+    runs = [
+        parts for r in rescaler["runs"] if (parts := common.dig(r, "summary", "epoch_breakdown_ms"))
+    ]
     if not runs:
         return None
     rows = [
@@ -355,10 +357,6 @@ def breakdown_table(dist: str, rescaler: dict[str, Any]) -> str | None:
     return f"== {dist}: where a rescaler epoch's time goes (ms per epoch) ==\n" + (
         common.format_table(["part", "ms"], rows)
     )
-
-
-def dig_ok(run: dict[str, Any]) -> bool:
-    return bool(common.dig(run, "summary", "epoch_breakdown_ms"))
 
 
 def summarize(progress: list[dict[str, Any]], w: Workload) -> dict[str, Any]:

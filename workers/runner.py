@@ -69,7 +69,7 @@ class EpochTimings:
     bookkeeping_s: float  # checking the reports, the rescale ledger
     report_s: float  # the epoch report to the control plane
 
-    def summary(self) -> str:
+    def __str__(self) -> str:  # formatted only when the log line is written
         parts = ("plan", "build", "spark_job", "bookkeeping", "report")
         return ", ".join(f"{p} {getattr(self, p + '_s') * 1000:.0f} ms" for p in parts)
 
@@ -246,7 +246,7 @@ class PipelineRunner:
             epoch,
             report.rows,
             report.duration_s,
-            self.last_timings.summary(),
+            self.last_timings,
             "" if report.rows else " (empty: a barrier for waiting control work)",
         )
 

@@ -22,7 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db import connection
+from rest_framework.test import APIClient
 
 from rescaler.cluster.models import EpochMetric, Pipeline
 from rescaler.cluster.services import command_submit
@@ -204,3 +207,21 @@ def running_pipeline(procs: Processes) -> None:
         procs,
         ("runner",),
     )
+
+
+def operator_user() -> Any:
+    """A user who may rescale (the ``operations.rescale`` permission)."""
+    user = get_user_model().objects.create_user("operator", password="x")
+    user.user_permissions.add(Permission.objects.get(codename="rescale"))
+    return user
+
+
+def request_op(client: APIClient, change: dict[str, list[int]], granularity: Any) -> str:
+    """A live rescale of ``word_count`` over the API; returns its operation id."""
+    response = client.post(
+        "/api/v1/operations",
+        {"changes": {"word_count": change}, "strategy": "live", "granularity": granularity},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    return str(response.json()["operation_id"])

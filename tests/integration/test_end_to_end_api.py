@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import EpochMetric
@@ -19,6 +17,8 @@ from tests.integration.stack import (
     Processes,
     check_oracle,
     finish,
+    operator_user,
+    request_op,
     running_pipeline,
     wait_until,
 )
@@ -30,21 +30,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(15
 
 @pytest.fixture
 def operator_client() -> APIClient:
-    user = get_user_model().objects.create_user("operator", password="x")
-    user.user_permissions.add(Permission.objects.get(codename="rescale"))
     client = APIClient()
-    client.force_authenticate(user)
+    client.force_authenticate(operator_user())
     return client
-
-
-def request_op(client: APIClient, change: dict[str, list[int]], granularity: Any) -> str:
-    response = client.post(
-        "/api/v1/operations",
-        {"changes": {"word_count": change}, "strategy": "live", "granularity": granularity},
-        format="json",
-    )
-    assert response.status_code == 202, response.content
-    return response.json()["operation_id"]
 
 
 def op_status(client: APIClient, operation_id: str) -> str:

@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.db import DatabaseError, connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -32,6 +30,8 @@ from tests.integration.stack import (
     Processes,
     check_oracle,
     finish,
+    operator_user,
+    request_op,
     running_pipeline,
     wait_until,
 )
@@ -45,27 +45,6 @@ DOWN_S = 6.0
 # the driver's re-queue of itself always falls into the outage and is lost
 REDIS_DOWN_S = 25.0
 FLUID_STEPS = 16  # 2 -> 4 PUs over 32 vnodes, one vnode per step: 16 steps
-
-
-def _operator(client: APIClient) -> None:
-    user = get_user_model().objects.create_user("operator", password="x")
-    user.user_permissions.add(Permission.objects.get(codename="rescale"))
-    client.force_authenticate(user)
-
-
-def _request_fluid_scale_out(client: APIClient) -> str:
-    response = client.post(
-        "/api/v1/operations",
-        {
-            "changes": {"word_count": {"added_parallel_units": [2, 3]}},
-            "strategy": "live",
-            "granularity": "fluid",
-            "reason": "fault test",
-        },
-        format="json",
-    )
-    assert response.status_code == 202, response.content
-    return str(response.json()["operation_id"])
 
 
 def _steps_done(operation: dict[str, Any]) -> int:
@@ -121,10 +100,10 @@ def test_postgres_restarted_mid_operation_the_runner_and_orchestrator_reconnect(
 ) -> None:
     processes.env["DATABASE_URL"] = private_postgres.url("rescaler")
     client = APIClient()
-    _operator(client)
+    client.force_authenticate(operator_user())
     running_pipeline(processes)
     processes.worker("worker-1")
-    operation_id = _request_fluid_scale_out(client)
+    operation_id = request_op(client, {"added_parallel_units": [2, 3]}, "fluid")
 
     def detail() -> dict[str, Any]:
         response = client.get(f"/api/v1/operations/{operation_id}")
@@ -198,9 +177,7 @@ def test_redis_restarted_mid_operation_celery_and_the_console_recover(
     running_pipeline(processes)
     processes.worker("worker-1")
     live_url = processes.web()
-    user = get_user_model().objects.create_user("operator", password="x")
-    user.user_permissions.add(Permission.objects.get(codename="rescale"))
-    token = Token.objects.create(user=user).key
+    token = Token.objects.create(user=operator_user()).key
     # the request goes through daphne, whose Celery client uses the private Redis
     operation_id = _api(
         f"{live_url}/api/v1/operations",

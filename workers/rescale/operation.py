@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from workers.rescale.protocol import (
     StepSpec,
     StopStartPhase,
     Strategy,
+    shallow_fields,
 )
 
 
@@ -68,9 +69,7 @@ class StepState:
         return c is not None and c <= epoch and (a is None or epoch < a)
 
     def to_json(self) -> dict[str, Any]:
-        # field by field, not ``asdict``: an operation's state file is written at every change,
-        # and a deep copy of every step each time costs more than the write
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = shallow_fields(self)
         data["spec"] = self.spec.to_json()
         data["exports"] = {str(v): dict(m) for v, m in self.exports.items()}
         data["hold_rows"] = {str(v): n for v, n in self.hold_rows.items()}
@@ -159,7 +158,7 @@ class OperationState:
         return pending[: max(self.granularity.steps_in_flight - holding, 0)]
 
     def to_json(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = shallow_fields(self)
         data["steps"] = {str(i): s.to_json() for i, s in self.steps.items()}
         data["fragments"] = {n: f.to_json() for n, f in self.fragments.items()}
         data["granularity"] = None if self.granularity is None else self.granularity.to_json()

@@ -22,6 +22,13 @@ from typing import Any
 from workers.rescale import errors
 
 
+def shallow_fields(record: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict, values as they are. Not ``asdict``: records written at
+    every change (progress reports, state files) would pay for a deep copy of every step; the
+    caller converts the fields that need it."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
 # -- enums ---------------------------------------------------------------------------------------
 class StepPhase(enum.StrEnum):
     """A step's phases, in order (DESIGN §3, docs/rescale.md "Live")."""
@@ -673,7 +680,7 @@ class StepProgress:
     def to_json(self) -> dict[str, Any]:
         # field by field, not ``asdict``: a progress report carries every step, at every change
         return {
-            **{f.name: getattr(self, f.name) for f in fields(self)},
+            **shallow_fields(self),
             "vnodes": list(self.vnodes),
             "per_vnode": {v: dict(figures) for v, figures in self.per_vnode.items()},
             "timings": dict(self.timings),
@@ -709,7 +716,7 @@ class OperationProgress:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **{f.name: getattr(self, f.name) for f in fields(self)},
+            **shallow_fields(self),
             "fragments": list(self.fragments),
             "steps": [s.to_json() for s in self.steps],
         }
