@@ -1,0 +1,82 @@
+"""The rescale benchmark's arithmetic (``bench/rescale.py``): downtime as the issue defines it
+(the longest interval without a commit of non-moving keys' records during the operation, minus
+the steady p99 of that interval) and the goals read from one round. Nothing here starts Spark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import rescale
+
+P = rescale.Params(
+    key_space=100,
+    zipf_s=0.0,
+    rows_per_epoch=10,
+    target_keys=50,
+    warmup_epochs=2,
+    steady_epochs=4,
+    post_epochs=1,
+    vnodes=8,
+    fluid_in_flight=2,
+    batch_vnodes=2,
+    batched_in_flight=1,
+)
+
+
+def _epochs(commits: list[float], duration: float = 0.5) -> list[dict[str, Any]]:
+    return [
+        {"epoch": i + 1, "committed_at": t, "duration_s": duration, "rows": 10, "keys": 50}
+        for i, t in enumerate(commits)
+    ]
+
+
+def _live_run(commits: list[float], before: int, t0: float, t1: float) -> dict[str, Any]:
+    step = {
+        "collect_epoch": before + 1,
+        "acquire_epoch": before + 2,
+        "hold_queue": 3,
+        "timings": {"collecting": t0 + 0.1, "exported": t0 + 0.3, "acquiring": t0 + 1.0},
+    }
+    return {
+        "epochs": _epochs(commits),
+        "epochs_before": before,
+        "requested_at": t0,
+        "completed_at": t1,
+        "result": {"status": "completed", "progress": {"steps": [step], "keys_moved": 1000}},
+    }
+
+
+def test_downtime_is_the_longest_gap_during_the_operation_minus_the_steady_p99_gap() -> None:
+    # steady gaps of 1 s with one of 1.2 s; during the operation a gap of 2 s
+    commits = [1.0, 2.0, 3.0, 4.2, 5.2, 6.2, 8.2, 9.2]
+    run = _live_run(commits, before=6, t0=6.5, t1=8.5)
+    s = rescale.summarize("all_at_once", run, P)
+    assert s["steady"]["p99_gap_s"] == pytest.approx(1.2, abs=0.01)
+    assert s["downtime"]["longest_gap_s"] == pytest.approx(2.0)
+    assert s["downtime"]["downtime_s"] == pytest.approx(0.8, abs=0.01)
+
+
+def test_no_downtime_when_no_gap_exceeds_the_steady_p99_gap() -> None:
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    s = rescale.summarize("fluid", _live_run(commits, before=6, t0=6.5, t1=7.5), P)
+    assert s["downtime"]["downtime_s"] == 0
+    g = rescale.goals("fluid", s, {})
+    assert g["downtime_0s"]["met"] is True
+    assert g["moving_extra_le_2_epochs"] == {"value": 1, "met": True}
+
+
+def test_goals_compare_runs_of_one_round() -> None:
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    aao = rescale.summarize("all_at_once", _live_run(commits, before=6, t0=6.5, t1=7.5), P)
+    fluid = rescale.summarize("fluid", _live_run(commits, before=6, t0=6.5, t1=12.5), P)
+    spark = {"phases_s": {"stop": 1.0, "repartition": 2.0, "restart": 2.5}, "total_s": 7.0}
+    g = rescale.goals("all_at_once", aao, {"spark_native": spark, "fluid": fluid})
+    assert g["ge_5x_sooner_than_spark"]["value"] == pytest.approx(5.5)
+    assert g["ge_5x_sooner_than_spark"]["met"] is True
+    # 1000 keys in 1 s: far below a million keys a second
+    assert g["ge_300k_keys_per_s_total"]["met"] is False
+    f = rescale.goals("fluid", fluid, {"all_at_once": aao})
+    assert f["le_5x_all_at_once_time"]["value"] == pytest.approx(6.0)
+    assert f["le_5x_all_at_once_time"]["met"] is False
