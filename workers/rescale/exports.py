@@ -7,6 +7,7 @@ the next barrier, and the step stays held meanwhile.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
@@ -17,7 +18,6 @@ from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import StepPhase
 from workers.state import open_store
-from workers.state.base import checksum_items
 
 log = logging.getLogger("workers.rescale")
 
@@ -72,13 +72,12 @@ class Exports:
                 for vnode in spec.vnodes:
                     export = source.export_vnode(vnode)
                     out = transfer.export_path(op_dir, spec.fragment, vnode)
-                    manifests[vnode] = transfer.write_export(out, export)
-                    written = transfer.read_export(out)  # verify what the target will read
-                    if (
-                        written.keys != export.keys
-                        or checksum_items(written.items) != export.checksum
-                    ):
+                    table = transfer.export_table(export)
+                    transfer.write_table(out, table)
+                    # verify what the target will read (the ingest checks the checksum again)
+                    if not transfer.export_reads_back(out, table):
                         raise RuntimeError(f"export of vnode {vnode} does not read back intact")
+                    manifests[vnode] = json.loads(table.schema.metadata[b"manifest"])
             with self.ledger.lock:
                 if step.phase == StepPhase.COLLECTING:
                     step.exports = manifests
