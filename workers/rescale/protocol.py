@@ -133,6 +133,9 @@ class CommandKind(enum.StrEnum):
     OPERATION_STEP = "operation.step"
     OPERATION_CANCEL = "operation.cancel"
     OPERATION_FINISH = "operation.finish"
+    # payload {"worker": name}: the worker's PUs hold no vnode any more (drained); the runner
+    # drops them and asks Spark to kill the worker's executor (docs/elastic-workers.md)
+    WORKER_DECOMMISSION = "worker.decommission"
 
 
 OPERATION_COMMANDS = frozenset(
