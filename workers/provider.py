@@ -250,7 +250,9 @@ class LocalProvider:
             wait_for_port(port, timeout_s, proc)
         except ProviderError as exc:
             _stop_group(proc.pid)
-            raise ProviderError(f"Spark worker {worker_id} did not start: {exc}; see {log_path}")
+            raise ProviderError(
+                f"Spark worker {worker_id} did not start: {exc}; see {log_path}"
+            ) from exc
         return worker
 
     def add(self, cores: int = 1) -> str:
@@ -321,7 +323,7 @@ class LocalMaster:
             wait_for_port(self.port, timeout_s, self.proc)
         except ProviderError as exc:
             self.stop()
-            raise ProviderError(f"the Spark master did not start: {exc}; see {log_path}")
+            raise ProviderError(f"the Spark master did not start: {exc}; see {log_path}") from exc
         return self.url
 
     def stop(self) -> None:
@@ -334,7 +336,9 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> WorkerProvider:
     """The provider ``RESCALER_WORKER_PROVIDER`` names (see the module's docstring)."""
     env = os.environ if env is None else env
     master = env.get("SPARK_MASTER", "")
-    kind = env.get("RESCALER_WORKER_PROVIDER") or ("local" if master.startswith("spark://") else "none")
+    kind = env.get("RESCALER_WORKER_PROVIDER") or (
+        "local" if master.startswith("spark://") else "none"
+    )
     if kind == "none":
         return NoProvider(
             "no worker provider: local mode runs in one JVM. Run a standalone master "
@@ -350,6 +354,4 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> WorkerProvider:
                 "RESCALER_WORKER_PROVIDER=command needs RESCALER_WORKER_PROVIDER_COMMAND"
             )
         return CommandProvider(command)
-    raise ProviderError(
-        f"RESCALER_WORKER_PROVIDER must be local, command or none, not {kind!r}"
-    )
+    raise ProviderError(f"RESCALER_WORKER_PROVIDER must be local, command or none, not {kind!r}")
