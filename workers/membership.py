@@ -171,19 +171,24 @@ class Membership:
                 return
             self.retired.clear()  # a new application: executor ids start again
             free = list(executors)
-            for name, w in list(self.workers.items()):
-                if not w.parallel_units:
+            saved = [w for w in self.workers.values() if w.parallel_units]
+            bound: dict[str, ExecutorSeen] = {}
+            for w in saved:  # the same machine first, then any executor left
+                match = next((e for e in free if e.host == w.host), None)
+                if match is not None:
+                    bound[w.name] = match
+                    free.remove(match)
+            for w in saved:
+                if w.name not in bound and free:
+                    bound[w.name] = free.pop(0)
+            for w in saved:
+                e = bound.get(w.name)
+                if e is None:  # its machine did not come back: lost, bound to nothing
+                    self.workers[w.name] = replace(w, executor_id="", alive=False)
                     continue
-                match = next((e for e in free if e.host == w.host), None) or (
-                    free[0] if free else None
-                )
-                if match is None:  # its machine did not come back: lost, bound to nothing
-                    self.workers[name] = replace(w, executor_id="", alive=False)
-                    continue
-                free.remove(match)
                 # its stores exist already: bootstrapped as it was
-                self.workers[name] = replace(
-                    w, executor_id=match.executor_id, host=match.host, cores=match.cores, alive=True
+                self.workers[w.name] = replace(
+                    w, executor_id=e.executor_id, host=e.host, cores=e.cores, alive=True
                 )
             for e in free:
                 name = self._next_name()

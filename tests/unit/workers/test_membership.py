@@ -82,6 +82,7 @@ def test_a_gone_executor_marks_its_worker_not_alive_but_keeps_its_pus(tmp_path: 
 def test_decommission_refuses_a_worker_that_still_holds_vnodes(tmp_path: Path) -> None:
     m = cluster(tmp_path)
     m.start([E0, E1])
+    m.observe([E0, E1], 0, Bootstraps(), poll=False)
     with pytest.raises(DecommissionRefused, match=r"\[1\] still run a fragment: drain it first"):
         m.decommission("w2", holding={0, 1})
     with pytest.raises(DecommissionRefused, match="no worker 'w9'"):
