@@ -12,6 +12,7 @@
 
   // --- live epochs over the websocket, reconnecting with backoff ----------------------------
   let retryMs = 1000;
+  let wasOpen = false; // the socket has been open before: an open is a reconnection
   // workers.rescale.protocol.Event: the worker events (their payload is the worker's summary)
   const WORKER_EVENTS = new Set(["worker.joined", "worker.lost", "worker.removed", "worker.status"]);
 
@@ -23,6 +24,12 @@
       retryMs = 1000;
       setText("ws-state", "connected");
       $("ws-state").classList.remove("muted");
+      // back after a drop: events were missed (a worker lost, an operation ended), so the page
+      // re-reads what they would have changed
+      if (wasOpen) {
+        document.dispatchEvent(new CustomEvent("rescaler:cluster-changed", { detail: { type: "reconnected" } }));
+      }
+      wasOpen = true;
     });
 
     socket.addEventListener("message", (event) => {
