@@ -153,8 +153,8 @@ class Membership:
         application's executors (a new application has new executor ids)."""
         with self._lock:
             if self.local:
-                saved = self.workers.get(LOCAL_WORKER)
-                pus = saved.parallel_units if saved else tuple(range(self.local_pus))
+                local = self.workers.get(LOCAL_WORKER)
+                pus = local.parallel_units if local else tuple(range(self.local_pus))
                 self.workers = {
                     LOCAL_WORKER: WorkerInfo(
                         name=LOCAL_WORKER,
