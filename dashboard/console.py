@@ -1,9 +1,10 @@
 """What the console's cluster page shows, computed once on the server.
 
-The fragment × PU matrix is derived from the same cluster view the REST API serves
-(``dashboard.api.selectors.cluster_info``), so the page and ``GET /api/v1/cluster`` cannot
-disagree. The page is server-rendered; live updates re-fetch the rendered matrix rather than
-re-implementing this arithmetic in JavaScript.
+The fragment × PU matrix and the workers table are derived from the same cluster view the REST
+API serves (``dashboard.api.selectors.cluster_info``), so the page and ``GET /api/v1/cluster``
+cannot disagree. The page is server-rendered; live updates re-fetch the rendered matrix and
+workers table rather than re-implementing this arithmetic (or the rules of which worker action
+is allowed when) in JavaScript.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from rescaler.cluster.models import EpochMetric
+from rescaler.cluster.models import EpochMetric, ParallelUnit
+from workers.control import WorkerStatus
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("vnodes", "vnodes"),
@@ -22,13 +24,127 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
+# the statuses whose worker still serves its PUs (an operator may still act on it)
+ACTIONABLE = (WorkerStatus.ACTIVE, WorkerStatus.CORDONED)
+
+
+def _share(locality: dict[str, Any] | None) -> float | None:
+    return None if not locality else locality.get("share")
+
+
 @dataclass(frozen=True)
 class PuColumn:
-    """One parallel unit: a column of the matrix."""
+    """One parallel unit: a column of the matrix, headed by its worker and where it really ran.
+
+    ``status`` is the PU's own (active, lost, removed), ``worker_status`` its worker's
+    (docs/elastic-workers.md, Statuses); the header shows ``state``, the more telling of the two.
+    ``last_executor``/``last_host`` are where its task ran in the last counted epoch and
+    ``locality`` the share of its tasks that ran on its own worker's executor: a PU whose home
+    is one worker may well run elsewhere (the state directory is shared), and an operator about
+    to drain a worker wants to know.
+    """
 
     pu: int
     worker: str
     alive: bool
+    status: str = ParallelUnit.Status.ACTIVE
+    worker_status: str = WorkerStatus.ACTIVE
+    last_executor: str = ""
+    last_host: str = ""
+    locality: float | None = None
+
+    @property
+    def state(self) -> str:
+        """What the header says: the PU's loss or removal first, else its worker's status."""
+        if self.status != ParallelUnit.Status.ACTIVE:
+            return self.status
+        return self.worker_status
+
+    @property
+    def lost(self) -> bool:
+        """Its worker disappeared without a drain: its vnodes wait to be moved to live PUs."""
+        return ParallelUnit.Status.LOST in (self.status, self.worker_status)
+
+    @property
+    def ran_on(self) -> str:
+        """``executor @ host`` of the last counted epoch; empty before any task was counted."""
+        if not self.last_executor:
+            return ""
+        return f"{self.last_executor} @ {self.last_host}" if self.last_host else self.last_executor
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One worker in the console's workers table, and which actions its status allows.
+
+    The allowed actions mirror the services' rules (``rescaler.cluster.workers``): cordon an
+    active worker, uncordon a cordoned one, drain either. The page offers only those, so an
+    operator is not invited to click into a certain 409; the service still decides.
+    """
+
+    name: str
+    pipeline: str
+    status: str
+    reason: str
+    alive: bool
+    executor_id: str
+    host: str
+    cores: int
+    parallel_units: tuple[int, ...]
+    bootstrapped_epoch: int | None
+    drain_operation_id: str | None
+    locality: float | None
+
+    @property
+    def can_cordon(self) -> bool:
+        return self.status == WorkerStatus.ACTIVE
+
+    @property
+    def can_uncordon(self) -> bool:
+        return self.status == WorkerStatus.CORDONED
+
+    @property
+    def can_drain(self) -> bool:
+        return self.status in ACTIONABLE
+
+    @property
+    def gone(self) -> bool:
+        """Lost or removed: nothing to act on, kept in the table for the record."""
+        return self.status in (WorkerStatus.LOST, WorkerStatus.REMOVED)
+
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrapped epoch in words: -1 means no vnode may go to its PUs yet, None a
+        worker the registered topology named (its PUs existed from the start)."""
+        if self.bootstrapped_epoch is None:
+            return "from the start"
+        if self.bootstrapped_epoch < 0:
+            return "not yet"
+        return f"epoch {self.bootstrapped_epoch}"
+
+
+def worker_rows(cluster: dict[str, Any]) -> tuple[WorkerRow, ...]:
+    """The workers of ``cluster_info()``'s answer: those still serving first, then the lost,
+    then the removed (kept for the record, at the bottom), each group by name."""
+    order = {WorkerStatus.LOST: 1, WorkerStatus.REMOVED: 2}
+    rows = [
+        WorkerRow(
+            name=w["name"],
+            pipeline=w["pipeline"],
+            status=w.get("status", WorkerStatus.ACTIVE),
+            reason=w.get("status_reason", ""),
+            alive=bool(w["alive"]),
+            executor_id=w.get("executor_id", ""),
+            host=w.get("host", ""),
+            cores=int(w.get("cores") or 0),
+            parallel_units=tuple(w["parallel_units"]),
+            bootstrapped_epoch=w.get("bootstrapped_epoch"),
+            drain_operation_id=w.get("drain_operation_id"),
+            locality=_share(w.get("locality")),
+        )
+        for w in cluster["workers"]
+    ]
+    return tuple(sorted(rows, key=lambda r: (order.get(WorkerStatus(r.status), 0), r.name)))
 
 
 @dataclass(frozen=True)
@@ -77,10 +193,26 @@ def skew(values: list[int]) -> float | None:
 
 
 def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
-    """The fragment × PU matrix of ``cluster_info()``'s answer."""
+    """The fragment × PU matrix of ``cluster_info()``'s answer.
+
+    A removed PU (its worker was drained and decommissioned) has no column: it left the
+    cluster. Unless a fragment still lists it, which would be a fault worth seeing.
+    """
+    statuses = {w["name"]: w.get("status", WorkerStatus.ACTIVE) for w in cluster["workers"]}
+    running = {pu for frag in cluster["fragments"] for pu in frag.get("parallel_units") or []}
     columns = tuple(
-        PuColumn(int(pu), info["worker"], bool(info["alive"]))
+        PuColumn(
+            pu=int(pu),
+            worker=info["worker"],
+            alive=bool(info["alive"]),
+            status=info.get("status", ParallelUnit.Status.ACTIVE),
+            worker_status=statuses.get(info["worker"], WorkerStatus.ACTIVE),
+            last_executor=info.get("last_executor", ""),
+            last_host=info.get("last_host", ""),
+            locality=_share(info.get("locality")),
+        )
         for pu, info in cluster["parallel_units"].items()
+        if info.get("status") != ParallelUnit.Status.REMOVED or int(pu) in running
     )
     index = {c.pu: i for i, c in enumerate(columns)}
     rows = []

@@ -7,6 +7,7 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.home, name="home"),
     path("partials/matrix", views.matrix_partial, name="matrix-partial"),
+    path("partials/cluster", views.cluster_partial, name="cluster-partial"),
     path("rescale/", views.rescale_page, name="rescale"),
     path("operations/", views.history_page, name="history"),
     path("operations/<str:operation_id>/", views.operation_page, name="operation"),

@@ -15,8 +15,10 @@ from django.views.decorators.http import require_GET
 
 from dashboard.api.errors import ApiError
 from dashboard.api.filters import OperationFilter
+from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_get, operation_list
-from dashboard.console import METRICS, cluster_matrix, epoch_series
+from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
+from rescaler.cluster.workers import CORES_MAX, CORES_MIN
 from rescaler.health import down_components, public_components, system_health
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
@@ -67,20 +69,31 @@ def _component_rows(components: dict[str, dict[str, Any]]) -> list[dict[str, Any
     ]
 
 
-def _matrix_context() -> dict[str, Any]:
+def _matrix_context(request: HttpRequest) -> dict[str, Any]:
+    """The matrix and the workers table, from one ``cluster_info()``. Whether the user may act
+    on workers decides only which buttons are drawn: the API refuses the action itself."""
     cluster = cluster_info()
-    return {"matrix": cluster_matrix(cluster), "metrics": METRICS, "cluster": cluster}
+    return {
+        "matrix": cluster_matrix(cluster),
+        "metrics": METRICS,
+        "cluster": cluster,
+        "workers": worker_rows(cluster),
+        "can_act": request.user.has_perm(RESCALE_PERMISSION),
+        "cores_min": CORES_MIN,
+        "cores_max": CORES_MAX,
+    }
 
 
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """The cluster page: component health, the fragment × PU matrix and running operations.
-    The last-epoch ticker and the matrix update live over ws/cluster/."""
+    """The cluster page: component health, the fragment × PU matrix, the workers (with their
+    actions, for those allowed) and running operations. The last-epoch ticker, the matrix and
+    the workers table update live over ws/cluster/."""
     ok, body = _health_body()
     last_epoch = body["components"]["runner"].get("last_epoch")
     running = operation_list().exclude(status__in=FINAL)[:20]
-    matrix = _matrix_context()
+    matrix = _matrix_context(request)
     pipelines = [p["name"] for p in matrix["cluster"]["pipelines"]]
     return render(
         request,
@@ -104,8 +117,18 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def matrix_partial(request: HttpRequest) -> HttpResponse:
-    """The matrix alone, re-fetched by the page when the cluster changes."""
-    return render(request, "dashboard/partials/matrix.html", _matrix_context())
+    """The matrix alone."""
+    return render(request, "dashboard/partials/matrix.html", _matrix_context(request))
+
+
+@never_cache
+@login_required
+@require_GET
+def cluster_partial(request: HttpRequest) -> HttpResponse:
+    """The matrix and the workers table, re-fetched together by the cluster page when the
+    cluster changes (an epoch, an operation, a worker's event): one query of the cluster for
+    both, so the headers and the table never show two different moments."""
+    return render(request, "dashboard/partials/cluster.html", _matrix_context(request))
 
 
 @login_required
@@ -122,7 +145,7 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
         "dashboard/operation.html",
         {
             "op": op,
-            "can_cancel": request.user.has_perm("operations.rescale"),
+            "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
             "key_fragments": op.fragments,
             "key_fragment": op.fragments[0] if op.fragments else None,
             # the epochs around the operation: a minute before it began to a minute after it ended
@@ -150,7 +173,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
         {
             "fragments": [f for f in cluster["fragments"] if f["kind"] == "stateful"],
             "parallel_units": matrix.columns,
-            "can_rescale": request.user.has_perm("operations.rescale"),
+            "can_rescale": request.user.has_perm(RESCALE_PERMISSION),
         },
     )
 

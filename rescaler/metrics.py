@@ -39,9 +39,17 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from rescaler.cluster.models import EpochMetric, Fragment, Pipeline, VnodeMapping
+from rescaler.cluster.models import (
+    EpochMetric,
+    Fragment,
+    ParallelUnit,
+    Pipeline,
+    VnodeMapping,
+    Worker,
+)
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import runner_alive
+from workers.control import WorkerStatus
 from workers.rescale.protocol import FINAL
 
 # the epoch-latency gauge histogram covers this many of each pipeline's latest epochs
@@ -65,6 +73,7 @@ class RescalerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._pipelines()
         yield from self._load()
+        yield from self._workers()
         yield from self._operations()
 
     # -- pipelines and epochs ------------------------------------------------------------------
@@ -198,6 +207,58 @@ class RescalerCollector(Collector):
                     float(reported.get("rows", 0)),
                 )
         yield from (vnodes, keys, size, epoch_rows, version)
+
+    # -- elastic workers -----------------------------------------------------------------------
+    def _workers(self) -> Iterator[Metric]:
+        """One series per worker and status (1 for its status, 0 for the others, so an alert on
+        ``== 1`` works for every status), lost PUs, and where PU tasks really ran."""
+        status = GaugeMetricFamily(
+            "rescaler_worker_status",
+            "1 for the worker's status (active, cordoned, draining, decommissioning, removed, "
+            "lost), 0 for the others.",
+            labels=["pipeline", "worker", "status"],
+        )
+        lost = GaugeMetricFamily(
+            "rescaler_parallel_units_lost",
+            "PUs whose worker disappeared without a drain (their vnodes wait to be moved).",
+            labels=["pipeline"],
+        )
+        tasks = CounterMetricFamily(
+            "rescaler_pu_tasks",
+            "PU tasks counted (one per PU per epoch that reported where it ran).",
+            labels=["pipeline", "pu"],
+        )
+        home = CounterMetricFamily(
+            "rescaler_pu_tasks_home",
+            "PU tasks that ran on the PU's own worker's executor.",
+            labels=["pipeline", "pu"],
+        )
+        share = GaugeMetricFamily(
+            "rescaler_pipeline_locality_ratio",
+            "Share of PU tasks that ran on their own worker's executor, since the PUs exist.",
+            labels=["pipeline"],
+        )
+        for name, pipeline, current in Worker.objects.values_list(
+            "name", "pipeline__name", "status"
+        ).order_by("pipeline__name", "name"):
+            for value in WorkerStatus:
+                status.add_metric([pipeline, name, value], 1.0 if value == current else 0.0)
+        lost_by_pipeline: dict[str, int] = defaultdict(int)
+        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for pipeline, number, pu_status, total, at_home in ParallelUnit.objects.values_list(
+            "worker__pipeline__name", "number", "status", "tasks_total", "tasks_home"
+        ).order_by("worker__pipeline__name", "number"):
+            lost_by_pipeline[pipeline] += pu_status == ParallelUnit.Status.LOST
+            totals[pipeline][0] += at_home
+            totals[pipeline][1] += total
+            tasks.add_metric([pipeline, str(number)], float(total))
+            home.add_metric([pipeline, str(number)], float(at_home))
+        for pipeline in Pipeline.objects.values_list("name", flat=True):
+            lost.add_metric([pipeline], float(lost_by_pipeline.get(pipeline, 0)))
+            at_home, total = totals.get(pipeline, [0, 0])
+            if total:
+                share.add_metric([pipeline], at_home / total)
+        yield from (status, lost, tasks, home, share)
 
     # -- operations ----------------------------------------------------------------------------
     def _operations(self) -> Iterator[Metric]:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.control import Command, ControlInterface
+from workers.membership import DecommissionRefused
 from workers.pipeline.placement import (
     EpochPlan,
     FragmentActions,
@@ -68,6 +69,8 @@ class Barrier:
         *,
         on_stop: Callable[[], None] = lambda: None,
         on_placements_changed: Callable[[], None] = lambda: None,
+        on_barrier: Callable[[int], None] = lambda epoch: None,
+        on_decommission: Callable[[Command], str] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.control = control
@@ -76,6 +79,8 @@ class Barrier:
         self.store = store
         self._on_stop = on_stop
         self._on_placements_changed = on_placements_changed
+        self._on_barrier = on_barrier
+        self._on_decommission = on_decommission
 
     def plan(self, epoch: int) -> EpochPlan:
         """The placements and actions of ``epoch``: the recorded plan if it is a re-run."""
@@ -88,6 +93,9 @@ class Barrier:
                 f"Spark asks for epoch {epoch} but epoch {last.epoch} was already planned: the "
                 f"checkpoint is older than the state directory {self.store.dir}"
             )
+        # workers that joined are bootstrapped before any command of this barrier is read: a
+        # change may use their PUs from this epoch on, never in one that has already begun
+        self._on_barrier(epoch)
         acks = [self.apply(command, epoch) for command in self.control.poll_commands(self.pipeline)]
         before = {n: (p.version, p.parallel_units) for n, p in self.placements.items()}
         actions = self.executor.plan(epoch)
@@ -113,6 +121,11 @@ class Barrier:
                 return Ack(command.id, "failed", str(exc))
             except (KeyError, TypeError, ValueError) as exc:
                 return Ack(command.id, "failed", f"malformed {command.kind} command: {exc!r}")
+        if command.kind == CommandKind.WORKER_DECOMMISSION and self._on_decommission:
+            try:
+                return Ack(command.id, "done", self._on_decommission(command))
+            except DecommissionRefused as exc:
+                return Ack(command.id, "failed", str(exc))
         return Ack(
             command.id,
             "failed",

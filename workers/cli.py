@@ -72,6 +72,14 @@ def main(
     parser = argparse.ArgumentParser(prog="python -m workers", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_arguments(sub.add_parser("run", help="run a pipeline (a long-running Spark driver)"))
+    cluster = sub.add_parser(
+        "standalone",
+        help="run a local Spark standalone master and N workers until stopped (scripts/dev --workers)",
+    )
+    cluster.add_argument("--workers", type=int, default=2, help="workers to start (1 core each)")
+    cluster.add_argument("--cores", type=int, default=1, help="cores of each worker")
+    cluster.add_argument("--state-dir", type=Path, help="default: $STATE_DIR or ./var/state")
+    cluster.add_argument("--url-file", type=Path, help="write the master's URL here once up")
     export = sub.add_parser("export-state", help="write every key's state as JSON lines")
     export.add_argument("--pipeline", required=True, choices=sorted(BUILTINS))
     export.add_argument("--fragment", required=True)
@@ -109,6 +117,8 @@ def main(
             return 0
         if args.command == "rescale":
             return rescale_main(args)
+        if args.command == "standalone":
+            return standalone_main(args)
         return export_main(args)
     except ConfigError as exc:
         parser.error(str(exc))
@@ -187,3 +197,45 @@ def rescale_main(args: argparse.Namespace) -> int:
     print(file=sys.stderr)
     print(json.dumps({k: v for k, v in result.to_json().items() if k != "progress"}))
     return 0 if result.status == TickStatus.COMPLETED else 1
+
+
+def standalone_main(args: argparse.Namespace) -> int:
+    """A standalone master and ``--workers`` workers on this machine, in the foreground; SIGINT
+    or SIGTERM stops them all (workers the local provider added later included)."""
+    import os
+    import threading
+
+    from workers.config import default_state_dir
+    from workers.provider import LocalMaster, LocalProvider, ProviderError
+
+    if args.workers < 0 or args.cores < 1:
+        print("error: --workers must be >= 0 and --cores >= 1", file=sys.stderr)
+        return 2
+    state_dir = args.state_dir or default_state_dir()
+    master = LocalMaster(state_dir / "_spark_master")
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    provider: LocalProvider | None = None
+    try:
+        url = master.start()
+        print(f"Spark master {url} (web UI :{master.webui_port})", file=sys.stderr, flush=True)
+        # the same registry the control plane's local provider uses to add and release workers
+        provider = LocalProvider(url, state_dir / "_spark_workers")
+        for _ in range(args.workers):
+            print(f"  {provider.add(args.cores)}", file=sys.stderr, flush=True)
+        if args.url_file:
+            tmp = args.url_file.with_suffix(".tmp")
+            tmp.write_text(url + "\n", "utf-8")
+            os.replace(tmp, args.url_file)
+        stop.wait()
+    except ProviderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if provider is not None:
+            provider.stop_all()
+        master.stop()
+        if args.url_file:
+            args.url_file.unlink(missing_ok=True)
+    return 0

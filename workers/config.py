@@ -57,6 +57,10 @@ class RunnerConfig:
     # before it gives up; meanwhile epochs wait at the barrier (workers.control.PatientControl)
     control_patience_s: float = 600.0
     spark_conf: tuple[tuple[str, str], ...] = ()
+    # a cluster master (spark://…, k8s://…): how often the barrier reads Spark's executors, and
+    # how long the start waits for executors that give the pipeline its initial PUs
+    executor_poll_s: float = 1.0
+    executors_wait_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -72,11 +76,16 @@ class RunnerConfig:
             raise ConfigError("control_patience_s must be above 0 and at most 86400 seconds")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError("epochs must be at least 1 when given")
-        if self.initial_pus > self.pus_per_worker:
+        if self.is_local and self.initial_pus > self.pus_per_worker:
             raise ConfigError(
                 f"initial_pus ({self.initial_pus}) exceeds the PUs the worker offers "
                 f"({self.pus_per_worker}); set RESCALER_PARALLEL_UNITS higher"
             )
+
+    @property
+    def is_local(self) -> bool:
+        """Spark's local mode: one JVM, the driver, is the one worker."""
+        return self.spark_master.startswith("local")
 
     @property
     def pus_per_worker(self) -> int:
@@ -100,6 +109,8 @@ class RunnerConfig:
             env["spark_master"] = os.environ["SPARK_MASTER"]
         if os.environ.get("RESCALER_PARALLEL_UNITS"):
             env["parallel_units"] = int(os.environ["RESCALER_PARALLEL_UNITS"])
+        if os.environ.get("RESCALER_INITIAL_PUS"):
+            env["initial_pus"] = int(os.environ["RESCALER_INITIAL_PUS"])
         if os.environ.get("RESCALER_STATE_BACKEND"):
             env["backend"] = os.environ["RESCALER_STATE_BACKEND"]
         if os.environ.get("RESCALER_VNODES"):

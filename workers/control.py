@@ -9,6 +9,7 @@ runs on its own (``python -m workers run``) and in tests without Django.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -44,6 +45,50 @@ class PuLoad:
     rows: int
     keys: int
     bytes: int
+    # where the PU's task for this fragment really ran this epoch (Spark's executor id, "driver"
+    # in local mode, and that executor's host): the truthful placement
+    executor: str = ""
+    host: str = ""
+
+
+class WorkerStatus(enum.StrEnum):
+    """A worker's life in the control plane (docs/elastic-workers.md).
+
+    The runner only sees whether a worker's executor is registered with Spark; the operator's
+    intent (cordon, drain) and its consequences are the control plane's.
+    """
+
+    ACTIVE = "active"  # its PUs may be given vnodes
+    CORDONED = "cordoned"  # removed soon: no new vnodes go to it; it keeps what it has
+    DRAINING = "draining"  # a live rescale moves every fragment off its PUs
+    DECOMMISSIONING = "decommissioning"  # drained; its executor is being stopped
+    REMOVED = "removed"  # gone after a drain: its PUs left the cluster
+    LOST = "lost"  # its executor disappeared without a drain: its PUs are lost
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker as the runner sees it: a Spark executor (local mode: the driver's JVM) and the
+    parallel units the runner gave it."""
+
+    name: str  # "local" in local mode, else "executor-<id>"
+    executor_id: str  # Spark's executor id ("driver" in local mode)
+    host: str
+    cores: int
+    parallel_units: tuple[int, ...]
+    alive: bool  # registered with Spark now
+    # the first epoch whose barrier saw this worker's PUs bootstrapped (stores created, the epoch
+    # and the placement version known); -1 while it is not yet: no vnode may go to it before
+    bootstrapped_epoch: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["parallel_units"] = list(self.parallel_units)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerInfo:
+        return cls(**{**data, "parallel_units": tuple(data["parallel_units"])})
 
 
 @dataclass(frozen=True)
@@ -101,6 +146,11 @@ class ControlInterface(Protocol):
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
         """A rescale operation changed phase: ``progress`` is its whole state (steps, vnodes)."""
+
+    def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
+        """The runner's whole view of its workers at the barrier of ``epoch``: sent when a
+        worker joins, is bootstrapped or disappears. A worker missing from ``workers`` (or with
+        ``alive`` false) has no executor any more."""
 
 
 class PatientControl:
@@ -168,6 +218,9 @@ class PatientControl:
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
         self._call("report progress", lambda: self.inner.report_progress(pipeline, progress))
+
+    def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
+        self._call("report workers", lambda: self.inner.report_workers(pipeline, epoch, workers))
 
 
 class LocalControl:
@@ -237,6 +290,18 @@ class LocalControl:
         (self.dir / "progress").mkdir(exist_ok=True)
         self._write_atomic(f"progress/{progress['operation_id']}.json", progress)
         self._append("progress.jsonl", {"at": time.time(), **progress})
+
+    def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
+        record = {"epoch": epoch, "workers": [w.to_json() for w in workers]}
+        self._write_atomic("workers.json", record)
+        self._append("workers.jsonl", {"at": time.time(), **record})
+
+    def workers(self) -> list[WorkerInfo]:
+        path = self.dir / "workers.json"
+        if not path.exists():
+            return []
+        data = json.loads(path.read_text("utf-8"))
+        return [WorkerInfo.from_json(w) for w in data["workers"]]
 
     def progress(self, operation_id: str) -> dict[str, Any] | None:
         path = self.dir / "progress" / f"{operation_id}.json"

@@ -13,8 +13,11 @@ it recorded the first time, so downstream fragments and the sink see exactly the
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -260,6 +263,22 @@ def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa
     return outputs
 
 
+@functools.cache
+def task_location() -> tuple[str, str]:
+    """(Spark executor id, host) of the process running this task. Kubernetes sets
+    ``SPARK_EXECUTOR_ID``; a standalone worker gives its executor a log URL naming the executor
+    and runs it in ``<work dir>/<application>/<executor id>``; local mode has only the driver."""
+    executor = os.environ.get("SPARK_EXECUTOR_ID", "")
+    if not executor:
+        found = re.search(r"executorId=([^&]+)", os.environ.get("SPARK_LOG_URL_STDOUT", ""))
+        executor = found.group(1) if found else ""
+    if not executor:
+        cwd = Path.cwd()
+        executor = cwd.name if cwd.parent.name.startswith("app-") else "driver"
+    host = os.environ.get("SPARK_LOCAL_HOSTNAME") or os.environ.get("SPARK_LOCAL_IP")
+    return executor, host or socket.gethostname()
+
+
 def run_task(
     spec: TaskSpec, slot: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
@@ -268,6 +287,7 @@ def run_task(
     schema = output_schema(spec.operator)
     pu = spec.parallel_units[slot]
     actions = spec.slot_actions(slot)
+    where = task_location()
     received = list(batches)
     held = None
     if received:
@@ -340,6 +360,9 @@ def run_task(
             "vnodes": {str(v): [s.keys, s.bytes] for v, s in stats.items()},
             "replay": replay,
             "seconds": round(time.perf_counter() - started, 4),
+            # where this PU's task really ran (truthful placement)
+            "executor": where[0],
+            "host": where[1],
         },
     )
 

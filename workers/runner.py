@@ -30,6 +30,7 @@ from typing import Any
 from workers.barrier import Barrier
 from workers.config import RunnerConfig
 from workers.control import (
+    Command,
     ControlInterface,
     ControlUnavailable,
     EpochReport,
@@ -37,16 +38,18 @@ from workers.control import (
     PuLoad,
     Topology,
 )
+from workers.epoch import task_location
 from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, spark_info
+from workers.layout import store_path
+from workers.membership import ExecutorSeen, Membership, spark_executors
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
+from workers.state import open_store
 
 log = logging.getLogger("workers.runner")
-
-LOCAL_WORKER = "local-0"
 
 
 class RunnerError(Exception):
@@ -105,12 +108,20 @@ class PipelineRunner:
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
         self.ticks = BarrierTicks(config.pipeline_dir / TICKS_FILE, config.idle_barrier_s)
+        self.membership = Membership(
+            config.pipeline_dir,
+            local=config.is_local,
+            local_pus=config.pus_per_worker,
+            pus_per_executor=config.parallel_units,
+            host=task_location()[1],
+        )
+        self._executors_polled = 0.0
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
 
     # -- set-up ------------------------------------------------------------------------------
     @property
     def worker_pus(self) -> dict[str, list[int]]:
-        return {LOCAL_WORKER: list(range(self.config.pus_per_worker))}
+        return self.membership.worker_pus()
 
     def _load_placements(self) -> dict[str, VnodeMapping]:
         saved = self.placements_store.load()
@@ -137,7 +148,7 @@ class PipelineRunner:
             self.config.pipeline_dir,
             self.placements,
             backend=self.config.backend,
-            worker_pus={pu for pus in self.worker_pus.values() for pu in pus},
+            worker_pus=self.membership.usable_pus(),
             report=report,
         )
 
@@ -163,6 +174,117 @@ class PipelineRunner:
             fragments=fragments,
             spark=spark_info(self.spark) if self.spark is not None else {},
         )
+
+    # -- workers (docs/elastic-workers.md) ------------------------------------------------------
+    def _executors(self) -> list[ExecutorSeen]:
+        return spark_executors(self.spark)
+
+    def _start_membership(self) -> None:
+        """Local mode: the one local worker. A cluster: wait until Spark's executors give the
+        pipeline its PUs (a first start needs ``initial_pus`` of them; a restart one executor to
+        bind its saved workers to), then bind or create the workers."""
+        cfg = self.config
+        if cfg.is_local:
+            self.membership.start([])
+            return
+        restarted = bool(self.membership.workers)
+        deadline = time.monotonic() + cfg.executors_wait_s
+        while True:
+            seen = self._executors()
+            offered = sum(cfg.parallel_units or max(e.cores, 1) for e in seen)
+            if seen and (restarted or offered >= cfg.initial_pus):
+                break
+            if time.monotonic() > deadline:
+                raise RunnerError(
+                    f"the master {cfg.spark_master} gave {len(seen)} executors ({offered} PUs) "
+                    f"in {cfg.executors_wait_s:.0f}s; the pipeline starts on {cfg.initial_pus} "
+                    f"PUs: start more Spark workers, or lower RESCALER_INITIAL_PUS"
+                )
+            log.info("waiting for executors: %d so far (%d PUs)", len(seen), offered)
+            time.sleep(1.0)
+        self.membership.start(seen)
+        for w in self.membership.snapshot():
+            log.info(
+                "worker %s: executor %s on %s, PUs %s%s",
+                w.name,
+                w.executor_id,
+                w.host,
+                list(w.parallel_units),
+                "" if w.alive else " (no executor: lost)",
+            )
+        self._bootstrap_pending(self._committed_epoch() + 1)
+
+    def _bootstrap_pending(self, epoch: int) -> None:
+        changed = self.membership.observe([], epoch, self._bootstrap, poll=False)
+        if changed:
+            log.info("workers bootstrapped at epoch %d", epoch)
+
+    def _bootstrap(self, pus: tuple[int, ...], epoch: int) -> None:
+        """Make new PUs ready for vnodes: each stateful fragment's store exists (created empty),
+        and the epoch and placement versions they join at are recorded beside it."""
+        root = self.config.pipeline_dir
+        for name in self.placements:
+            for pu in pus:
+                open_store(self.config.backend, store_path(root, name, pu)).close()
+        record = {
+            "epoch": epoch,
+            "mapping_versions": {n: p.version for n, p in self.placements.items()},
+        }
+        directory = root / "bootstrap"
+        directory.mkdir(parents=True, exist_ok=True)
+        for pu in pus:
+            (directory / f"pu-{pu}.json").write_text(json.dumps(record), "utf-8")
+
+    def _observe_workers(self, epoch: int) -> None:
+        """At the barrier: read Spark's executors (at most every ``executor_poll_s``); joins are
+        bootstrapped and reported, gone workers reported, before any command is read."""
+        if self.config.is_local:
+            return
+        now = time.monotonic()
+        if now - self._executors_polled < self.config.executor_poll_s:
+            return
+        self._executors_polled = now
+        try:
+            seen = self._executors()
+        except Exception:  # the JVM is busy or going away: the next barrier reads again
+            log.warning("could not read Spark's executors", exc_info=True)
+            return
+        if self.membership.observe(seen, epoch, self._bootstrap):
+            self._workers_changed(epoch)
+
+    def _workers_changed(self, epoch: int) -> None:
+        self.executor.set_worker_pus(self.membership.usable_pus())
+        self.control.report_workers(self.pipeline.name, epoch, self.membership.snapshot())
+        self.control.register(self.topology())
+
+    def _decommission(self, command: Command) -> str:
+        """``worker.decommission``: drop a drained worker's PUs. Its executor is then the worker
+        provider's to stop (the control plane asks it once the runner reports the worker gone);
+        until then Spark may still run other PUs' tasks on it."""
+        name = str(command.payload.get("worker", ""))
+        holding = {
+            pu for p in self.placements.values() for pu in (*p.parallel_units, *p.mapping)
+        } | {s.spec.target_pu for op in self.executor.running() for s in op.steps.values()}
+        worker = self.membership.decommission(name, holding)
+        self._workers_changed(self.last_epoch + 1)
+        return (
+            f"worker {name} decommissioned: parallel units {list(worker.parallel_units)} "
+            f"dropped; executor {worker.executor_id} is left to the worker provider"
+        )
+
+    def _executors_changed(self) -> bool:
+        """An idle stream still notices a join or a loss within a second: force a barrier."""
+        if self.config.is_local:
+            return False
+        now = time.monotonic()
+        if now - self._executors_polled < self.config.executor_poll_s:
+            return False
+        try:
+            seen = {e.executor_id for e in self._executors()}
+        except Exception:
+            return False
+        known = {w.executor_id for w in self.membership.snapshot() if w.alive}
+        return seen - self.membership.retired != known
 
     # -- the epoch ---------------------------------------------------------------------------
     def _source_offset(self, epoch: int) -> dict[str, Any]:
@@ -209,7 +331,16 @@ class PipelineRunner:
             committed_at=time.time(),
             source_offset=self._source_offset(epoch),
             per_pu=[
-                PuLoad(s["fragment"], s["pu"], s["records"], s["keys"], s["bytes"]) for s in stats
+                PuLoad(
+                    s["fragment"],
+                    s["pu"],
+                    s["records"],
+                    s["keys"],
+                    s["bytes"],
+                    executor=s.get("executor", ""),
+                    host=s.get("host", ""),
+                )
+                for s in stats
             ],
             per_vnode={
                 frag.name: {
@@ -294,6 +425,12 @@ class PipelineRunner:
         cfg = self.config
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
         self.placements = self._load_placements()
+        self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
+        try:
+            self._start_membership()
+        except BaseException:
+            self.spark.stop()
+            raise
         self.executor = self._make_executor()
         self.barrier = Barrier(
             self.pipeline.name,
@@ -304,13 +441,15 @@ class PipelineRunner:
             on_stop=self._stop.set,
             # before any operation reports its end, the control plane has the new placement
             on_placements_changed=lambda: self.control.register(self.topology()),
+            on_barrier=self._observe_workers,
+            on_decommission=self._decommission,
         )
         self.placements_store.save(self.placements)  # a restart may have reconciled an operation
         self.executor.placements_saved()
-        self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         self.job = EpochJob(self.spark, cfg, self.pipeline)
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
+        self.control.report_workers(self.pipeline.name, self.last_epoch, self.membership.snapshot())
         self.status = "running"
         heart = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heart.start()
@@ -372,7 +511,11 @@ class PipelineRunner:
                 # Spark may be planning a micro-batch before foreachBatch runs: that is a
                 # barrier on its way, and a tick now would only add an empty epoch behind it
                 self._in_batch or self._spark_status("isTriggerActive"),
-                lambda: self._first_epoch_waits() or awaits_barrier(self.executor.running()),
+                lambda: (
+                    self._first_epoch_waits()
+                    or awaits_barrier(self.executor.running())
+                    or self._executors_changed()
+                ),
                 lambda: bool(self.control.poll_commands(self.pipeline.name)),
             )
             time.sleep(0.05)

@@ -29,6 +29,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "fragment_busy": status.HTTP_409_CONFLICT,
     "operation_final": status.HTTP_409_CONFLICT,
     "unknown_operation": status.HTTP_404_NOT_FOUND,
+    "unknown_worker": status.HTTP_404_NOT_FOUND,
+    "worker_status_conflict": status.HTTP_409_CONFLICT,
+    "drain_empties_fragment": status.HTTP_409_CONFLICT,
+    "worker_provider_refused": status.HTTP_409_CONFLICT,
 }
 
 # DRF's own codes renamed to the API's words.
@@ -111,7 +115,8 @@ _DESCRIPTIONS = {
     403: "Authenticated, but not allowed (needs the operations.rescale permission).",
     404: "No such object, or a ?format= this endpoint does not offer.",
     406: "No representation in the accepted media type.",
-    409: "Conflicts with the state of the cluster (fragment_busy, operation_final).",
+    409: "Conflicts with the state of the cluster (fragment_busy, operation_final, "
+    "worker_status_conflict, drain_empties_fragment, worker_provider_refused).",
     413: "The body is larger than the API takes (request_too_large).",
     415: "Request body media type not supported (send application/json).",
 }

@@ -11,14 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import ArrayAgg
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.contrib.postgres.aggregates import ArrayAgg, JSONBAgg
+from django.db.models import Count, JSONField, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.db.models.functions import JSONObject
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from dashboard.api.errors import ApiError, not_found
-from rescaler.cluster.models import EpochMetric, Fragment, Pipeline, VnodeMapping, Worker
+from rescaler.cluster.models import (
+    EpochMetric,
+    Fragment,
+    ParallelUnit,
+    Pipeline,
+    VnodeMapping,
+    Worker,
+)
 from rescaler.operations.models import (
     AuditEvent,
     OperationFragment,
@@ -54,6 +61,87 @@ def _pu_numbers(path: str) -> ArrayAgg:
     )
 
 
+def _pu_rows() -> JSONBAgg:
+    """A worker's PUs with their status and placement figures, by number; [] when none."""
+    return JSONBAgg(
+        JSONObject(
+            number="parallel_units__number",
+            status="parallel_units__status",
+            last_executor="parallel_units__last_executor",
+            last_host="parallel_units__last_host",
+            tasks_total="parallel_units__tasks_total",
+            tasks_home="parallel_units__tasks_home",
+        ),
+        filter=Q(parallel_units__isnull=False),
+        order_by="parallel_units__number",
+        default=Value([], output_field=JSONField()),
+    )
+
+
+def locality(tasks_home: int, tasks_total: int) -> dict[str, Any]:
+    """The share of PU tasks that ran on their own worker's executor (None before any)."""
+    return {
+        "tasks_total": tasks_total,
+        "tasks_home": tasks_home,
+        "share": round(tasks_home / tasks_total, 4) if tasks_total else None,
+    }
+
+
+def _pipelines(pipeline: str | None) -> list[Pipeline]:
+    rows = list(
+        Pipeline.objects.all() if pipeline is None else Pipeline.objects.filter(name=pipeline)
+    )
+    if pipeline is not None and not rows:
+        raise not_found("unknown_pipeline", f"no pipeline named {pipeline!r} has registered")
+    return rows
+
+
+def _worker_rows(
+    pipeline_ids: list[int], alive: dict[int, bool], names: dict[int, str]
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The workers of these pipelines as the API shows them (one query), and the rows' PUs."""
+    workers = list(
+        Worker.objects.filter(pipeline_id__in=pipeline_ids)
+        .annotate(pus=_pu_rows())
+        .order_by("name")
+    )
+    rows = []
+    for worker in workers:
+        home = sum(pu["tasks_home"] for pu in worker.pus)
+        total = sum(pu["tasks_total"] for pu in worker.pus)
+        rows.append(
+            {
+                "name": worker.name,
+                "pipeline": names[worker.pipeline_id],
+                "alive": worker.alive and alive[worker.pipeline_id],
+                "last_seen": worker.last_seen,
+                "parallel_units": [pu["number"] for pu in worker.pus],
+                "status": worker.status,
+                "status_reason": worker.status_reason,
+                "executor_id": worker.executor_id,
+                "host": worker.host,
+                "cores": worker.cores,
+                "bootstrapped_epoch": worker.bootstrapped_epoch,
+                "joined_at": worker.joined_at,
+                "left_at": worker.left_at,
+                "drain_operation_id": worker.drain_operation_id or None,
+                "locality": locality(home, total),
+            }
+        )
+    return rows, workers
+
+
+def worker_list(*, pipeline: str | None = None) -> list[dict[str, Any]]:
+    """Every worker (of one pipeline), with its status, executor and PUs: two queries."""
+    pipelines = _pipelines(pipeline)
+    rows, _ = _worker_rows(
+        [p.id for p in pipelines],
+        {p.id: runner_alive(p) for p in pipelines},
+        {p.id: p.name for p in pipelines},
+    )
+    return rows
+
+
 def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
     """Workers and their PUs, PU → worker, and per fragment its PUs, mapping and load.
 
@@ -82,11 +170,7 @@ def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
     names = {p.id: p.name for p in pipelines}
     latest = {p.id: p.latest_epoch for p in pipelines if p.latest_epoch}
 
-    workers = list(
-        Worker.objects.filter(pipeline_id__in=ids)
-        .annotate(pu_numbers=_pu_numbers("parallel_units"))
-        .order_by("name")
-    )
+    worker_rows, workers = _worker_rows(ids, alive, names)
     current_mapping = VnodeMapping.objects.filter(
         fragment=OuterRef("pk"), version=OuterRef("mapping_version")
     )
@@ -106,28 +190,27 @@ def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
         for number in frag.pu_numbers:
             fragments_of_pu[number].append(frag.name)
     parallel_units: dict[str, dict[str, Any]] = {}
-    worker_rows = []
-    for worker in workers:
-        worker_alive = worker.alive and alive[worker.pipeline_id]
-        for number in worker.pu_numbers:
-            parallel_units[str(number)] = {
+    tasks: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # pipeline -> [home, total]
+    for worker, row in zip(workers, worker_rows, strict=True):
+        for pu in worker.pus:
+            parallel_units[str(pu["number"])] = {
                 "worker": worker.name,
-                "alive": worker_alive,
-                "fragments": fragments_of_pu.get(number, []),
+                "alive": row["alive"] and pu["status"] == ParallelUnit.Status.ACTIVE,
+                "fragments": fragments_of_pu.get(pu["number"], []),
+                "status": pu["status"],
+                "last_executor": pu["last_executor"],
+                "last_host": pu["last_host"],
+                "locality": locality(pu["tasks_home"], pu["tasks_total"]),
             }
-        worker_rows.append(
-            {
-                "name": worker.name,
-                "pipeline": names[worker.pipeline_id],
-                "alive": worker_alive,
-                "last_seen": worker.last_seen,
-                "parallel_units": list(worker.pu_numbers),
-            }
-        )
+        tasks[worker.pipeline_id][0] += row["locality"]["tasks_home"]
+        tasks[worker.pipeline_id][1] += row["locality"]["tasks_total"]
     parallel_units = dict(sorted(parallel_units.items(), key=lambda item: int(item[0])))
 
     return {
-        "pipelines": [_pipeline_row(p, alive[p.id], latest.get(p.id)) for p in pipelines],
+        "pipelines": [
+            {**_pipeline_row(p, alive[p.id], latest.get(p.id)), "locality": locality(*tasks[p.id])}
+            for p in pipelines
+        ],
         "workers": worker_rows,
         "parallel_units": parallel_units,
         "fragments": [

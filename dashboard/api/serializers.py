@@ -15,9 +15,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dashboard.api import selectors
-from rescaler.cluster.models import Pipeline
+from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
+from rescaler.cluster.workers import CORES_MAX, CORES_MIN, cores_parse
 from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep, choices
 from rescaler.operations.waiting import WaitingFor, operation_waiting
+from workers.rescale import errors
 from workers.rescale.protocol import (
     FRAGMENT_NAME_MAX_CHARS,
     GRANULARITY_MAXIMUMS,
@@ -344,6 +346,16 @@ class EpochSummarySerializer(serializers.Serializer):
     committed_at = serializers.DateTimeField()
 
 
+class LocalitySerializer(serializers.Serializer):
+    tasks_total = serializers.IntegerField(help_text="PU tasks counted (one per PU per epoch).")
+    tasks_home = serializers.IntegerField(
+        help_text="Of those, the ones that ran on the PU's own worker's executor."
+    )
+    share = serializers.FloatField(
+        allow_null=True, help_text="tasks_home / tasks_total; null before any task was counted."
+    )
+
+
 class PipelineInfoSerializer(serializers.Serializer):
     name = serializers.CharField()
     status = serializers.ChoiceField(choices=Pipeline.Status.choices)
@@ -355,22 +367,53 @@ class PipelineInfoSerializer(serializers.Serializer):
     heartbeat_age_s = serializers.FloatField(allow_null=True)
     spark = serializers.DictField(child=serializers.JSONField())
     last_epoch_metric = EpochSummarySerializer(allow_null=True)
+    locality = LocalitySerializer(help_text="Over every PU of the pipeline.")
 
 
 class WorkerInfoSerializer(serializers.Serializer):
     name = serializers.CharField()
     pipeline = serializers.CharField()
-    alive = serializers.BooleanField()
+    alive = serializers.BooleanField(
+        help_text="Its executor is registered and the runner's heartbeat is fresh."
+    )
     last_seen = serializers.DateTimeField(allow_null=True)
     parallel_units = serializers.ListField(child=serializers.IntegerField())
+    status = serializers.ChoiceField(
+        choices=WORKER_STATUS_CHOICES, help_text="See docs/elastic-workers.md, Statuses."
+    )
+    status_reason = serializers.CharField(
+        allow_blank=True, help_text="Why it has its status: the operator's words, or what was seen."
+    )
+    executor_id = serializers.CharField(
+        allow_blank=True, help_text='Spark\'s executor id ("driver" in local mode).'
+    )
+    host = serializers.CharField(allow_blank=True)
+    cores = serializers.IntegerField()
+    bootstrapped_epoch = serializers.IntegerField(
+        allow_null=True,
+        help_text="The first epoch its PUs' stores existed at (-1: not yet, no vnode may go to "
+        "it); null for a worker the runner registered with its topology and never reported.",
+    )
+    joined_at = serializers.DateTimeField(allow_null=True)
+    left_at = serializers.DateTimeField(allow_null=True)
+    drain_operation_id = serializers.CharField(
+        allow_null=True, help_text="The operation that drains (or drained) it."
+    )
+    locality = LocalitySerializer(help_text="Over its PUs.")
 
 
 class ParallelUnitInfoSerializer(serializers.Serializer):
     worker = serializers.CharField()
-    alive = serializers.BooleanField()
+    alive = serializers.BooleanField(help_text="Its worker is alive and the PU is active.")
     fragments = serializers.ListField(
         child=serializers.CharField(), help_text="The fragments running on this PU."
     )
+    status = serializers.ChoiceField(choices=ParallelUnit.Status.choices)
+    last_executor = serializers.CharField(
+        allow_blank=True, help_text="The executor its task ran on in the last counted epoch."
+    )
+    last_host = serializers.CharField(allow_blank=True)
+    locality = LocalitySerializer()
 
 
 class PuLoadSerializer(serializers.Serializer):
@@ -428,6 +471,77 @@ class ClusterSerializer(serializers.Serializer):
 class ClusterQuerySerializer(serializers.Serializer):
     pipeline = serializers.CharField(
         required=False, allow_blank=True, help_text="Only this pipeline (empty: all)."
+    )
+
+
+# -- workers -------------------------------------------------------------------------------------
+def _refuse_unknown(data: Any, allowed: set[str]) -> None:
+    if not isinstance(data, dict):
+        raise errors.MalformedRequest("the request body must be a JSON object")
+    unknown = set(data) - allowed
+    if unknown:
+        raise errors.MalformedRequest(
+            f"unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}"
+        )
+
+
+class WorkerAddSerializer(serializers.Serializer):
+    """Validation is the service's own (``cores_parse``): a refusal is 400 malformed_request."""
+
+    cores = serializers.IntegerField(
+        min_value=CORES_MIN,
+        max_value=CORES_MAX,
+        default=1,
+        required=False,
+        help_text="Cores of the new worker (its PUs: one per core by default).",
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        _refuse_unknown(data, {"cores"})
+        return {"cores": cores_parse(data.get("cores", 1))}
+
+
+class WorkerAddedSerializer(serializers.Serializer):
+    provider = serializers.CharField(help_text="The worker provider (local, command).")
+    cores = serializers.IntegerField()
+    answer = serializers.CharField(help_text="What the provider started (also in the audit).")
+
+
+class WorkerReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX_CHARS,
+        help_text="Why the operator asks: kept in the audit trail.",
+    )
+
+    fields_allowed = {"reason"}
+
+    def to_internal_value(self, data: Any) -> Any:
+        _refuse_unknown(data, self.fields_allowed)
+        reason = data.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > REASON_MAX_CHARS:
+            raise errors.MalformedRequest(
+                f"'reason' must be a text of at most {REASON_MAX_CHARS} characters"
+            )
+        return {
+            "reason": reason,
+            **{k: data[k] for k in self.fields_allowed - {"reason"} if k in data},
+        }
+
+
+class WorkerDrainSerializer(WorkerReasonSerializer):
+    granularity = GranularityField(required=False)
+
+    fields_allowed = {"reason", "granularity"}
+
+
+class WorkerDrainedSerializer(serializers.Serializer):
+    worker = WorkerInfoSerializer()
+    operation = OperationDetailSerializer(
+        allow_null=True,
+        help_text="The live operation that moves every vnode off it; null when no stateful "
+        "fragment ran on it (it is decommissioning at once).",
     )
 
 

@@ -26,4 +26,8 @@ urlpatterns = [
         name="fragment-key",
     ),
     path("audit", views.AuditListView.as_view(), name="audit"),
+    path("workers", views.WorkerListView.as_view(), name="workers"),
+    path("workers/<str:name>/cordon", views.WorkerCordonView.as_view(), name="worker-cordon"),
+    path("workers/<str:name>/uncordon", views.WorkerUncordonView.as_view(), name="worker-uncordon"),
+    path("workers/<str:name>/drain", views.WorkerDrainView.as_view(), name="worker-drain"),
 ]

@@ -42,7 +42,14 @@ from dashboard.api.serializers import (
     OperationRequestSerializer,
     OperationSerializer,
     PlanSerializer,
+    WorkerAddedSerializer,
+    WorkerAddSerializer,
+    WorkerDrainedSerializer,
+    WorkerDrainSerializer,
+    WorkerInfoSerializer,
+    WorkerReasonSerializer,
 )
+from rescaler.cluster import workers as worker_services
 from rescaler.operations.models import AuditEvent, RescaleOperation
 from rescaler.operations.requests import operation_cancel, operation_request
 
@@ -61,6 +68,7 @@ def api_root(request: Request, format: str | None = None) -> Response:
     return Response(
         {
             "cluster": api_reverse("api:cluster", request=request, format=format),
+            "workers": api_reverse("api:workers", request=request, format=format),
             "operations": api_reverse("api:operations", request=request, format=format),
             "audit": api_reverse("api:audit", request=request, format=format),
             "schema": request.build_absolute_uri(reverse("schema")),
@@ -263,3 +271,140 @@ class AuditListView(CSVListView):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         return super().get(request, *args, **kwargs)
+
+
+# -- elastic workers (docs/elastic-workers.md) ---------------------------------------------------
+def _worker_row(name: str) -> dict[str, Any]:
+    """The worker as ``GET workers`` shows it."""
+    worker = worker_services.worker_get(name=name)
+    (row,) = [w for w in selectors.worker_list(pipeline=worker.pipeline.name) if w["name"] == name]
+    return row
+
+
+class WorkerListView(APIView):
+    """The workers with their status; ask the worker provider for one more."""
+
+    permission_classes = [IsAuthenticated, CanReschedule]
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        operation_id="workers_list",
+        summary="List workers",
+        parameters=[ClusterQuerySerializer],
+        responses={200: WorkerInfoSerializer(many=True), **error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        query = ClusterQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        rows = selectors.worker_list(pipeline=query.validated_data.get("pipeline") or None)
+        return Response(WorkerInfoSerializer(rows, many=True).data)
+
+    @extend_schema(
+        operation_id="workers_create",
+        summary="Add a worker",
+        description="Asks the worker provider (RESCALER_WORKER_PROVIDER) for one more worker; "
+        "its executor joins by itself a few seconds later and appears in GET workers, active "
+        "once bootstrapped. Needs the operations.rescale permission. 409 "
+        "worker_provider_refused when there is no provider (local mode) or it failed.",
+        request=WorkerAddSerializer,
+        responses={
+            202: OpenApiResponse(WorkerAddedSerializer, description="The provider's answer."),
+            **error_responses(400, 401, 403, 409, 413, 415),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = WorkerAddSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        added = worker_services.worker_add(user=request.user, cores=body.validated_data["cores"])
+        return Response(
+            WorkerAddedSerializer(added.to_json()).data, status=status.HTTP_202_ACCEPTED
+        )
+
+
+class WorkerCordonView(APIView):
+    """Cordon a worker: no new vnodes go to it; it keeps what it has."""
+
+    permission_classes = [IsAuthenticated, CanReschedule]
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        operation_id="workers_cordon",
+        request=WorkerReasonSerializer,
+        responses={
+            200: OpenApiResponse(WorkerInfoSerializer, description="Cordoned (or already was)."),
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        body = WorkerReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        worker = worker_services.worker_cordon(
+            user=request.user, name=_path_text(name, "worker"), reason=body.validated_data["reason"]
+        )
+        return Response(WorkerInfoSerializer(_worker_row(worker.name)).data)
+
+
+class WorkerUncordonView(APIView):
+    """Uncordon a worker: it takes vnodes again."""
+
+    permission_classes = [IsAuthenticated, CanReschedule]
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        operation_id="workers_uncordon",
+        request=WorkerReasonSerializer,
+        responses={
+            200: OpenApiResponse(WorkerInfoSerializer, description="Active (or already was)."),
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        body = WorkerReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        worker = worker_services.worker_uncordon(
+            user=request.user, name=_path_text(name, "worker"), reason=body.validated_data["reason"]
+        )
+        return Response(WorkerInfoSerializer(_worker_row(worker.name)).data)
+
+
+class WorkerDrainView(APIView):
+    """Drain and remove a worker: one live operation moves every vnode off its PUs; when it
+    completes the runner decommissions the worker and the provider releases it."""
+
+    permission_classes = [IsAuthenticated, CanReschedule]
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        operation_id="workers_drain",
+        request=WorkerDrainSerializer,
+        responses={
+            202: OpenApiResponse(
+                WorkerDrainedSerializer,
+                description="Draining: the worker and its operation (the Location header is "
+                "the operation's URL); or decommissioning at once, without an operation.",
+            ),
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        body = WorkerDrainSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        drain = worker_services.worker_drain(
+            user=request.user,
+            name=_path_text(name, "worker"),
+            reason=body.validated_data["reason"],
+            granularity=body.validated_data.get("granularity"),
+        )
+        headers = {}
+        operation = None
+        if drain.operation is not None:
+            op = selectors.operation_get(operation_id=drain.operation.operation_id)
+            operation = OperationDetailSerializer(op).data
+            headers["Location"] = api_reverse(
+                "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request
+            )
+        data = {
+            "worker": WorkerInfoSerializer(_worker_row(drain.worker.name)).data,
+            "operation": operation,
+        }
+        return Response(data, status=status.HTTP_202_ACCEPTED, headers=headers)

@@ -46,12 +46,13 @@ class PipelineAdmin(ReadOnlyAdmin):
 
 @admin.register(Worker)
 class WorkerAdmin(ReadOnlyAdmin):
-    list_display = ["name", "pipeline", "alive", "last_seen"]
+    list_display = ["name", "pipeline", "status", "alive", "executor_id", "host", "last_seen"]
+    list_filter = ["status"]
 
 
 @admin.register(ParallelUnit)
 class ParallelUnitAdmin(ReadOnlyAdmin):
-    list_display = ["number", "worker"]
+    list_display = ["number", "worker", "status", "last_executor", "tasks_total", "tasks_home"]
 
 
 @admin.register(Fragment)

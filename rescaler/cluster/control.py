@@ -9,9 +9,10 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from rescaler.cluster import services
+from rescaler.cluster import workers as _workers
 from rescaler.cluster.models import RunnerCommand
 from rescaler.operations.progress import operation_progress_record
-from workers.control import Command, ControlUnavailable, EpochReport, Topology
+from workers.control import Command, ControlUnavailable, EpochReport, Topology, WorkerInfo
 
 
 @contextmanager
@@ -47,6 +48,7 @@ class OrmControl:
     def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
         with _database():
             services.command_ack(command_id=command_id, status=status, detail=detail)
+            _workers.worker_command_acked(command_id=command_id, status=status, detail=detail)
 
     def report_epoch(self, report: EpochReport) -> None:
         with _database():
@@ -59,3 +61,7 @@ class OrmControl:
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
         with _database():
             operation_progress_record(pipeline=pipeline, progress=progress)
+
+    def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
+        with _database():
+            _workers.workers_record(pipeline=pipeline, epoch=epoch, workers=workers)

@@ -10,6 +10,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from workers.control import WorkerStatus
+
+# a worker's status as a field's choices: the label is the value, so the API schema's enum
+# (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]) matches this very list
+WORKER_STATUS_CHOICES = [(s.value, s.value) for s in WorkerStatus]
+
 
 class Pipeline(models.Model):
     class Status(models.TextChoices):
@@ -34,25 +40,64 @@ class Pipeline(models.Model):
 
 
 class Worker(models.Model):
-    """A compute host of the data plane (a Spark executor; in local mode the one local JVM)."""
+    """A compute host of the data plane: a Spark executor (in local mode the one local JVM).
+
+    ``alive`` is what the runner last saw: the executor is registered with Spark (and the runner
+    is not stopped). ``status`` is the control plane's view of its life (docs/elastic-workers.md):
+    an operator's cordon or drain, and what the runner's reports made of it (lost, removed).
+    """
 
     name = models.CharField(max_length=128, unique=True)
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="workers")
     alive = models.BooleanField(default=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=WORKER_STATUS_CHOICES, default=WorkerStatus.ACTIVE.value
+    )
+    # why it has its status: the operator's words, or what the control plane saw
+    status_reason = models.CharField(max_length=600, blank=True)
+    executor_id = models.CharField(max_length=64, blank=True)  # Spark's ("driver" in local mode)
+    host = models.CharField(max_length=255, blank=True)
+    cores = models.PositiveIntegerField(default=0)
+    # the first epoch whose barrier saw its PUs' stores created (-1: not yet, no vnode may go to
+    # it); null for a worker only the registered topology named, whose PUs exist from the start
+    bootstrapped_epoch = models.BigIntegerField(null=True, blank=True)
+    joined_at = models.DateTimeField(null=True, blank=True)
+    left_at = models.DateTimeField(null=True, blank=True)
+    # the operation that drains it (status draining, and kept afterwards for the record)
+    drain_operation_id = models.CharField(max_length=32, blank=True)
 
     class Meta:
         ordering = ["name"]
+        indexes = [models.Index(fields=["pipeline", "status"], name="worker_pipeline_status")]
 
     def __str__(self) -> str:
         return self.name
 
 
 class ParallelUnit(models.Model):
-    """One slot of compute, numbered globally, on one worker."""
+    """One slot of compute, numbered globally, on one worker.
+
+    ``last_executor``/``last_host`` say where its task really ran in the last counted epoch (the
+    runner's truthful placement); ``tasks_home`` of ``tasks_total`` epochs ran on its own
+    worker's executor: the locality figure. Each (epoch, PU) is counted once
+    (``counted_epoch``), however many fragments run on the PU and however often the runner
+    repeats its report.
+    """
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        LOST = "lost"  # its worker disappeared without a drain: its vnodes wait to be moved
+        REMOVED = "removed"  # its worker was drained and decommissioned
 
     number = models.PositiveIntegerField(unique=True)
     worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="parallel_units")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    last_executor = models.CharField(max_length=64, blank=True)
+    last_host = models.CharField(max_length=255, blank=True)
+    tasks_total = models.PositiveBigIntegerField(default=0)
+    tasks_home = models.PositiveBigIntegerField(default=0)
+    counted_epoch = models.BigIntegerField(default=-1)
 
     class Meta:
         ordering = ["number"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from typing import Any
 
 from django.db import transaction
@@ -20,11 +21,14 @@ from rescaler.cluster.models import (
     Worker,
 )
 from rescaler.events import CLUSTER_GROUP, publish
-from workers.control import EpochReport, Topology
+from workers.control import EpochReport, PuLoad, Topology, WorkerStatus
 from workers.rescale.protocol import Event
 
 # keep the newest epochs per pipeline; older rows are deleted as new ones arrive
 EPOCH_RETENTION = 5_000
+# workers whose executor is gone for good: neither a heartbeat nor a re-registration makes
+# them alive again (only the runner's worker report does, docs/elastic-workers.md)
+GONE = (WorkerStatus.LOST, WorkerStatus.REMOVED)
 
 
 class ClusterError(Exception):
@@ -46,10 +50,17 @@ def topology_register(*, topology: Topology) -> Pipeline:
         create_defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
     )
     pus: dict[int, ParallelUnit] = {}
+    gone = set(
+        Worker.objects.filter(name__in=list(topology.workers), status__in=GONE).values_list(
+            "name", flat=True
+        )
+    )
     for worker_name, numbers in topology.workers.items():
         worker, _ = Worker.objects.update_or_create(
             name=worker_name,
-            defaults={"pipeline": pipeline, "alive": True, "last_seen": timezone.now()},
+            defaults={"pipeline": pipeline, "last_seen": timezone.now()}
+            if worker_name in gone
+            else {"pipeline": pipeline, "alive": True, "last_seen": timezone.now()},
         )
         for number in numbers:
             pu, _ = ParallelUnit.objects.update_or_create(
@@ -107,6 +118,7 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
         pipeline.last_epoch = max(pipeline.last_epoch, report.epoch)
         pipeline.status = Pipeline.Status.RUNNING
         pipeline.save(update_fields=["last_epoch", "status"])
+        placement_record(epoch=report.epoch, per_pu=report.per_pu)
         for name, vnodes in report.per_vnode.items():
             Fragment.objects.filter(pipeline=pipeline, name=name).update(
                 vnode_load={str(v): list(kb) for v, kb in vnodes.items()}
@@ -117,6 +129,44 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
             ).delete()
     publish(CLUSTER_GROUP, Event.EPOCH_COMMITTED, epoch_summary(metric))
     return metric
+
+
+def placement_record(*, epoch: int, per_pu: list[PuLoad]) -> None:
+    """Where each PU's task really ran in ``epoch`` (the truthful placement) and the locality
+    counters: ``tasks_total`` + 1 per PU, ``tasks_home`` + 1 when it ran on its own worker's
+    executor.
+
+    Counted once per (epoch, PU): a PU that runs several fragments reports a row for each, and
+    the first row of the report that names an executor is the one counted (the runner's rows are
+    in fragment order, so that is the first fragment's task); a repeated report, or a re-run
+    epoch, counts nothing more (``counted_epoch``). Rows without an executor (a runner that does
+    not report placement) count nothing. A few UPDATEs per epoch, one per (executor, home)
+    group, whatever the number of PUs.
+    """
+    first: dict[int, PuLoad] = {}
+    for load in per_pu:
+        if load.executor and load.pu not in first:
+            first[load.pu] = load
+    if not first:
+        return
+    home_executor = dict(
+        ParallelUnit.objects.filter(number__in=list(first), counted_epoch__lt=epoch).values_list(
+            "number", "worker__executor_id"
+        )
+    )
+    groups: dict[tuple[str, str, bool], list[int]] = defaultdict(list)
+    for number, executor_id in home_executor.items():
+        load = first[number]
+        at_home = bool(executor_id) and executor_id == load.executor
+        groups[(load.executor, load.host, at_home)].append(number)
+    for (executor, host, at_home), numbers in groups.items():
+        ParallelUnit.objects.filter(number__in=numbers, counted_epoch__lt=epoch).update(
+            last_executor=executor[:64],
+            last_host=host[:255],
+            counted_epoch=epoch,
+            tasks_total=F("tasks_total") + 1,
+            tasks_home=F("tasks_home") + (1 if at_home else 0),
+        )
 
 
 def epoch_summary(metric: EpochMetric) -> dict[str, Any]:
@@ -142,7 +192,8 @@ def runner_heartbeat(*, pipeline: str, epoch: int, status: str, spark: dict[str,
         last_epoch=Greatest(F("last_epoch"), Value(epoch)),
     )
     if updated:
-        Worker.objects.filter(pipeline__name=pipeline).update(
+        # a lost or removed worker has no executor: the runner's liveness says nothing of it
+        Worker.objects.filter(pipeline__name=pipeline).exclude(status__in=GONE).update(
             last_seen=now, alive=status != "stopped"
         )
 

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rescaler.cluster.models import RunnerCommand
+from rescaler.cluster.workers import worker_drain_settled
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.audit import audit_record, operation_summary
 from rescaler.operations.models import OperationFragment, RescaleOperation
@@ -99,6 +100,9 @@ def _finalize(op: RescaleOperation, status: OperationStatus, outcome: str, code:
             before=before,
             after={**operation_summary(op), "outcome": outcome},
         )
+        # a drain's operation: its worker is decommissioned, or back to cordoned, in the same
+        # transaction, so no crash can leave a finished drain's worker draining for ever
+        worker_drain_settled(operation=op)
     summary = operation_summary(op)
     publish(CLUSTER_GROUP, Event.OPERATION_FINISHED, summary)
     publish(operation_group(op.operation_id), Event.OPERATION_FINISHED, summary)

@@ -51,6 +51,9 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
         pu_worker={pu.number: pu.worker.name for pu in pus},
         worker_alive={pu.worker.name: alive and pu.worker.alive for pu in pus},
         fragments=fragments,
+        worker_status={pu.worker.name: pu.worker.status for pu in pus},
+        worker_bootstrapped_epoch={pu.worker.name: pu.worker.bootstrapped_epoch for pu in pus},
+        pu_status={pu.number: pu.status for pu in pus},
     )
 
 

@@ -242,6 +242,8 @@ SPECTACULAR_SETTINGS = {
         "StepPhaseEnum": "dashboard.api.serializers.STEP_PHASE_CHOICES",
         "StrategyEnum": "dashboard.api.serializers.STRATEGY_CHOICES",
         "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
+        "WorkerStatusEnum": "rescaler.cluster.models.WORKER_STATUS_CHOICES",
+        "ParallelUnitStatusEnum": "rescaler.cluster.models.ParallelUnit.Status",
     },
 }
 

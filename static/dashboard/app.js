@@ -12,6 +12,9 @@
 
   // --- live epochs over the websocket, reconnecting with backoff ----------------------------
   let retryMs = 1000;
+  let wasOpen = false; // the socket has been open before: an open is a reconnection
+  // workers.rescale.protocol.Event: the worker events (their payload is the worker's summary)
+  const WORKER_EVENTS = new Set(["worker.joined", "worker.lost", "worker.removed", "worker.status"]);
 
   function connect() {
     const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
@@ -21,6 +24,12 @@
       retryMs = 1000;
       setText("ws-state", "connected");
       $("ws-state").classList.remove("muted");
+      // back after a drop: events were missed (a worker lost, an operation ended), so the page
+      // re-reads what they would have changed
+      if (wasOpen) {
+        document.dispatchEvent(new CustomEvent("rescaler:cluster-changed", { detail: { type: "reconnected" } }));
+      }
+      wasOpen = true;
     });
 
     socket.addEventListener("message", (event) => {
@@ -31,6 +40,10 @@
         return;
       }
       if (message.type === "epoch.committed") onEpoch(message);
+      // a worker joined, was lost or removed, or changed status: workers.js says so in words
+      if (WORKER_EVENTS.has(message.type)) {
+        document.dispatchEvent(new CustomEvent("rescaler:worker-event", { detail: message }));
+      }
       // any cluster event may have changed the matrix: the console re-fetches it
       document.dispatchEvent(new CustomEvent("rescaler:cluster-changed", { detail: message }));
     });

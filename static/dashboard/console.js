@@ -1,6 +1,7 @@
 // Rescaler console: the fragment × PU matrix. The server renders it (dashboard/console.py);
 // this script switches the metric it is coloured by, lists a cell's vnodes, and re-fetches the
-// rendered matrix when the cluster changes (events from app.js), at most once a second.
+// rendered matrix and workers table (one response, one moment) when the cluster changes (events
+// from app.js, or an action of workers.js), at most once a second.
 (function () {
   "use strict";
 
@@ -57,24 +58,35 @@
     box.hidden = false;
   }
 
-  // --- live: re-fetch the rendered matrix --------------------------------------------------
+  // --- live: re-fetch the rendered matrix and workers table ---------------------------------
   let pending = false;
   let last = 0;
+
+  function swap(holder, id) {
+    const fresh = holder.querySelector(`#${id}`);
+    const current = $(id);
+    if (!fresh || !current) return;
+    // keep the keyboard where it was: a focused action button is found again by its label
+    const focused = current.contains(document.activeElement) ? document.activeElement.getAttribute("aria-label") : null;
+    current.replaceWith(fresh);
+    if (focused) {
+      const again = fresh.querySelector(`[aria-label="${CSS.escape(focused)}"]`);
+      if (again) again.focus();
+    }
+  }
 
   async function refresh() {
     pending = false;
     last = Date.now();
     try {
-      const response = await fetch("/partials/matrix", { headers: { Accept: "text/html" } });
+      const response = await fetch("/partials/cluster", { headers: { Accept: "text/html" } });
       if (!response.ok) return;
       const holder = document.createElement("div");
       holder.innerHTML = await response.text();
-      const fresh = holder.querySelector("#matrix");
-      const current = $("matrix");
-      if (fresh && current) {
-        current.replaceWith(fresh);
-        paint();
-      }
+      swap(holder, "matrix");
+      swap(holder, "workers");
+      paint();
+      document.dispatchEvent(new CustomEvent("rescaler:cluster-refreshed"));
     } catch (err) {
       // the next event tries again; app.js shows whether the page is live
     }

@@ -11,6 +11,9 @@
     unknown_fragment: "fragment", fragment_not_stateful: "fragment", fragment_busy: "fragment",
     unknown_parallel_unit: "added_parallel_units", parallel_unit_on_dead_worker: "added_parallel_units",
     parallel_unit_already_in_fragment: "added_parallel_units",
+    // elastic workers: a PU whose worker takes no new vnodes (docs/elastic-workers.md)
+    worker_not_active: "added_parallel_units", worker_not_bootstrapped: "added_parallel_units",
+    parallel_unit_lost: "added_parallel_units", parallel_unit_removed: "added_parallel_units",
     parallel_unit_not_in_fragment: "removed_parallel_units",
     removes_every_parallel_unit: "removed_parallel_units",
     parallel_unit_added_and_removed: "removed_parallel_units",

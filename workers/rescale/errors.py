@@ -29,6 +29,30 @@ class DeadWorker(RescaleError):
     code = "parallel_unit_on_dead_worker"
 
 
+class WorkerNotActive(RescaleError):
+    """An added PU's worker is cordoned, draining or leaving: no new vnodes go to it."""
+
+    code = "worker_not_active"
+
+
+class WorkerNotBootstrapped(RescaleError):
+    """An added PU's worker joined, but the runner has not created its PUs' stores yet."""
+
+    code = "worker_not_bootstrapped"
+
+
+class ParallelUnitLost(RescaleError):
+    """An added PU's worker disappeared; its vnodes can only be moved off it."""
+
+    code = "parallel_unit_lost"
+
+
+class ParallelUnitRemoved(RescaleError):
+    """An added PU left the cluster with its drained worker."""
+
+    code = "parallel_unit_removed"
+
+
 class AlreadyInFragment(RescaleError):
     code = "parallel_unit_already_in_fragment"
 

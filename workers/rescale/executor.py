@@ -53,6 +53,10 @@ class RescaleExecutor:
     def ops(self) -> dict[str, OperationState]:
         return self.ledger.ops
 
+    def set_worker_pus(self, pus: set[int]) -> None:
+        """The PUs that may be given vnodes from now on (workers joined, left or drained)."""
+        self.commands.worker_pus = set(pus)
+
     def running(self) -> list[OperationState]:
         return self.ledger.running()
 

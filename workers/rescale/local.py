@@ -72,7 +72,13 @@ def cluster_view(pipeline_dir: Path) -> ClusterView:
             busy_with=busy.get(name),
         )
     pu_worker = {pu: worker for worker, pus in topology["workers"].items() for pu in pus}
-    return ClusterView(pu_worker, {w: alive for w in topology["workers"]}, fragments)
+    worker_alive = {w: alive for w in topology["workers"]}
+    # the runner's own view of its workers, once it reported one: a worker without an executor,
+    # or whose PUs are not bootstrapped yet, may not be given vnodes
+    for worker in LocalControl(control_dir).workers():
+        worker_alive[worker.name] = alive and worker.alive and worker.bootstrapped_epoch >= 0
+        pu_worker.update(dict.fromkeys(worker.parallel_units, worker.name))
+    return ClusterView(pu_worker, worker_alive, fragments)
 
 
 def plan_local(pipeline_dir: Path, request: OperationRequest) -> Plan:

@@ -64,9 +64,30 @@ def _keep_near(owned: list[int], slots: int, size: dict[int, int], target: float
     return kept
 
 
+def closed_quota(
+    current: dict[int, int], parallel_units_after: list[int], vnodes: int, closed: frozenset[int]
+) -> dict[int, int]:
+    """``target_counts``, except that a closed PU (its worker cordoned, draining or lost) is
+    given no more than it holds: the vnodes it would have taken go to the open PUs. With no
+    open PU left to take them, the plain quota (the request itself names no other way)."""
+    quota = target_counts(current, parallel_units_after, vnodes)
+    shut = [pu for pu in parallel_units_after if pu in closed]
+    open_ = [pu for pu in parallel_units_after if pu not in closed]
+    if not shut or not open_:
+        return quota
+    capped = {pu: min(quota[pu], current.get(pu, 0)) for pu in shut}
+    return {**capped, **target_counts(current, open_, vnodes - sum(capped.values()))}
+
+
 def plan_fragment(
-    view: FragmentView, change: FragmentChange, *, weighted: bool = False
+    view: FragmentView,
+    change: FragmentChange,
+    *,
+    weighted: bool = False,
+    closed: frozenset[int] = frozenset(),
 ) -> FragmentPlan:
+    """Move as few vnodes as it takes to balance the PUs after the change; ``closed`` PUs may
+    stay in the fragment but take no vnode the planner would choose for them."""
     mapping = list(view.mapping)
     vnodes = len(mapping)
     after = [pu for pu in view.parallel_units if pu not in change.removed_parallel_units] + list(
@@ -75,7 +96,7 @@ def plan_fragment(
     held: dict[int, list[int]] = defaultdict(list)
     for vnode, pu in enumerate(mapping):
         held[pu].append(vnode)
-    quota = target_counts({pu: len(v) for pu, v in held.items()}, after, vnodes)
+    quota = closed_quota({pu: len(v) for pu, v in held.items()}, after, vnodes, closed)
     size = {v: view.vnode_load.get(v, (0, 0))[1] for v in range(vnodes)}
     load = {pu: sum(size[v] for v in held.get(pu, [])) for pu in after}
     mean_load = sum(size.values()) / len(after)
@@ -203,8 +224,13 @@ def plan_request(
     epoch_s: float = DEFAULT_EPOCH_S,
 ) -> Plan:
     """The whole plan of a validated request (see ``request.validate``)."""
+    # the PUs named as added were validated open; the others of the fragment are the planner's
+    # choice, and a closed one keeps what it holds
+    closed = cluster.closed_parallel_units()
     fragments = {
-        name: plan_fragment(cluster.fragments[name], change, weighted=request.weighted)
+        name: plan_fragment(
+            cluster.fragments[name], change, weighted=request.weighted, closed=closed
+        )
         for name, change in request.changes.items()
     }
     moves = [m for plan in fragments.values() for m in plan.moves]

@@ -133,6 +133,9 @@ class CommandKind(enum.StrEnum):
     OPERATION_STEP = "operation.step"
     OPERATION_CANCEL = "operation.cancel"
     OPERATION_FINISH = "operation.finish"
+    # payload {"worker": name}: the worker's PUs hold no vnode any more (drained); the runner
+    # drops them and asks Spark to kill the worker's executor (docs/elastic-workers.md)
+    WORKER_DECOMMISSION = "worker.decommission"
 
 
 OPERATION_COMMANDS = frozenset(
@@ -160,6 +163,11 @@ class Event(enum.StrEnum):
     OPERATION_PROGRESS = "operation.progress"
     OPERATION_CANCELLING = "operation.cancelling"
     OPERATION_FINISHED = "operation.finished"
+    # elastic workers (docs/elastic-workers.md); the payload is the worker's summary
+    WORKER_JOINED = "worker.joined"
+    WORKER_LOST = "worker.lost"
+    WORKER_REMOVED = "worker.removed"
+    WORKER_STATUS = "worker.status"  # any other change: cordoned, draining, bootstrapped...
 
 
 class AuditObject(enum.StrEnum):
@@ -167,6 +175,7 @@ class AuditObject(enum.StrEnum):
 
     OPERATION = "operation"
     STEP = "step"
+    WORKER = "worker"  # object_id: the worker's name
 
 
 # -- the request ---------------------------------------------------------------------------------

@@ -67,8 +67,10 @@ def cluster(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The wordcount pipeline registered and alive; operations are queued, never driven."""
+    """The wordcount pipeline registered and alive; operations are queued, never driven; "add a
+    worker" meets no provider (never a Spark worker started by the fuzzer)."""
     monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setenv("RESCALER_WORKER_PROVIDER", "none")
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)
 

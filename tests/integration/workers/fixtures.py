@@ -85,11 +85,21 @@ def kill_started_runners() -> None:
 
 
 def start_runner(
-    state_dir: Path, pipeline: str, *args: str, log_name: str = "runner"
+    state_dir: Path,
+    pipeline: str,
+    *args: str,
+    log_name: str = "runner",
+    env: dict[str, str] | None = None,
 ) -> RunnerProcess:
+    """``env``: more environment (e.g. ``SPARK_MASTER`` of a standalone cluster)."""
     log_path = state_dir / f"{log_name}-{int(time.time() * 1000)}.log"
     state_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_MASTER": "local[2]"}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_MASTER": "local[2]",
+        **(env or {}),
+    }
     cmd = [
         sys.executable,
         "-m",

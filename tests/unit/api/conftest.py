@@ -28,6 +28,12 @@ def _state_dir(settings: Any, tmp_path: Path) -> Path:
     return settings.STATE_DIR
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test starts a Spark worker: "add a worker" meets no provider unless a test gives one."""
+    monkeypatch.setenv("RESCALER_WORKER_PROVIDER", "none")
+
+
 @pytest.fixture
 def cluster(db: None) -> Pipeline:
     return register_cluster()

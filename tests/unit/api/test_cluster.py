@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -9,8 +10,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
+from rescaler.cluster.services import epoch_record
+from rescaler.cluster.workers import workers_record
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import register_cluster, request_body
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, register_cluster, request_body
+from workers.control import EpochReport, PuLoad, WorkerInfo
 
 pytestmark = pytest.mark.django_db
 
@@ -34,6 +38,8 @@ def test_workers_pus_fragments_mapping_and_load(
     assert pipeline["name"] == "wordcount" and pipeline["runner_alive"] is True
     assert pipeline["last_epoch"] == 0 and pipeline["heartbeat_age_s"] < 60
     assert pipeline["last_epoch_metric"]["rows"] == 1000
+    no_tasks = {"tasks_total": 0, "tasks_home": 0, "share": None}
+    assert pipeline["locality"] == no_tasks
     assert data["workers"] == [
         {
             "name": "local-0",
@@ -41,12 +47,27 @@ def test_workers_pus_fragments_mapping_and_load(
             "alive": True,
             "last_seen": data["workers"][0]["last_seen"],
             "parallel_units": [0, 1, 2, 3],
+            # registered with the topology, never reported by report_workers
+            "status": "active",
+            "status_reason": "",
+            "executor_id": "",
+            "host": "",
+            "cores": 0,
+            "bootstrapped_epoch": None,
+            "joined_at": None,
+            "left_at": None,
+            "drain_operation_id": None,
+            "locality": no_tasks,
         }
     ]
     assert data["parallel_units"]["0"] == {
         "worker": "local-0",
         "alive": True,
         "fragments": ["source", "word_count", "sink"],
+        "status": "active",
+        "last_executor": "",
+        "last_host": "",
+        "locality": no_tasks,
     }
     assert data["parallel_units"]["3"]["fragments"] == []
     fragments = {f["name"]: f for f in data["fragments"]}
@@ -87,6 +108,35 @@ def test_a_stale_heartbeat_shows_the_workers_dead(
     assert data["pipelines"][0]["runner_alive"] is False
     assert data["workers"][0]["alive"] is False
     assert data["parallel_units"]["2"]["alive"] is False
+
+
+def test_worker_status_placement_and_locality(viewer_client: APIClient, db: None) -> None:
+    """A reported worker's executor and status; each PU's status, where its task last ran and
+    the share of its tasks that ran at home; the pipeline's share over every PU."""
+    register_cluster(workers={"w1": [0, 1], "w2": [2, 3]}, initial_pus=(0, 1, 2))
+    workers_record(
+        pipeline=PIPELINE,
+        epoch=0,
+        workers=[WorkerInfo("w1", "1", "host-a", 2, (0, 1), True, 0)],  # w2 is lost
+    )
+    for epoch, executor in ((1, "1"), (2, "2")):
+        epoch_record(
+            report=EpochReport(
+                pipeline=PIPELINE, epoch=epoch, rows=1, malformed=0, duration_s=0.1,
+                committed_at=time.time(), source_offset={}, per_vnode={}, mapping_versions={},
+                per_pu=[PuLoad(FRAGMENT, 0, 1, 1, 1, executor=executor, host=f"h{executor}")],
+            )
+        )  # fmt: skip
+    data = viewer_client.get(URL).json()
+    workers = {w["name"]: w for w in data["workers"]}
+    assert workers["w1"]["status"] == "active" and workers["w1"]["executor_id"] == "1"
+    assert workers["w2"]["status"] == "lost" and workers["w2"]["alive"] is False
+    assert "disappeared" in workers["w2"]["status_reason"]
+    pu0, pu2 = data["parallel_units"]["0"], data["parallel_units"]["2"]
+    assert (pu0["status"], pu0["last_executor"], pu0["last_host"]) == ("active", "2", "h2")
+    assert pu0["locality"] == {"tasks_total": 2, "tasks_home": 1, "share": 0.5}
+    assert pu2["status"] == "lost" and pu2["alive"] is False
+    assert data["pipelines"][0]["locality"] == {"tasks_total": 2, "tasks_home": 1, "share": 0.5}
 
 
 def test_filter_by_pipeline_and_unknown_pipeline(

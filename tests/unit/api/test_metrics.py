@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -109,3 +110,32 @@ def test_public_by_default_and_authenticated_when_configured(settings: Any, view
     session = Client()
     session.force_login(viewer)
     assert session.get("/metrics").status_code == 200
+
+
+def test_worker_status_lost_pus_and_locality(db: None) -> None:
+    from rescaler.cluster.services import epoch_record
+    from rescaler.cluster.workers import workers_record
+    from workers.control import EpochReport, PuLoad, WorkerInfo
+
+    register_cluster(workers={"w1": [0, 1], "w2": [2, 3]}, initial_pus=(0, 1))
+    workers_record(
+        pipeline="wordcount", epoch=0, workers=[WorkerInfo("w1", "1", "h", 2, (0, 1), True, 0)]
+    )
+    epoch_record(
+        report=EpochReport(
+            pipeline="wordcount", epoch=1, rows=1, malformed=0, duration_s=0.1,
+            committed_at=time.time(), source_offset={}, per_vnode={}, mapping_versions={},
+            per_pu=[PuLoad("word_count", 0, 1, 1, 1, "1"), PuLoad("word_count", 1, 1, 1, 1, "9")],
+        )
+    )  # fmt: skip
+    m = scrape()
+    p = (("pipeline", "wordcount"),)
+    status = m["rescaler_worker_status"]
+    assert status[(*p, ("status", "active"), ("worker", "w1"))] == 1
+    assert status[(*p, ("status", "lost"), ("worker", "w1"))] == 0
+    assert status[(*p, ("status", "lost"), ("worker", "w2"))] == 1
+    assert m["rescaler_parallel_units_lost"][p] == 2
+    assert m["rescaler_pu_tasks_total"][(*p, ("pu", "0"))] == 1
+    assert m["rescaler_pu_tasks_home_total"][(*p, ("pu", "0"))] == 1
+    assert m["rescaler_pu_tasks_home_total"][(*p, ("pu", "1"))] == 0
+    assert m["rescaler_pipeline_locality_ratio"][p] == 0.5

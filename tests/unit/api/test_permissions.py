@@ -50,6 +50,12 @@ MUTATIONS: dict[str, tuple[Call, int]] = {
         lambda c, op: c.post(f"/api/v1/operations/{op.operation_id}/cancel"),
         202,
     ),
+    "POST workers/{name}/cordon": (lambda c, op: c.post("/api/v1/workers/local-0/cordon"), 200),
+    "POST workers/{name}/uncordon": (lambda c, op: c.post("/api/v1/workers/local-0/uncordon"), 200),
+    # the operator reaches the service: word_count runs only on local-0's PUs
+    "POST workers/{name}/drain": (lambda c, op: c.post("/api/v1/workers/local-0/drain"), 409),
+    # the operator reaches the provider: there is none in the tests' environment
+    "POST workers": (lambda c, op: c.post("/api/v1/workers", {"cores": 1}, format="json"), 409),
 }
 
 READS: dict[str, Call] = {
@@ -58,6 +64,7 @@ READS: dict[str, Call] = {
     "GET operations/{operation_id}": lambda c, op: c.get(f"/api/v1/operations/{op.operation_id}"),
     "GET fragments/{name}/keys/{key}": lambda c, op: c.get("/api/v1/fragments/word_count/keys/a"),
     "GET audit": lambda c, op: c.get("/api/v1/audit"),
+    "GET workers": lambda c, op: c.get("/api/v1/workers"),
     "GET audit (csv)": lambda c, op: c.get("/api/v1/audit", {"format": "csv"}),
     "GET api root": lambda c, op: c.get("/api/v1/"),
 }
@@ -133,6 +140,7 @@ def test_the_permission_can_come_from_a_group(cluster: Pipeline) -> None:
         "/api/v1/operations/{operation_id}",
         "/api/v1/fragments/word_count/keys/apple",
         "/api/v1/audit",
+        "/api/v1/workers",
     ],
 )
 def test_the_browsable_api_renders_for_a_logged_in_operator(
@@ -153,7 +161,8 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
     assert set(paths) == {
         "/api/v1/cluster", "/api/v1/operations", "/api/v1/operations/{operation_id}",
         "/api/v1/operations/{operation_id}/cancel", "/api/v1/fragments/{fragment}/keys/{key}",
-        "/api/v1/audit",
+        "/api/v1/audit", "/api/v1/workers", "/api/v1/workers/{name}/cordon",
+        "/api/v1/workers/{name}/uncordon", "/api/v1/workers/{name}/drain",
     }  # fmt: skip
     assert "Error" in schema.json()["components"]["schemas"]
     for ui in ("/api/docs/", "/api/redoc/"):

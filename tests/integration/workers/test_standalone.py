@@ -1,0 +1,159 @@
+"""Elastic workers on a real Spark standalone cluster (docs/elastic-workers.md).
+
+A standalone master and ``spark-class`` worker processes of one core each, started by the local
+worker provider; the runner as a real process against them, reading a directory of click events
+(a deterministic oracle). One story, as an operator lives it:
+
+1. one worker: the pipeline runs on its one PU, and every PU task reports that executor;
+2. a second worker joins: its PU is bootstrapped and reported by itself, then a live rescale
+   puts vnodes on it;
+3. the first worker is drained (a live rescale moves every fragment off its PU), decommissioned
+   and its process stopped: the stream goes on;
+4. a third worker joins and takes vnodes; the second one is killed with SIGKILL: it is reported
+   gone at once, a request that adds its PU is refused, and an ordinary request moves its vnodes
+   to the live PU;
+5. the exported state equals the oracle key for key.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.workers.fixtures import RunnerProcess, start_runner
+from tests.integration.workers.test_idle_stream import (
+    BATCHED,
+    PIPELINE,
+    Inbox,
+    finish_and_check,
+    orchestrator,
+    request,
+    wait_idle,
+)
+from workers.control import LocalControl, WorkerInfo
+from workers.provider import LocalMaster, LocalProvider
+from workers.rescale import errors
+from workers.rescale.local import plan_local
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.standalone]
+
+VNODES = 16
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    master = LocalMaster(tmp_path / "spark")
+    master.start()
+    provider = LocalProvider(master.url, tmp_path / "spark" / "workers", memory="1g")
+    try:
+        yield master, provider
+    finally:
+        provider.stop_all()
+        master.stop()
+
+
+def workers(runner: RunnerProcess) -> dict[str, WorkerInfo]:
+    return {w.name: w for w in LocalControl(runner.control_dir).workers()}
+
+
+def wait_workers(runner: RunnerProcess, what: str, check: Any, timeout: float = 120) -> None:
+    runner.wait_for(lambda: check(workers(runner)), timeout, what)
+
+
+def ready(w: WorkerInfo | None) -> bool:
+    return w is not None and w.alive and w.bootstrapped_epoch >= 0
+
+
+def live(state: Path, runner: RunnerProcess, op: str, change: dict[str, list[int]]) -> None:
+    result = orchestrator(state, runner, op, request(change, "live", BATCHED), step_timeout_s=120)
+    outcome = result.run(timeout_s=300).to_json()
+    assert outcome["status"] == "completed", outcome
+
+
+def placed_on(runner: RunnerProcess, since: int) -> list[tuple[int, str]]:
+    """(PU, executor) of every PU task with records in the epochs after the first ``since``."""
+    return [
+        (p["pu"], p["executor"]) for e in runner.epochs()[since:] for p in e["per_pu"] if p["rows"]
+    ]
+
+
+def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
+    tmp_path: Path, cluster: Any
+) -> None:
+    master, provider = cluster
+    inbox = Inbox(tmp_path / "inbox")
+    state = tmp_path / "state"
+    provider.add(1)
+    runner = start_runner(
+        state,
+        PIPELINE,
+        "--source",
+        f"dir:{inbox.dir}",
+        "--initial-pus",
+        "1",
+        env={"SPARK_MASTER": master.url, "RESCALER_VNODES": str(VNODES)},
+    )
+    rows = 0
+
+    def more(n: int) -> None:
+        nonlocal rows
+        inbox.drop(n)
+        rows += n
+        wait_idle(runner, rows)
+
+    # 1. one worker, one PU; every task ran on its executor
+    more(1_000)
+    w1 = workers(runner)["w1"]
+    assert ready(w1) and w1.parallel_units == (0,) and w1.cores == 1
+    assert {ex for _, ex in placed_on(runner, 0)} == {w1.executor_id}
+
+    # 2. a worker joins: bootstrapped and reported by itself, on an idle stream
+    joined_at = time.monotonic()
+    provider.add(1)
+    wait_workers(runner, "the second worker to join", lambda ws: ready(ws.get("w2")))
+    print(f"\njoin: the second worker's PU was ready {time.monotonic() - joined_at:.1f}s later")
+    w2 = workers(runner)["w2"]
+    assert w2.parallel_units == (1,) and w2.executor_id != w1.executor_id
+    assert (state / PIPELINE / "bootstrap" / "pu-1.json").exists()
+    live(state, runner, "onto-w2", {"added_parallel_units": [1]})
+    before = len(runner.epochs())
+    more(1_000)
+    assert {pu for pu, _ in placed_on(runner, before)} == {0, 1}
+    executors = {ex for _, ex in placed_on(runner, before)}
+    assert executors <= {w1.executor_id, w2.executor_id}, executors
+
+    # 3. drain the first worker, decommission it, stop its process
+    live(state, runner, "drain-w1", {"removed_parallel_units": [0]})
+    control = LocalControl(runner.control_dir)
+    command = control.submit("worker.decommission", {"worker": "w1"})
+    runner.wait_for(lambda: control.command_status(command) is not None, 60, "decommission ack")
+    status = control.command_status(command)
+    assert status is not None and status[0] == "done", status
+    assert "w1" not in workers(runner)
+    assert "stopped" in provider.release(w1)
+    more(500)
+
+    # 4. a third worker joins and takes vnodes; the second dies
+    provider.add(1)
+    wait_workers(runner, "the third worker to join", lambda ws: ready(ws.get("w3")))
+    w3 = workers(runner)["w3"]
+    live(state, runner, "onto-w3", {"added_parallel_units": list(w3.parallel_units)})
+    host = provider.executor_host(w2.executor_id)
+    assert host is not None
+    os.killpg(host.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_workers(runner, "the killed worker to be reported gone", lambda ws: not ws["w2"].alive)
+    print(f"loss: reported {time.monotonic() - killed_at:.1f}s after the SIGKILL")
+    # a request that gives vnodes to the lost PU is refused, with its reason
+    with pytest.raises(errors.DeadWorker, match="not alive"):
+        plan_local(state / PIPELINE, request({"added_parallel_units": [1]}, "live", BATCHED))
+    more(500)  # the lost PU's tasks run on the live executor: nothing stops
+    live(state, runner, "off-w2", {"removed_parallel_units": [1]})
+
+    # 5. exact state, on the PUs the mapping says
+    finish_and_check(state, inbox, runner, rows)

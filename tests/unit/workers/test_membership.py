@@ -1,0 +1,118 @@
+"""The runner's workers (``workers.membership``): joins, bootstrap, loss, decommission and a
+restart that binds saved workers to a new application's executors. No Spark: executors are
+plain records here, as the runner reads them from Spark's status store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workers.membership import LOCAL_WORKER, DecommissionRefused, ExecutorSeen, Membership
+
+
+class Bootstraps:
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, ...], int]] = []
+
+    def __call__(self, pus: tuple[int, ...], epoch: int) -> None:
+        self.calls.append((pus, epoch))
+
+
+def cluster(tmp_path: Path, per_executor: int | None = None) -> Membership:
+    return Membership(tmp_path, local=False, local_pus=2, pus_per_executor=per_executor)
+
+
+E0 = ExecutorSeen("0", "10.0.0.1", 1)
+E1 = ExecutorSeen("1", "10.0.0.2", 2)
+
+
+def test_local_mode_has_one_bootstrapped_worker_and_never_changes(tmp_path: Path) -> None:
+    m = Membership(tmp_path, local=True, local_pus=4, host="h")
+    m.start([])
+    (w,) = m.snapshot()
+    assert (w.name, w.executor_id, w.parallel_units, w.alive) == (
+        LOCAL_WORKER,
+        "driver",
+        (0, 1, 2, 3),
+        True,
+    )
+    assert m.usable_pus() == {0, 1, 2, 3}
+    assert m.observe([E0], 5, Bootstraps()) is False
+    with pytest.raises(DecommissionRefused, match="local mode"):
+        m.decommission(LOCAL_WORKER, set())
+
+
+def test_start_gives_each_executor_its_cores_as_pus(tmp_path: Path) -> None:
+    m = cluster(tmp_path)
+    m.start([E0, E1])
+    got = {w.name: (w.executor_id, w.parallel_units) for w in m.snapshot()}
+    assert got == {"w1": ("0", (0,)), "w2": ("1", (1, 2))}
+    # not bootstrapped yet: no vnode may go to them until a barrier has created their stores
+    assert m.usable_pus() == set()
+    boot = Bootstraps()
+    assert m.observe([E0, E1], 3, boot, poll=False) is True
+    assert boot.calls == [((0,), 3), ((1, 2), 3)]
+    assert m.usable_pus() == {0, 1, 2}
+
+
+def test_a_join_is_bootstrapped_at_the_barrier_that_sees_it(tmp_path: Path) -> None:
+    m = cluster(tmp_path, per_executor=1)
+    m.start([E0])
+    m.observe([E0], 0, Bootstraps(), poll=False)
+    boot = Bootstraps()
+    assert m.observe([E0, E1], 7, boot) is True
+    w2 = next(w for w in m.snapshot() if w.name == "w2")
+    assert w2.parallel_units == (1,) and w2.bootstrapped_epoch == 7
+    assert boot.calls == [((1,), 7)]
+    assert m.observe([E0, E1], 8, boot) is False  # nothing new: nothing reported
+
+
+def test_a_gone_executor_marks_its_worker_not_alive_but_keeps_its_pus(tmp_path: Path) -> None:
+    m = cluster(tmp_path)
+    m.start([E0, E1])
+    m.observe([E0, E1], 0, Bootstraps(), poll=False)
+    assert m.observe([E0], 4, Bootstraps()) is True
+    w2 = next(w for w in m.snapshot() if w.name == "w2")
+    assert not w2.alive and w2.parallel_units == (1, 2)
+    assert m.usable_pus() == {0}
+    assert m.executor_of_pu()[1] == "1"
+
+
+def test_decommission_refuses_a_worker_that_still_holds_vnodes(tmp_path: Path) -> None:
+    m = cluster(tmp_path)
+    m.start([E0, E1])
+    m.observe([E0, E1], 0, Bootstraps(), poll=False)
+    with pytest.raises(DecommissionRefused, match=r"\[1\] still run a fragment: drain it first"):
+        m.decommission("w2", holding={0, 1})
+    with pytest.raises(DecommissionRefused, match="no worker 'w9'"):
+        m.decommission("w9", holding=set())
+    w2 = m.decommission("w2", holding={0})
+    assert w2.executor_id == "1"
+    assert [w.name for w in m.snapshot()] == ["w1"]
+    # its executor, still registered until the provider stops it, is not taken for a new worker
+    assert m.observe([E0, E1], 9, Bootstraps()) is False
+
+
+def test_pu_numbers_are_never_reused(tmp_path: Path) -> None:
+    m = cluster(tmp_path)
+    m.start([E0])
+    m.decommission("w1", holding=set())
+    m.observe([ExecutorSeen("2", "10.0.0.3", 1)], 1, Bootstraps())
+    (w,) = m.snapshot()
+    assert w.parallel_units == (1,)
+
+
+def test_a_restart_binds_saved_workers_to_the_new_applications_executors(tmp_path: Path) -> None:
+    m = cluster(tmp_path)
+    m.start([E0, E1])
+    m.observe([E0, E1], 0, Bootstraps(), poll=False)
+    # a new application: new executor ids; one machine came back, the other did not
+    again = cluster(tmp_path)
+    again.start([ExecutorSeen("0", "10.0.0.2", 2)])
+    got = {w.name: (w.executor_id, w.host, w.alive, w.parallel_units) for w in again.snapshot()}
+    assert got == {
+        "w1": ("", "10.0.0.1", False, (0,)),
+        "w2": ("0", "10.0.0.2", True, (1, 2)),
+    }
+    assert again.usable_pus() == {1, 2}  # bootstrapped before the restart, stores exist
