@@ -10,7 +10,13 @@ from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status
 from rest_framework.decorators import api_view
 from rest_framework.permissions import IsAuthenticated
@@ -321,50 +327,55 @@ class WorkerListView(APIView):
         )
 
 
-class WorkerCordonView(APIView):
-    """Cordon a worker: no new vnodes go to it; it keeps what it has."""
+class _WorkerStatusView(APIView):
+    """An operator's change of one worker's status (cordon, uncordon): a reason in, the worker
+    as it now is out."""
 
     permission_classes = [IsAuthenticated, CanReschedule]
     parser_classes = [StrictJSONParser]
+    change: Any = None  # the service: worker_cordon or worker_uncordon
 
-    @extend_schema(
+    def post(self, request: Request, name: str) -> Response:
+        body = WorkerReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        worker = type(self).change(
+            user=request.user, name=_path_text(name, "worker"), reason=body.validated_data["reason"]
+        )
+        return Response(WorkerInfoSerializer(_worker_row(worker.name)).data)
+
+
+@extend_schema_view(
+    post=extend_schema(
         operation_id="workers_cordon",
+        description="Cordon a worker: no new vnodes go to it; it keeps what it has.",
         request=WorkerReasonSerializer,
         responses={
             200: OpenApiResponse(WorkerInfoSerializer, description="Cordoned (or already was)."),
             **error_responses(400, 401, 403, 404, 409, 413, 415),
         },
     )
-    def post(self, request: Request, name: str) -> Response:
-        body = WorkerReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        worker = worker_services.worker_cordon(
-            user=request.user, name=_path_text(name, "worker"), reason=body.validated_data["reason"]
-        )
-        return Response(WorkerInfoSerializer(_worker_row(worker.name)).data)
+)
+class WorkerCordonView(_WorkerStatusView):
+    """Cordon a worker: no new vnodes go to it; it keeps what it has."""
+
+    change = staticmethod(worker_services.worker_cordon)
 
 
-class WorkerUncordonView(APIView):
-    """Uncordon a worker: it takes vnodes again."""
-
-    permission_classes = [IsAuthenticated, CanReschedule]
-    parser_classes = [StrictJSONParser]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="workers_uncordon",
+        description="Uncordon a worker: it takes vnodes again.",
         request=WorkerReasonSerializer,
         responses={
             200: OpenApiResponse(WorkerInfoSerializer, description="Active (or already was)."),
             **error_responses(400, 401, 403, 404, 409, 413, 415),
         },
     )
-    def post(self, request: Request, name: str) -> Response:
-        body = WorkerReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        worker = worker_services.worker_uncordon(
-            user=request.user, name=_path_text(name, "worker"), reason=body.validated_data["reason"]
-        )
-        return Response(WorkerInfoSerializer(_worker_row(worker.name)).data)
+)
+class WorkerUncordonView(_WorkerStatusView):
+    """Uncordon a worker: it takes vnodes again."""
+
+    change = staticmethod(worker_services.worker_uncordon)
 
 
 class WorkerDrainView(APIView):

@@ -377,6 +377,25 @@ def _conflict(worker: Worker, action: str, hint: str = "") -> WorkerStatusConfli
     )
 
 
+def _operator_sets(
+    worker: Worker, status: WorkerStatus, reason: str, user: Any, action: str
+) -> Worker:
+    """An operator's change of a worker's status, audited under their name and announced."""
+    before = worker_summary(worker)
+    worker.status = status
+    worker.status_reason = reason
+    worker.save(update_fields=["status", "status_reason"])
+    audit_record(
+        actor=_actor(user),
+        action=action,
+        obj=_object(worker),
+        before=before,
+        after={**worker_summary(worker), "reason": reason},
+    )
+    _announce(Event.WORKER_STATUS, worker)
+    return worker
+
+
 @transaction.atomic
 def worker_cordon(*, user: Any, name: str, reason: str = "") -> Worker:
     """No new vnodes go to the worker; it keeps what it has. Cordoning a cordoned worker
@@ -387,19 +406,7 @@ def worker_cordon(*, user: Any, name: str, reason: str = "") -> Worker:
         return worker
     if worker.status != WorkerStatus.ACTIVE:
         raise _conflict(worker, "cordon", "only an active worker can be cordoned")
-    before = worker_summary(worker)
-    worker.status = WorkerStatus.CORDONED
-    worker.status_reason = reason
-    worker.save(update_fields=["status", "status_reason"])
-    audit_record(
-        actor=_actor(user),
-        action="worker.cordoned",
-        obj=_object(worker),
-        before=before,
-        after={**worker_summary(worker), "reason": reason},
-    )
-    _announce(Event.WORKER_STATUS, worker)
-    return worker
+    return _operator_sets(worker, WorkerStatus.CORDONED, reason, user, "worker.cordoned")
 
 
 @transaction.atomic
@@ -417,19 +424,7 @@ def worker_uncordon(*, user: Any, name: str, reason: str = "") -> Worker:
             else "only a cordoned worker can be uncordoned"
         )
         raise _conflict(worker, "uncordon", hint)
-    before = worker_summary(worker)
-    worker.status = WorkerStatus.ACTIVE
-    worker.status_reason = reason
-    worker.save(update_fields=["status", "status_reason"])
-    audit_record(
-        actor=_actor(user),
-        action="worker.uncordoned",
-        obj=_object(worker),
-        before=before,
-        after={**worker_summary(worker), "reason": reason},
-    )
-    _announce(Event.WORKER_STATUS, worker)
-    return worker
+    return _operator_sets(worker, WorkerStatus.ACTIVE, reason, user, "worker.uncordoned")
 
 
 @dataclass(frozen=True)
