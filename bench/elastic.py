@@ -119,7 +119,6 @@ def run_child(p: Params, workdir: Path) -> dict[str, Any]:
     from workers.rescale.local import rescale
     from workers.rescale.protocol import OperationRequest
     from workers.runner import PipelineRunner
-    from workers.sources.generator import GeneratorConfig
 
     master = LocalMaster(workdir / "spark")
     master.start()
@@ -246,13 +245,7 @@ def run_child(p: Params, workdir: Path) -> dict[str, Any]:
             row["key"]: int(row["value"])
             for row in iter_state(config.state_dir, PIPELINE, FRAGMENT, backend=config.backend)
         }
-        expected = expected_from_generator(
-            PIPELINE,
-            GeneratorConfig(
-                kind="lines", key_space=p.key_space, zipf_s=p.zipf_s, seed=p.seed, words_per_line=1
-            ),
-            int(end or 0),
-        )
+        expected = expected_from_generator(PIPELINE, common.generator_config(p), int(end or 0))
         problems = compare(expected.state[FRAGMENT], actual)
         out["verification"] = {"exact": not problems, "keys": len(actual), "problems": problems}
         out["epochs"] = [

@@ -115,7 +115,10 @@ class PipelineRunner:
             pus_per_executor=config.parallel_units,
             host=task_location()[1],
         )
-        self._executors_polled = 0.0
+        # Spark's executor list, read at most every executor_poll_s by whichever asks first
+        # (the barrier, or the idle watch loop) and shared by both
+        self._executors_seen: tuple[float, list[ExecutorSeen]] | None = None
+        self._executors_lock = threading.Lock()
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -235,21 +238,29 @@ class PipelineRunner:
         for pu in pus:
             (directory / f"pu-{pu}.json").write_text(json.dumps(record), "utf-8")
 
+    def _recent_executors(self) -> list[ExecutorSeen] | None:
+        """Spark's executors, read again only when the last read is older than
+        ``executor_poll_s``; None when the JVM cannot answer now (the next call reads again)."""
+        with self._executors_lock:
+            now = time.monotonic()
+            cached = self._executors_seen
+            if cached is not None and now - cached[0] < self.config.executor_poll_s:
+                return cached[1]
+            try:
+                seen = self._executors()
+            except Exception:  # the JVM is busy or going away
+                log.warning("could not read Spark's executors", exc_info=True)
+                return None
+            self._executors_seen = (now, seen)
+            return seen
+
     def _observe_workers(self, epoch: int) -> None:
-        """At the barrier: read Spark's executors (at most every ``executor_poll_s``); joins are
-        bootstrapped and reported, gone workers reported, before any command is read."""
+        """At the barrier, before any command is read: joins are bootstrapped and reported,
+        gone workers reported."""
         if self.config.is_local:
             return
-        now = time.monotonic()
-        if now - self._executors_polled < self.config.executor_poll_s:
-            return
-        self._executors_polled = now
-        try:
-            seen = self._executors()
-        except Exception:  # the JVM is busy or going away: the next barrier reads again
-            log.warning("could not read Spark's executors", exc_info=True)
-            return
-        if self.membership.observe(seen, epoch, self._bootstrap):
+        seen = self._recent_executors()
+        if seen is not None and self.membership.observe(seen, epoch, self._bootstrap):
             self._workers_changed(epoch)
 
     def _workers_changed(self, epoch: int) -> None:
@@ -276,15 +287,11 @@ class PipelineRunner:
         """An idle stream still notices a join or a loss within a second: force a barrier."""
         if self.config.is_local:
             return False
-        now = time.monotonic()
-        if now - self._executors_polled < self.config.executor_poll_s:
-            return False
-        try:
-            seen = {e.executor_id for e in self._executors()}
-        except Exception:
+        seen = self._recent_executors()
+        if seen is None:
             return False
         known = {w.executor_id for w in self.membership.snapshot() if w.alive}
-        return seen - self.membership.retired != known
+        return {e.executor_id for e in seen} - self.membership.retired != known
 
     # -- the epoch ---------------------------------------------------------------------------
     def _source_offset(self, epoch: int) -> dict[str, Any]:

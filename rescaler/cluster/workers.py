@@ -334,18 +334,15 @@ def worker_command_acked(*, command_id: int, status: str, detail: str = "") -> N
         )
         if worker is None:
             return
-        before = worker_summary(worker)
-        worker.status = WorkerStatus.CORDONED
-        worker.status_reason = f"the runner refused to decommission it: {detail}"[:600]
-        worker.save(update_fields=["status", "status_reason"])
-        audit_record(
+        _status_set(
+            worker,
+            WorkerStatus.CORDONED,
+            f"the runner refused to decommission it: {detail}",
+            "worker.decommission_refused",
             actor_name="runner",
-            action="worker.decommission_refused",
-            obj=_object(worker),
-            before=before,
-            after={**worker_summary(worker), "command": command_id, "detail": detail},
+            command=command_id,
+            detail=detail,
         )
-        _announce(Event.WORKER_STATUS, worker)
 
 
 # -- what operators ask --------------------------------------------------------------------------
@@ -377,20 +374,29 @@ def _conflict(worker: Worker, action: str, hint: str = "") -> WorkerStatusConfli
     )
 
 
-def _operator_sets(
-    worker: Worker, status: WorkerStatus, reason: str, user: Any, action: str
+def _status_set(
+    worker: Worker,
+    status: WorkerStatus,
+    status_reason: str,
+    action: str,
+    *,
+    user: Any = None,
+    actor_name: str = "",
+    **after: Any,
 ) -> Worker:
-    """An operator's change of a worker's status, audited under their name and announced."""
+    """One change of a worker's status: saved, audited (``after``: what the event adds to the
+    worker's summary) and announced once committed."""
     before = worker_summary(worker)
     worker.status = status
-    worker.status_reason = reason
+    worker.status_reason = status_reason[:600]
     worker.save(update_fields=["status", "status_reason"])
     audit_record(
         actor=_actor(user),
+        actor_name=actor_name,
         action=action,
         obj=_object(worker),
         before=before,
-        after={**worker_summary(worker), "reason": reason},
+        after={**worker_summary(worker), **after},
     )
     _announce(Event.WORKER_STATUS, worker)
     return worker
@@ -406,7 +412,9 @@ def worker_cordon(*, user: Any, name: str, reason: str = "") -> Worker:
         return worker
     if worker.status != WorkerStatus.ACTIVE:
         raise _conflict(worker, "cordon", "only an active worker can be cordoned")
-    return _operator_sets(worker, WorkerStatus.CORDONED, reason, user, "worker.cordoned")
+    return _status_set(
+        worker, WorkerStatus.CORDONED, reason, "worker.cordoned", user=user, reason=reason
+    )
 
 
 @transaction.atomic
@@ -424,7 +432,9 @@ def worker_uncordon(*, user: Any, name: str, reason: str = "") -> Worker:
             else "only a cordoned worker can be uncordoned"
         )
         raise _conflict(worker, "uncordon", hint)
-    return _operator_sets(worker, WorkerStatus.ACTIVE, reason, user, "worker.uncordoned")
+    return _status_set(
+        worker, WorkerStatus.ACTIVE, reason, "worker.uncordoned", user=user, reason=reason
+    )
 
 
 @dataclass(frozen=True)
@@ -591,21 +601,14 @@ def worker_drain_settled(*, operation: RescaleOperation) -> Worker | None:
             reason=f"drained by operation {operation.operation_id}",
         )
         return worker
-    before = worker_summary(worker)
-    worker.status = WorkerStatus.CORDONED
-    worker.status_reason = (
-        f"drain operation {operation.operation_id} {operation.status}: {operation.outcome}"
-    )[:600]
-    worker.save(update_fields=["status", "status_reason"])
-    audit_record(
+    return _status_set(
+        worker,
+        WorkerStatus.CORDONED,
+        f"drain operation {operation.operation_id} {operation.status}: {operation.outcome}",
+        "worker.drain_failed",
         actor_name="orchestrator",
-        action="worker.drain_failed",
-        obj=_object(worker),
-        before=before,
-        after={**worker_summary(worker), "operation_id": operation.operation_id},
+        operation_id=operation.operation_id,
     )
-    _announce(Event.WORKER_STATUS, worker)
-    return worker
 
 
 @dataclass(frozen=True)
