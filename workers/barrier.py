@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from workers.control import Command, ControlInterface
 from workers.membership import DecommissionRefused
 from workers.pipeline.placement import (
+    EpochClock,
     EpochPlan,
     FragmentActions,
     PlacementStore,
@@ -71,6 +72,7 @@ class Barrier:
         on_placements_changed: Callable[[], None] = lambda: None,
         on_barrier: Callable[[int], None] = lambda epoch: None,
         on_decommission: Callable[[Command], str] | None = None,
+        clock: Callable[[int], EpochClock] = lambda epoch: EpochClock(),
     ) -> None:
         self.pipeline = pipeline
         self.control = control
@@ -81,6 +83,7 @@ class Barrier:
         self._on_placements_changed = on_placements_changed
         self._on_barrier = on_barrier
         self._on_decommission = on_decommission
+        self._clock = clock
 
     def plan(self, epoch: int) -> EpochPlan:
         """The placements and actions of ``epoch``: the recorded plan if it is a re-run."""
@@ -103,7 +106,7 @@ class Barrier:
         if before != {n: (p.version, p.parallel_units) for n, p in self.placements.items()}:
             self._on_placements_changed()
         self.executor.placements_saved()
-        plan = EpochPlan(epoch, dict(self.placements), actions)
+        plan = EpochPlan(epoch, dict(self.placements), actions, self._clock(epoch))
         self.store.save_plan(plan)
         for ack in acks:
             self.control.ack_command(ack.command_id, ack.status, ack.detail)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -12,11 +13,18 @@ from typing import Any
 
 from workers.config import ConfigError, RunnerConfig
 from workers.pipeline.builtins import BUILTINS
+from workers.pipeline.model import PipelineError
 from workers.rescale.protocol import Strategy
+
+PIPELINE_HELP = (
+    "a built-in pipeline (" + ", ".join(sorted(BUILTINS)) + ") or package.module:function, a "
+    "function returning a workers.pipeline.Pipeline (default: $RESCALER_PIPELINE)"
+)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pipeline", required=True, choices=sorted(BUILTINS))
+    env = os.environ.get("RESCALER_PIPELINE") or None
+    parser.add_argument("--pipeline", required=env is None, default=env, help=PIPELINE_HELP)
     parser.add_argument(
         "--source", default="generator", help="generator (default) or dir:PATH of JSON-lines files"
     )
@@ -35,8 +43,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunnerConfig:
+    """The runner's configuration; the pipeline is loaded (and checked) to learn its name."""
+    from workers.pipeline.loading import load_pipeline
+
+    try:
+        pipeline = load_pipeline(args.pipeline)
+    except PipelineError as exc:
+        raise ConfigError(str(exc)) from exc
     return RunnerConfig.from_env(
-        pipeline=args.pipeline,
+        pipeline=pipeline.name,
+        pipeline_ref=args.pipeline,
         source=args.source,
         epochs=args.epochs,
         rows_per_epoch=args.rows_per_epoch,

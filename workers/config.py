@@ -30,7 +30,9 @@ def _local_cores(master: str) -> int | None:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    pipeline: str = "wordcount"
+    pipeline: str = "wordcount"  # the pipeline's name: its state is under state_dir / pipeline
+    # what defines it: a built-in's name or package.module:function ("": the name, a built-in)
+    pipeline_ref: str = ""
     source: str = "generator"  # "generator" or "dir:PATH"
     epochs: int | None = None  # stop after this many committed epochs; None: run until stopped
     rows_per_epoch: int = 10_000
@@ -39,7 +41,7 @@ class RunnerConfig:
     seed: int = 7
     pages: int = 500
     words_per_line: int = 4
-    vnodes: int = 256
+    vnodes: int | None = None  # vnodes per fragment (RESCALER_VNODES); None: the pipeline's own
     state_dir: Path = field(default_factory=default_state_dir)
     spark_master: str = "local[2]"
     trigger_interval_s: float = 1.0
@@ -68,7 +70,7 @@ class RunnerConfig:
         if not (self.source == "generator" or self.source.startswith("dir:")):
             raise ConfigError(f"source must be 'generator' or 'dir:PATH', not {self.source!r}")
         for name in ("rows_per_epoch", "key_space", "vnodes", "initial_pus", "source_partitions"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         if not 0 < self.idle_barrier_s <= 3600:
             raise ConfigError("idle_barrier_s must be above 0 and at most 3600 seconds")
@@ -92,6 +94,11 @@ class RunnerConfig:
         if self.parallel_units is not None:
             return self.parallel_units
         return _local_cores(self.spark_master) or 2
+
+    @property
+    def ref(self) -> str:
+        """The pipeline's definition, for ``workers.pipeline.loading.load_pipeline``."""
+        return self.pipeline_ref or self.pipeline
 
     @property
     def pipeline_dir(self) -> Path:

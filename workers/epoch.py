@@ -13,6 +13,7 @@ it recorded the first time, so downstream fragments and the sink see exactly the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -29,12 +30,21 @@ import pyarrow.compute as pc
 
 from workers.layout import sink_path, store_path
 from workers.operators import KeyedOperator, sort_by_seq
-from workers.pipeline.placement import SlotActions
+from workers.pipeline.placement import EpochClock, SlotActions
+from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms
 from workers.state import open_store
 from workers.state.base import StateStore, Update, encode_key
 from workers.vectorised import apply_batch
 
-ARROW_TYPES = {"int64": pa.int64(), "double": pa.float64(), "string": pa.string()}
+ARROW_TYPES = {
+    "int64": pa.int64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "int32": pa.int32(),
+    "boolean": pa.bool_(),
+}
+#: the clock columns a processor's held rows carry, so their replay runs at their own epoch's time
+CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms")
 
 
 class RoutingError(Exception):
@@ -65,6 +75,10 @@ class TaskSpec:
     actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU parallel_units[i]
     sink_retention: int = 50
     vectorised: bool = True  # False: every operator takes the per-key path (tests, benchmarks)
+    clock: EpochClock = dataclasses.field(
+        default_factory=EpochClock
+    )  # the epoch's processing time and watermark (processors)
+    event_time: str | None = None  # the column giving event time, when the pipeline has one
 
     def slot_actions(self, slot: int) -> SlotActions:
         return self.actions[slot] if self.actions else SlotActions()
@@ -202,7 +216,22 @@ def _columns(*names: str) -> list[str]:
 
 
 def _held_columns(spec: TaskSpec) -> list[str]:
-    return _columns("key", "seq", "vnode", "src", *spec.operator.columns)
+    return _columns("key", "seq", "vnode", "src", *_read_columns(spec))
+
+
+def _read_columns(spec: TaskSpec) -> tuple[str, ...]:
+    """The record columns the operator reads (its key arrives as ``key``), event time included."""
+    key = getattr(spec.operator, "key_column", None)
+    wanted = (*spec.operator.columns, *_event_column(spec))
+    return tuple(c for c in dict.fromkeys(wanted) if c != key)
+
+
+def _event_column(spec: TaskSpec) -> tuple[str, ...]:
+    return (spec.event_time,) if spec.event_time and _is_processor(spec) else ()
+
+
+def _is_processor(spec: TaskSpec) -> bool:
+    return isinstance(spec.operator, ProcessorOperator)
 
 
 def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> dict[str, int]:
@@ -213,7 +242,11 @@ def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> 
         raise RoutingError(f"{spec.fragment}: held records reached a PU with no hold queue")
     from workers.rescale.transfer import write_hold
 
-    write_hold(Path(actions.hold_path), held.select(_held_columns(spec)))
+    rows = held.select(_held_columns(spec))
+    if _is_processor(spec):
+        for name, value in zip(CLOCK_COLUMNS, spec.clock.to_json().values(), strict=True):
+            rows = rows.append_column(name, pa.array([value] * rows.num_rows, pa.int64()))
+    write_hold(Path(actions.hold_path), rows)
     counts = held.group_by("vnode").aggregate([("seq", "count")])
     return dict(
         zip(map(str, counts.column("vnode").to_pylist()), counts.column("seq_count").to_pylist())
@@ -239,6 +272,72 @@ def _check_owned(spec: TaskSpec, slot: int, vnodes: pa.ChunkedArray) -> None:
             f"{spec.fragment} PU {spec.parallel_units[slot]}, epoch {spec.epoch}: records of "
             f"vnodes {sorted(stray.to_pylist())[:8]} it does not own"
         )
+
+
+def _fold_processor(
+    spec: TaskSpec,
+    slot: int,
+    store: StateStore,
+    replayed: pa.Table | None,
+    records: pa.Table | None,
+) -> pa.Table:
+    """A processor's epoch: held rows replayed at their own epochs' clocks (their vnodes'
+    timers only), then this epoch's records and every owned vnode's timers; one commit."""
+    operator = spec.operator
+    assert isinstance(operator, ProcessorOperator)
+    cols = _columns("key", "seq", "vnode", *_read_columns(spec))
+    segments: list[Segment] = []
+    if replayed is not None and replayed.num_rows:
+        for batch_ms, watermark_ms in sorted(
+            set(zip(*(replayed.column(c).to_pylist() for c in CLOCK_COLUMNS), strict=True))
+        ):
+            mask = pc.equal(replayed.column("_batch_ms"), batch_ms)
+            part = replayed.filter(mask)
+            segments.append(
+                Segment(
+                    EpochClock(batch_ms, watermark_ms),
+                    part.select(cols),
+                    tuple(sorted(set(part.column("vnode").to_pylist()))),
+                )
+            )
+    current = records.select(cols) if records is not None and records.num_rows else None
+    if current is not None:
+        _check_owned(spec, slot, current.column("vnode"))
+    empty = pa.table({c: pa.array([], pa.string()) for c in ("key",)})
+    segments.append(
+        Segment(spec.clock, current if current is not None else empty, spec.owned[slot])
+    )
+    run = ProcessorRun(operator, store, spec.event_time)
+    try:
+        for segment in segments:
+            run.fold(segment)
+    finally:
+        run.close()
+    outputs = run.output_table()
+    store.commit_epoch(spec.epoch, run.updates(), outputs=_ipc_bytes(outputs))
+    return outputs
+
+
+def _fold_operator(
+    spec: TaskSpec,
+    slot: int,
+    store: StateStore,
+    replayed: pa.Table | None,
+    records: pa.Table | None,
+) -> pa.Table:
+    """A keyed operator's epoch: held rows replayed first, then this epoch's records."""
+    if replayed is not None and replayed.num_rows:
+        cols = _columns("key", "seq", "vnode", *spec.operator.columns)
+        parts = [replayed.select(cols)]
+        if records is not None and records.num_rows:
+            parts.append(records.select(cols).cast(parts[0].schema))
+        records = pa.concat_tables(parts)
+    if records is not None and records.num_rows:
+        _check_owned(spec, slot, records.column("vnode"))
+        return _fold_and_commit(spec, store, records)
+    outputs = empty_outputs(spec.operator)
+    store.commit_epoch(spec.epoch, [], outputs=_ipc_bytes(outputs))
+    return outputs
 
 
 def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa.Table:
@@ -303,7 +402,10 @@ def run_task(
     arrived = [t for t in (records, held) if t is not None and t.num_rows]
     source_rows = sum(pc.sum(t.column("src")).as_py() or 0 for t in arrived)
     held_counts = _write_held(spec, actions, held)  # durable before the commit below
+    # what the runner's watermark advances by: every row that arrived, held ones included
+    event_ms = [max_event_ms(t, spec.event_time) for t in arrived]
 
+    n_records = records.num_rows if records is not None else 0
     store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
     try:
         replay = store.applied_epoch() >= spec.epoch
@@ -322,20 +424,11 @@ def run_task(
             for vnode in actions.drop:
                 store.drop_vnode(vnode)
             replayed = _acquire(spec, store, actions)
-            if replayed is not None and replayed.num_rows:
-                cols = _columns("key", "seq", "vnode", *spec.operator.columns)
-                parts = [replayed.select(cols)]
-                if records is not None and records.num_rows:
-                    parts.append(records.select(cols).cast(parts[0].schema))
-                records = pa.concat_tables(parts)
-            n_records = records.num_rows if records is not None else 0
-            if n_records:
-                assert records is not None
-                _check_owned(spec, slot, records.column("vnode"))
-                outputs = _fold_and_commit(spec, store, records)
+            n_records += replayed.num_rows if replayed is not None else 0
+            if _is_processor(spec):
+                outputs = _fold_processor(spec, slot, store, replayed, records)
             else:
-                outputs = empty_outputs(spec.operator)
-                store.commit_epoch(spec.epoch, [], outputs=_ipc_bytes(outputs))
+                outputs = _fold_operator(spec, slot, store, replayed, records)
         stats = store.vnode_stats()
     finally:
         store.close()
@@ -351,7 +444,7 @@ def run_task(
             "fragment": spec.fragment,
             "pu": pu,
             "epoch": spec.epoch,
-            "records": records.num_rows if records is not None else 0,
+            "records": n_records,
             "source_rows": source_rows,
             "held": held_counts,
             "outputs": outputs.num_rows,
@@ -359,6 +452,7 @@ def run_task(
             "bytes": sum(s.bytes for s in stats.values()),
             "vnodes": {str(v): [s.keys, s.bytes] for v, s in stats.items()},
             "replay": replay,
+            "max_event_ms": max((m for m in event_ms if m is not None), default=None),
             "seconds": round(time.perf_counter() - started, 4),
             # where this PU's task really ran (truthful placement)
             "executor": where[0],

@@ -20,6 +20,7 @@ from workers.barrier import route_slots
 from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import vnode_sql
+from workers.idle import TICKS_FILE
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
 from workers.sources.spark import GENERATOR, JSONL, register
@@ -27,7 +28,19 @@ from workers.sources.spark import GENERATOR, JSONL, register
 CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
-_SPARK_TYPES = {"string": "string", "int64": "bigint", "double": "double"}
+_SPARK_TYPES = {
+    "string": "string",
+    "int64": "bigint",
+    "double": "double",
+    "int32": "int",
+    "bool": "boolean",
+}
+
+
+def _columns_of(key: str, columns: tuple[str, ...], event_time: str | None) -> list[str]:
+    """The operator's columns and the event-time column, once each, without the key."""
+    wanted = [*columns, *([event_time] if event_time else [])]
+    return [c for c in dict.fromkeys(wanted) if c != key]
 
 
 class SourceMissing(Exception):
@@ -122,6 +135,11 @@ class EpochJob:
             .load()
         )
 
+    def check_prepared(self) -> None:
+        """The user's ``prepare`` against the source's schema: Spark analyses it, nothing runs."""
+        prepared = self.pipeline.prepare(self.source_stream(self.config.pipeline_dir / TICKS_FILE))
+        self.pipeline.check_prepared({f.name: f.dataType.simpleString() for f in prepared.schema})
+
     def stage(
         self,
         df: Any,
@@ -184,6 +202,7 @@ class EpochJob:
         started = time.perf_counter()
         cfg = self.config
         first = self.pipeline.fragments[0]
+        events = self.pipeline.event_time
         # one pass over the source: malformed rows ride along (kind "malformed") instead of
         # being split off into a second branch, which would make Spark read the source twice
         prepared = self.pipeline.prepare(df)
@@ -192,7 +211,7 @@ class EpochJob:
             f"CASE WHEN {bad} THEN 'malformed' ELSE 'rec' END AS kind",
             f"CASE WHEN {bad} THEN NULL ELSE `{first.key}` END AS `{first.key}`",
             "seq",
-            *(f"`{c}`" for c in first.operator.columns),
+            *(f"`{c}`" for c in _columns_of(first.key, first.operator.columns, events)),
             f"CASE WHEN {bad} THEN 0 ELSE src END AS src",
             "_malformed AS info",
         )
@@ -212,6 +231,8 @@ class EpochJob:
                 backend=cfg.backend,
                 terminal=i == len(self.pipeline.fragments) - 1,
                 actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
+                clock=plan.clock,
+                event_time=events if i == 0 else None,
             )
             stream = self.stage(
                 stream, placement, actions, spec, "key" if i > 0 else frag.key, from_outputs=i > 0

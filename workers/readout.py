@@ -14,9 +14,10 @@ from typing import Any, TextIO
 
 from workers.hashing import vnode_of
 from workers.layout import store_path
-from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.loading import registered
 from workers.pipeline.model import Fragment
 from workers.pipeline.placement import PlacementStore, VnodeMapping
+from workers.processor import TIMER_MARK
 from workers.state import open_store
 from workers.state.base import decode_key, encode_key
 
@@ -62,12 +63,14 @@ def iter_state(
 ) -> Iterator[dict[str, Any]]:
     """Every key of the fragment: ``{"key", "vnode", "pu", "value"}``, store by store."""
     pipeline_dir = Path(state_dir) / pipeline
-    frag: Fragment = get_pipeline(pipeline).fragment(fragment)
+    frag: Fragment = registered(state_dir, pipeline).fragment(fragment)
     _placement(pipeline_dir, fragment)
     for pu in _stores(pipeline_dir, fragment):
         with open_store(backend, store_path(pipeline_dir, fragment, pu), readonly=True) as store:
             for store_key, value in store.scan():
                 vnode, key = decode_key(store_key)
+                if key.startswith(TIMER_MARK):  # a processor's timer index: shown in its key
+                    continue
                 yield {
                     "key": key.decode("utf-8"),
                     "vnode": vnode,
@@ -92,7 +95,7 @@ def read_key(
 ) -> KeyState:
     """One key's vnode, owner PU (by the current mapping) and value (None if it has none)."""
     pipeline_dir = Path(state_dir) / pipeline
-    frag = get_pipeline(pipeline).fragment(fragment)
+    frag = registered(state_dir, pipeline).fragment(fragment)
     placement = _placement(pipeline_dir, fragment)
     vnode = vnode_of(key, placement.vnodes)
     owner = placement.mapping[vnode]

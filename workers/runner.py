@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.barrier import Barrier
+from workers.clock import WATERMARK_FILE, Watermark
 from workers.config import RunnerConfig
 from workers.control import (
     Command,
@@ -43,7 +44,7 @@ from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, spark_info
 from workers.layout import store_path
 from workers.membership import ExecutorSeen, Membership, spark_executors
-from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.loading import check_on_executors, load_pipeline, record, ship
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
@@ -92,7 +93,12 @@ class PipelineRunner:
         self.control: ControlInterface = PatientControl(
             control, patience_s=config.control_patience_s
         )
-        self.pipeline: Pipeline = get_pipeline(config.pipeline, config.vnodes)
+        self.pipeline: Pipeline = load_pipeline(config.ref, config.vnodes)
+        self.watermark = Watermark(
+            config.pipeline_dir / WATERMARK_FILE,
+            self.pipeline.watermark_delay_ms,
+            event_time=self.pipeline.event_time is not None,
+        )
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.placements: dict[str, VnodeMapping] = {}
         self.executor: RescaleExecutor
@@ -362,6 +368,7 @@ class PipelineRunner:
             malformed_samples=malformed[:5],
         )
         self.executor.committed(epoch, stats)
+        self.watermark.committed(plan, stats)
         self.last_epoch = epoch
         booked = time.perf_counter()
         self.control.report_epoch(report)
@@ -434,6 +441,9 @@ class PipelineRunner:
         self.placements = self._load_placements()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         try:
+            ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
+            check_on_executors(self.spark, cfg.ref)
+            record(cfg.pipeline_dir, cfg.ref, self.pipeline)
             self._start_membership()
         except BaseException:
             self.spark.stop()
@@ -450,10 +460,12 @@ class PipelineRunner:
             on_placements_changed=lambda: self.control.register(self.topology()),
             on_barrier=self._observe_workers,
             on_decommission=self._decommission,
+            clock=self.watermark.clock,
         )
         self.placements_store.save(self.placements)  # a restart may have reconciled an operation
         self.executor.placements_saved()
         self.job = EpochJob(self.spark, cfg, self.pipeline)
+        self.job.check_prepared()
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
         self.control.report_workers(self.pipeline.name, self.last_epoch, self.membership.snapshot())

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workers.operators import KeyedOperator
@@ -16,7 +17,16 @@ class PipelineError(Exception):
 
 
 class UnknownPipeline(PipelineError):
-    """No built-in pipeline has that name."""
+    """No built-in pipeline has that name, or the reference does not lead to a pipeline."""
+
+
+class InvalidPipeline(PipelineError):
+    """The pipeline's definition cannot run; the message names what is wrong."""
+
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,62}")
+#: columns the runner adds to the prepared records: a user's prepare must give seq, _malformed, src
+INTERNAL_COLUMNS = ("kind", "key", "vnode", "slot", "info")
 
 
 class UnknownFragment(PipelineError):
@@ -40,7 +50,10 @@ class Fragment:
 
     def __post_init__(self) -> None:
         if not 1 <= self.vnodes <= 1 << 16:
-            raise PipelineError(f"{self.name}: vnodes must be in 1..65536, not {self.vnodes}")
+            raise InvalidPipeline(f"{self.name}: vnodes must be in 1..65536, not {self.vnodes}")
+        # a processor's rows carry the key column as Spark's grouped rows do
+        if getattr(self.operator, "key_column", "") is None:
+            self.operator.key_column = self.key  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,105 @@ class Pipeline:
     description: str = ""
     sink: str = "sink"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the prepared column giving event time (a timestamp, or seconds), for watermarks
+    event_time: str | None = None
+    watermark_delay_ms: int = 0  # Spark's withWatermark delay
+
+    def validate(self) -> None:
+        """Everything that can be checked without Spark; raises InvalidPipeline naming it."""
+        from workers.operators import KeyedOperator
+
+        where = f"pipeline {self.name!r}"
+        if not _NAME.fullmatch(self.name):
+            raise InvalidPipeline(
+                f"{where}: a name is a letter then letters, digits, '_' or '-' (it names the "
+                f"state directory)"
+            )
+        if not self.fragments:
+            raise InvalidPipeline(f"{where} has no stateful fragment")
+        seen: set[str] = set()
+        for i, frag in enumerate(self.fragments):
+            if not _NAME.fullmatch(frag.name) or frag.name in ("source", self.sink):
+                raise InvalidPipeline(
+                    f"{where}: fragment name {frag.name!r} must be a letter then letters, "
+                    f"digits, '_' or '-', and not 'source' or {self.sink!r}"
+                )
+            if frag.name in seen:
+                raise InvalidPipeline(f"{where}: two fragments are named {frag.name!r}")
+            seen.add(frag.name)
+            expected = self.fragments[i - 1].name if i else None
+            if frag.upstream != expected:
+                after = f"its upstream must be {expected!r}" if expected else "it reads the source"
+                raise InvalidPipeline(
+                    f"{where}: fragment {frag.name!r} has upstream {frag.upstream!r}, but "
+                    f"fragments run as a chain in the order given: {after}"
+                    + (
+                        ""
+                        if frag.upstream in seen or frag.upstream is None
+                        else " (no earlier fragment has that name)"
+                    )
+                )
+            if not isinstance(frag.operator, KeyedOperator):
+                raise InvalidPipeline(
+                    f"{where}: fragment {frag.name!r}: {type(frag.operator).__name__} is not a "
+                    f"KeyedOperator; wrap a StatefulProcessor in workers.processor.ProcessorOperator"
+                )
+            inspect = getattr(frag.operator, "inspect", None)
+            if inspect is not None:
+                try:
+                    inspect()
+                except ValueError as exc:
+                    raise InvalidPipeline(f"{where}: fragment {frag.name!r}: {exc}") from exc
+                mode = getattr(frag.operator, "time_mode", "none")
+                if mode == "eventtime" and self.event_time is None:
+                    raise InvalidPipeline(
+                        f"{where}: fragment {frag.name!r} runs in EventTime: give the pipeline "
+                        f"event_time (a column) and watermark_delay_ms, as withWatermark would"
+                    )
+                if mode == "eventtime" and i:
+                    raise InvalidPipeline(
+                        f"{where}: fragment {frag.name!r}: only the first fragment may run in "
+                        f"EventTime (the watermark is the source's)"
+                    )
+            _check_pickles(where, frag)
+        if self.watermark_delay_ms < 0:
+            raise InvalidPipeline(f"{where}: watermark_delay_ms must be >= 0")
+
+    def check_prepared(self, columns: dict[str, str]) -> None:
+        """The prepared records' columns (name -> Spark type) against what the fragments read."""
+        where = f"pipeline {self.name!r}"
+        first = self.fragments[0]
+        needed = {"seq": "bigint", "_malformed": "string", "src": None}
+        for name, typ in needed.items():
+            if name not in columns:
+                raise InvalidPipeline(
+                    f"{where}: the prepared records lack column {name!r}; prepare must keep the "
+                    f"source's seq and _malformed and add src (1 per source row)"
+                )
+            if typ and columns[name] != typ:
+                raise InvalidPipeline(
+                    f"{where}: prepared column {name!r} is {columns[name]}, not {typ}"
+                )
+        if first.key not in columns:
+            raise InvalidPipeline(
+                f"{where}: fragment {first.name!r} is keyed by {first.key!r}, which the prepared "
+                f"records lack (they have: {', '.join(sorted(columns))})"
+            )
+        if columns[first.key] != "string":
+            raise InvalidPipeline(
+                f"{where}: key column {first.key!r} is {columns[first.key]}; cast it to string in "
+                f"prepare (keys are hashed to vnodes as strings)"
+            )
+        for col in (*first.operator.columns, *([self.event_time] if self.event_time else [])):
+            if col not in columns:
+                raise InvalidPipeline(
+                    f"{where}: fragment {first.name!r} reads column {col!r}, which the prepared "
+                    f"records lack (they have: {', '.join(sorted(columns))})"
+                )
+            if col in INTERNAL_COLUMNS and col != first.key:
+                raise InvalidPipeline(
+                    f"{where}: column {col!r} is a name the runner uses: rename it"
+                )
 
     def fragment(self, name: str) -> Fragment:
         for frag in self.fragments:
@@ -66,13 +178,7 @@ class Pipeline:
         raise UnknownFragment(f"pipeline {self.name!r} has no fragment {name!r} (it has: {known})")
 
     def with_vnodes(self, vnodes: int) -> Pipeline:
-        frags = tuple(
-            Fragment(f.name, f.operator, f.key, f.region, vnodes, f.upstream)
-            for f in self.fragments
-        )
-        return Pipeline(
-            self.name, self.source_kind, frags, self.prepare, self.description, self.sink
-        )
+        return replace(self, fragments=tuple(replace(f, vnodes=vnodes) for f in self.fragments))
 
     def topology_fragments(self) -> list[dict[str, Any]]:
         """Source, stateful fragments and sink, in dataflow order, for the fragment matrix."""
@@ -91,3 +197,17 @@ class Pipeline:
             )
         rows.append({"name": self.sink, "kind": "sink", "region": self.fragments[-1].region})
         return rows
+
+
+def _check_pickles(where: str, frag: Fragment) -> None:
+    """The operator travels to Spark's executors by cloudpickle: fail here, not in a task."""
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(frag.operator)
+    except Exception as exc:
+        raise InvalidPipeline(
+            f"{where}: fragment {frag.name!r}: its operator cannot be pickled for Spark's "
+            f"executors ({type(exc).__name__}: {exc}); keep connections, locks and open files "
+            f"out of it (open them in init())"
+        ) from exc

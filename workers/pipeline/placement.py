@@ -16,6 +16,23 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class EpochClock:
+    """The times an epoch runs at, as Spark's ``TimerValues`` give them (milliseconds)."""
+
+    batch_ms: int = 0
+    #: event-time timers up to this fire, and rows with an earlier event time are late
+    watermark_ms: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"batch_ms": self.batch_ms, "watermark_ms": self.watermark_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> EpochClock:
+        data = data or {}
+        return cls(int(data.get("batch_ms", 0)), int(data.get("watermark_ms", 0)))
+
+
+@dataclass(frozen=True)
 class VnodeMapping:
     """One version of a fragment's vnode → PU mapping, with its PUs (a Spark partition each, in
     this order). The control plane's ``rescaler.cluster.models.VnodeMapping`` stores the same."""
@@ -143,6 +160,9 @@ class EpochPlan:
     epoch: int
     placements: dict[str, VnodeMapping]
     actions: dict[str, FragmentActions] = field(default_factory=dict)
+    clock: EpochClock = field(
+        default_factory=EpochClock
+    )  # processing time and watermark, the same in a re-run
 
     def fragment_actions(self, name: str) -> FragmentActions:
         return self.actions.get(name, FragmentActions())
@@ -152,6 +172,7 @@ class EpochPlan:
             "epoch": self.epoch,
             "placements": {name: p.to_json() for name, p in self.placements.items()},
             "actions": {name: a.to_json() for name, a in self.actions.items()},
+            "clock": self.clock.to_json(),
         }
 
     @classmethod
@@ -160,6 +181,7 @@ class EpochPlan:
             data["epoch"],
             {n: VnodeMapping.from_json(p) for n, p in data["placements"].items()},
             {n: FragmentActions.from_json(a) for n, a in data.get("actions", {}).items()},
+            EpochClock.from_json(data.get("clock")),
         )
 
 

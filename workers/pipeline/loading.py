@@ -1,0 +1,150 @@
+"""Pipelines from the user's own module: ``package.module:build`` names a function returning a
+:class:`~workers.pipeline.model.Pipeline`; ``wordcount`` and ``clickstream`` are the built-in
+examples, defined the same way in ``workers.pipeline.builtins``.
+
+The runner records the reference beside the pipeline's state (``pipeline.json``), so every
+other reader of that state (the key finder, ``export-state``) loads the same definition by the
+pipeline's name. Spark's executors need the module too: :func:`ship` sends its package with
+``addPyFile`` unless it is installed, and :func:`check_on_executors` imports it inside a Spark
+task before the first epoch, so a missing dependency stops the start with its name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from workers.pipeline.model import InvalidPipeline, Pipeline, UnknownPipeline
+from workers.pipeline.placement import write_json_atomic
+
+REGISTRY_FILE = "pipeline.json"
+BUILTIN_MODULE = "workers.pipeline.builtins"
+
+
+def builtin_names() -> list[str]:
+    from workers.pipeline.builtins import BUILTINS
+
+    return sorted(BUILTINS)
+
+
+def normalise(ref: str) -> str:
+    """A built-in's name stands for its function in ``workers.pipeline.builtins``."""
+    ref = ref.strip()
+    if ref in builtin_names():
+        return f"{BUILTIN_MODULE}:{ref}"
+    return ref
+
+
+def load_pipeline(ref: str, vnodes: int | None = None) -> Pipeline:
+    """Import ``module:function``, call it, check the result; every failure says what to do."""
+    full = normalise(ref)
+    module_name, sep, attr = full.partition(":")
+    if not sep or not module_name or not attr.isidentifier():
+        raise UnknownPipeline(
+            f"pipeline {ref!r}: give a built-in ({', '.join(builtin_names())}) or "
+            f"package.module:function, a function returning a workers.pipeline.Pipeline"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownPipeline(
+            f"pipeline {ref!r}: cannot import {module_name!r} ({exc}); install it, or run from "
+            f"the directory holding it (or add that directory to PYTHONPATH)"
+        ) from exc
+    build = getattr(module, attr, None)
+    if not callable(build):
+        found = sorted(n for n in dir(module) if not n.startswith("_"))[:12]
+        raise UnknownPipeline(
+            f"pipeline {ref!r}: {module_name} has no function {attr!r} (it has: {', '.join(found)})"
+        )
+    pipeline = build()
+    if not isinstance(pipeline, Pipeline):
+        raise InvalidPipeline(
+            f"pipeline {ref!r}: {attr}() returned {type(pipeline).__name__}, not a "
+            f"workers.pipeline.Pipeline"
+        )
+    if vnodes is not None:
+        pipeline = pipeline.with_vnodes(vnodes)
+    pipeline.validate()
+    return pipeline
+
+
+def module_of(ref: str) -> str:
+    return normalise(ref).partition(":")[0]
+
+
+def record(pipeline_dir: Path, ref: str, pipeline: Pipeline) -> None:
+    """Remember which definition runs in this state directory."""
+    write_json_atomic(
+        Path(pipeline_dir) / REGISTRY_FILE,
+        {"ref": normalise(ref), "name": pipeline.name, "vnodes": pipeline.fragments[0].vnodes},
+    )
+
+
+def registered(state_dir: Path, name: str) -> Pipeline:
+    """The pipeline named ``name`` under ``state_dir``, as its runner loaded it."""
+    path = Path(state_dir) / name / REGISTRY_FILE
+    if path.exists():
+        data = json.loads(path.read_text("utf-8"))
+        return load_pipeline(data["ref"], data.get("vnodes"))
+    if name in builtin_names():  # state written before pipelines were registered
+        return load_pipeline(name)
+    raise UnknownPipeline(
+        f"no pipeline {name!r} under {state_dir}: start its runner first "
+        f"(python manage.py run_pipeline --pipeline package.module:build)"
+    )
+
+
+def _installed(path: Path) -> bool:
+    return any(part in ("site-packages", "dist-packages") for part in path.parts)
+
+
+def ship(spark: Any, ref: str, work_dir: Path) -> Path | None:
+    """Send the pipeline's top-level package (or module file) to the executors with
+    ``addPyFile``, unless it is installed or part of Rescaler. Returns what was shipped."""
+    module_name = module_of(ref)
+    top = module_name.split(".")[0]
+    if top == "workers":
+        return None  # Rescaler itself: the executors run it from the same installation
+    module = sys.modules.get(top) or importlib.import_module(top)
+    origin = Path(getattr(module, "__file__", "") or "")
+    if not origin.name or _installed(origin):
+        return None
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if origin.name == "__init__.py":
+        package_dir = origin.parent
+        target = work_dir / f"{top}.zip"
+        tmp = target.with_suffix(".zip.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for file in sorted(package_dir.rglob("*.py")):
+                zf.write(file, Path(top) / file.relative_to(package_dir))
+        tmp.replace(target)
+    else:
+        target = origin
+    spark.sparkContext.addPyFile(str(target))
+    return target
+
+
+def _import_in_task(module_name: str) -> str:
+    try:
+        importlib.import_module(module_name)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def check_on_executors(spark: Any, ref: str) -> None:
+    """Import the pipeline's module inside a Spark task; raise InvalidPipeline if it fails."""
+    module_name = module_of(ref)
+    sc = spark.sparkContext
+    errors = sc.parallelize([module_name], 1).map(_import_in_task).collect()
+    if errors and errors[0]:
+        raise InvalidPipeline(
+            f"pipeline module {module_name!r} does not import inside a Spark task "
+            f"({errors[0]}): install it and its dependencies on every executor, or keep it in "
+            f"a package Rescaler can ship (a directory with __init__.py)"
+        )
