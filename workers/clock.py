@@ -3,9 +3,10 @@
 Spark gives a stateful processor a batch timestamp and a watermark per micro-batch; Rescaler
 gives the same per epoch (:class:`~workers.pipeline.placement.EpochClock`, recorded in the epoch
 plan so that a re-run sees the same times). The watermark follows Spark's rule: the largest event
-time seen in earlier epochs minus the pipeline's delay, never going back, starting at 0. It is
+time seen in earlier epochs minus the pipeline's delay, never going back, starting at 0; rows
+are late against the previous epoch's watermark (Spark's watermark for late events). Both are
 kept in a small file beside the placement, written once per committed epoch from that epoch's
-plan and reports, so a restarted runner resumes it exactly.
+plan and reports, so a restarted runner resumes them exactly.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ class Watermark:
         if self.path.exists():
             saved = json.loads(self.path.read_text("utf-8"))
         self.watermark_ms = int(saved.get("watermark_ms", 0))
+        self.late_ms = int(saved.get("late_ms", 0))
         self.batch_ms = int(saved.get("batch_ms", 0))
 
     def clock(self, epoch: int) -> EpochClock:
         """The clock of a new epoch (a re-run reuses its recorded plan's)."""
         self.batch_ms = max(self.batch_ms, self._now_ms())
-        return EpochClock(self.batch_ms, self.watermark_ms)
+        return EpochClock(self.batch_ms, self.watermark_ms, self.late_ms)
 
     def committed(self, plan: EpochPlan, stats: list[dict[str, Any]]) -> None:
         """Advance from the epoch's own plan and reports: repeating it changes nothing."""
@@ -54,10 +56,16 @@ class Watermark:
         if seen:
             watermark = max(watermark, max(seen) - self.delay_ms)
         self.watermark_ms = max(self.watermark_ms, watermark)
+        self.late_ms = max(self.late_ms, plan.clock.watermark_ms)
         self.batch_ms = max(self.batch_ms, plan.clock.batch_ms)
         if not self.event_time:
             return
         write_json_atomic(
             self.path,
-            {"epoch": plan.epoch, "watermark_ms": self.watermark_ms, "batch_ms": self.batch_ms},
+            {
+                "epoch": plan.epoch,
+                "watermark_ms": self.watermark_ms,
+                "late_ms": self.late_ms,
+                "batch_ms": self.batch_ms,
+            },
         )

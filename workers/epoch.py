@@ -44,7 +44,7 @@ ARROW_TYPES = {
     "boolean": pa.bool_(),
 }
 #: the clock columns a processor's held rows carry, so their replay runs at their own epoch's time
-CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms")
+CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms", "_late_ms")
 
 
 class RoutingError(Exception):
@@ -288,14 +288,14 @@ def _fold_processor(
     cols = _columns("key", "seq", "vnode", *_read_columns(spec))
     segments: list[Segment] = []
     if replayed is not None and replayed.num_rows:
-        for batch_ms, watermark_ms in sorted(
+        for batch_ms, watermark_ms, late_ms in sorted(
             set(zip(*(replayed.column(c).to_pylist() for c in CLOCK_COLUMNS), strict=True))
         ):
             mask = pc.equal(replayed.column("_batch_ms"), batch_ms)
             part = replayed.filter(mask)
             segments.append(
                 Segment(
-                    EpochClock(batch_ms, watermark_ms),
+                    EpochClock(batch_ms, watermark_ms, late_ms),
                     part.select(cols),
                     tuple(sorted(set(part.column("vnode").to_pylist()))),
                 )

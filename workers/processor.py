@@ -17,10 +17,9 @@ re-run sees the same times):
 * processing time is the epoch's batch timestamp; a processing-time timer fires once the batch
   timestamp reaches it, after the epoch's input rows;
 * event time: the watermark of an epoch is the largest event time of all earlier epochs minus
-  the pipeline's delay (never going back); rows older than the watermark are late and dropped,
-  as Spark drops them; event-time timers up to the watermark fire before the epoch's rows (what
-  Spark's no-data batch does when the watermark moved) and again after them, for the timers the
-  rows registered;
+  the pipeline's delay (never going back); rows at or below the previous epoch's watermark are
+  late and dropped (Spark's watermark for late events); event-time timers up to the watermark
+  fire after the epoch's rows, as in a Spark batch (an empty epoch is Spark's no-data batch);
 * a TTL counts in processing time: a value updated at batch time *t* is gone at ``t + ttl``.
 
 What Spark offers and Rescaler does not is refused when the pipeline starts (:func:`inspect`),
@@ -496,7 +495,11 @@ class ProcessorOperator(KeyedOperator):
         self.columns = tuple(columns)  # type: ignore[misc]
         self.time_mode = time_mode.lower()
         self.interface = interface.lower()
-        self.output_schema_ddl = output_schema if isinstance(output_schema, str) else None
+        # as given, for Spark's own transformWithState (the same processor under both engines)
+        self.time_mode_spark = {"none": "None", "processingtime": "ProcessingTime"}.get(
+            self.time_mode, "EventTime"
+        )
+        self.output_schema_spark = output_schema
         self._output_schema = output_schema
         self.key_column = key_column  # set by the fragment: its key column, if among columns
         out = _struct(output_schema)
@@ -660,16 +663,15 @@ class ProcessorRun:
 
     # -- one segment
     def fold(self, segment: Segment) -> None:
+        """Spark's order within a batch: the input rows (late ones dropped), then the timers."""
         clock = segment.clock
         self.handle.now_ms = clock.batch_ms
         records = segment.records
-        if self.op.time_mode == "eventtime":
-            self.fire_timers(segment.vnodes, clock, clock.watermark_ms)
-            if self.event_time and records.num_rows:
-                import pyarrow.compute as pc
+        if self.op.time_mode == "eventtime" and self.event_time and records.num_rows:
+            import pyarrow.compute as pc
 
-                ts = _millis(records.column(self.event_time))
-                records = records.filter(pc.greater_equal(ts, clock.watermark_ms))
+            ts = _millis(records.column(self.event_time))
+            records = records.filter(pc.greater(ts, clock.late_ms))
         if records.num_rows:
             self._fold_rows(records, clock)
         if self.op.time_mode == "processingtime":
@@ -744,7 +746,6 @@ class ProcessorRun:
             _, state = self._load(vnode, key)
             if expiry not in state.timers:  # deleted by an earlier timer of this key
                 continue
-            state.timers.discard(expiry)
             _purge_expired(state, clock.batch_ms)
             self.handle.current = state
             try:
@@ -754,6 +755,7 @@ class ProcessorRun:
                 self._emit(results, 0)
             finally:
                 self.handle.current = None
+            state.timers.discard(expiry)  # as Spark: deleted once its handler has run
 
     def close(self) -> None:
         try:

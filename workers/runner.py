@@ -441,7 +441,9 @@ class PipelineRunner:
         self.placements = self._load_placements()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         try:
-            ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
+            shipped = ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
+            if shipped is not None:
+                log.info("pipeline module %s shipped to the executors (addPyFile)", shipped.name)
             check_on_executors(self.spark, cfg.ref)
             record(cfg.pipeline_dir, cfg.ref, self.pipeline)
             self._start_membership()

@@ -19,17 +19,25 @@ from typing import Any
 class EpochClock:
     """The times an epoch runs at, as Spark's ``TimerValues`` give them (milliseconds)."""
 
-    batch_ms: int = 0
-    #: event-time timers up to this fire, and rows with an earlier event time are late
-    watermark_ms: int = 0
+    batch_ms: int = 0  # processing time: the epoch's batch timestamp
+    watermark_ms: int = 0  # event-time timers up to this fire (Spark's watermark for eviction)
+    late_ms: int = 0  # rows at or below this event time are late (the previous epoch's watermark)
 
     def to_json(self) -> dict[str, int]:
-        return {"batch_ms": self.batch_ms, "watermark_ms": self.watermark_ms}
+        return {
+            "batch_ms": self.batch_ms,
+            "watermark_ms": self.watermark_ms,
+            "late_ms": self.late_ms,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> EpochClock:
         data = data or {}
-        return cls(int(data.get("batch_ms", 0)), int(data.get("watermark_ms", 0)))
+        return cls(
+            int(data.get("batch_ms", 0)),
+            int(data.get("watermark_ms", 0)),
+            int(data.get("late_ms", 0)),
+        )
 
 
 @dataclass(frozen=True)

@@ -90,8 +90,10 @@ def start_runner(
     *args: str,
     log_name: str = "runner",
     env: dict[str, str] | None = None,
+    ref: str | None = None,
 ) -> RunnerProcess:
-    """``env``: more environment (e.g. ``SPARK_MASTER`` of a standalone cluster)."""
+    """``env``: more environment (e.g. ``SPARK_MASTER`` of a standalone cluster); ``ref``: the
+    pipeline's definition when it is not the built-in named ``pipeline``."""
     log_path = state_dir / f"{log_name}-{int(time.time() * 1000)}.log"
     state_dir.mkdir(parents=True, exist_ok=True)
     env = {
@@ -106,7 +108,7 @@ def start_runner(
         "workers",
         "run",
         "--pipeline",
-        pipeline,
+        ref or pipeline,
         "--state-dir",
         str(state_dir),
         "--no-spark-ui",

@@ -1,0 +1,236 @@
+"""A user's own pipeline, from a module outside Rescaler, whose keyed state is a Spark
+``StatefulProcessor``: run on real Spark, rescaled live, killed, restarted and rescaled by
+stop-start, and checked against Spark's own ``transformWithState`` on the same input (an oracle
+nobody here wrote), key by key and output by output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tests.integration.workers.fixtures import REPO, RunnerProcess, start_runner
+from tests.integration.workers.tws_reference import normal_state
+from workers.control import LocalControl
+from workers.layout import sink_path
+from workers.pipeline.placement import PlacementStore
+from workers.readout import iter_state
+from workers.rescale.local import LocalChannel, plan_local, rescale
+from workers.rescale.orchestrator import Orchestrator
+from workers.rescale.protocol import OperationRequest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+FIXTURES = REPO / "tests" / "fixtures"
+REF = "userpipe.sessions:build"
+NAME = "sessions"
+FRAGMENT = "sessions"
+ROWS = 1_000
+KEYS = 300
+BATCHED = {"vnodes_per_step": 4, "steps_in_flight": 2}
+
+
+@pytest.fixture(autouse=True)
+def _user_module_on_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the runner's driver imports the user's module from its path; the executors get it from
+    # the runner (addPyFile), not from this PYTHONPATH: local mode's Python workers are
+    # started by Spark's daemon with the executor's own path
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
+    monkeypatch.setenv("RESCALER_PARALLEL_UNITS", "4")
+    monkeypatch.delenv("RESCALER_VNODES", raising=False)
+    sys.path.insert(0, str(FIXTURES))
+    yield
+    sys.path.remove(str(FIXTURES))
+
+
+def launch(state: Path, *args: str, log_name: str = "runner") -> RunnerProcess:
+    runner = start_runner(
+        state,
+        NAME,
+        "--rows-per-epoch",
+        str(ROWS),
+        "--key-space",
+        str(KEYS),
+        *args,
+        ref=REF,
+        log_name=log_name,
+    )
+    return runner
+
+
+def spark_reference(tmp: Path, rows: int) -> dict[str, Any]:
+    out = tmp / "reference.json"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{FIXTURES}"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.integration.workers.tws_reference",
+        "--pipeline",
+        REF,
+        "--rows-per-epoch",
+        str(ROWS),
+        "--rows",
+        str(rows),
+        "--key-space",
+        str(KEYS),
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"Spark's transformWithState failed:\n{done.stderr[-4000:]}"
+    body: dict[str, Any] = json.loads(out.read_text())
+    return body
+
+
+def rescaler_outputs(state: Path, epoch: int) -> Counter[tuple[Any, ...]]:
+    """The output rows the sink holds for one epoch, every PU's (a replay rewrites a file)."""
+    outputs: Counter[tuple[Any, ...]] = Counter()
+    folder = sink_path(state / NAME, FRAGMENT, epoch, 0).parent
+    for path in sorted(folder.glob("pu=*.arrow")):
+        table = pa.ipc.open_file(str(path)).read_all()
+        names = [n for n in table.column_names if n not in ("key", "seq")]
+        for row in table.select(names).to_pylist():
+            outputs[tuple(row.values())] += 1
+    return outputs
+
+
+def closed(rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+    """Rows with "gap" and "timer" both as "closed"."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for row, n in rows.items():
+        out[(*row[:-1], "closed" if row[-1] else "")] += n
+    return out
+
+
+def rescaler_state(state: Path) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for row in iter_state(state, NAME, FRAGMENT):
+        assert row["key"] not in found, f"{row['key']!r} is in two stores: I1 broken"
+        found[row["key"]] = normal_state(row["value"])
+    return found
+
+
+def assert_same_as_spark(state: Path, runner: RunnerProcess, *, rescaled: bool) -> None:
+    # an epoch re-run after a kill -9 reports again: the last report of each counts
+    epochs = list({e["epoch"]: e for e in runner.epochs()}.values())
+    assert [e["epoch"] for e in epochs] == list(range(len(epochs))), "no epoch lost"
+    rows = epochs[-1]["source_offset"]["offset"]
+    assert rows == sum(e["rows"] for e in epochs), "every source row folded exactly once"
+    reference = spark_reference(state, rows)
+    batches = reference["batches"]
+    assert sum(b["rows"] for b in batches) == rows
+    if not rescaled:  # epoch i is Spark's batch i: the same rows, the same times
+        assert all(e["rows"] for e in epochs)
+        assert len(batches) == len(epochs)
+        pairs = [
+            (Counter(tuple(r) for r in b["outputs"]), rescaler_outputs(state, e["epoch"]))
+            for b, e in zip(batches, epochs, strict=True)
+        ]
+    else:
+        # rows held while their vnode moves are folded (and emit) at the epoch that acquires
+        # it, at their own epoch's clock; an empty epoch forced for a rescale is a Spark
+        # no-data batch, which a busy Spark stream never runs: a timer may close a session
+        # there that Spark's next batch closes by its gap. Rows may come in another epoch and
+        # the closing reason may differ, never the rows
+        expected = Counter(tuple(r) for b in batches for r in b["outputs"])
+        actual = Counter[tuple[Any, ...]]()
+        for e in epochs:
+            actual.update(rescaler_outputs(state, e["epoch"]))
+        empty = any(not e["rows"] for e in epochs)
+        pairs = [(closed(expected), closed(actual)) if empty else (expected, actual)]
+    for i, (expected, actual) in enumerate(pairs):
+        assert sum(expected.values()) > 0
+        assert actual == expected, (
+            f"outputs ({i}) differ from Spark's: only Spark {list((expected - actual).items())[:5]}, "
+            f"only Rescaler {list((actual - expected).items())[:5]}"
+        )
+    spark_state = reference["state"]
+    ours = rescaler_state(state)
+    assert set(ours) == set(spark_state), "the same keys hold state"
+    differing = [k for k in spark_state if ours[k] != spark_state[k]]
+    assert not differing, (
+        f"{len(differing)} keys' state differs from Spark's, e.g. {differing[0]!r}: "
+        f"Rescaler {ours[differing[0]]}, Spark {spark_state[differing[0]]}"
+    )
+    by_timer = sum(n for b in batches for r in b["outputs"] if r[-1] == "timer" for n in [1])
+    assert by_timer > 0, "event-time timers closed sessions"
+
+
+def stop(runner: RunnerProcess) -> None:
+    LocalControl(runner.control_dir).submit("stop")
+    runner.wait_exit()
+
+
+def request(change: dict[str, list[int]], strategy: str) -> OperationRequest:
+    return OperationRequest.parse(
+        {"changes": {FRAGMENT: change}, "strategy": strategy, "granularity": BATCHED}
+    )
+
+
+def pus(state: Path) -> tuple[int, ...]:
+    placements = PlacementStore(state / NAME).load()
+    assert placements is not None
+    return placements[FRAGMENT].parallel_units
+
+
+def test_the_same_processor_gives_spark_s_outputs_and_state(tmp_path: Path) -> None:
+    runner = launch(tmp_path, "--epochs", "6")
+    runner.wait_exit()
+    registry = json.loads((tmp_path / NAME / "pipeline.json").read_text())
+    assert registry["ref"] == REF
+    assert "userpipe.zip shipped to the executors" in runner.log_path.read_text()
+    assert_same_as_spark(tmp_path, runner, rescaled=False)
+
+
+def test_live_scale_out_migration_killed_and_stop_start_scale_in(tmp_path: Path) -> None:
+    runner = launch(tmp_path)
+    runner.wait_for(lambda: len(runner.epochs()) >= 2, 240, "two committed epochs")
+    # a live scale-out: state, lists, maps and timers move with their vnodes
+    result = rescale(
+        tmp_path / NAME, request({"added_parallel_units": [2]}, "live"), timeout_s=600
+    ).to_json()
+    assert result["status"] == "completed", result
+    assert pus(tmp_path) == (0, 1, 2)
+    # a live migration, the runner killed -9 with some steps done and one in flight
+    orch = Orchestrator(
+        LocalChannel(LocalControl(runner.control_dir)),
+        "migrate",
+        plan_local(
+            tmp_path / NAME,
+            request({"added_parallel_units": [3], "removed_parallel_units": [1]}, "live"),
+        ),
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        steps = (orch.tick().to_json()["progress"] or {}).get("steps", [])
+        if any(s["phase"] == "done" for s in steps) and any(
+            s["phase"] not in ("done", "pending") for s in steps
+        ):
+            break
+        time.sleep(0.05)
+    runner.kill()
+    restarted = launch(tmp_path, log_name="restart")
+    assert orch.run(timeout_s=600).to_json()["status"] == "completed"
+    assert pus(tmp_path) == (0, 2, 3)
+    # a stop-start scale-in, then a few more epochs of records
+    result = rescale(
+        tmp_path / NAME, request({"removed_parallel_units": [3]}, "stop_start"), timeout_s=600
+    ).to_json()
+    assert result["status"] == "completed", result
+    assert pus(tmp_path) == (0, 2)
+    last = restarted.epochs()[-1]["epoch"]
+    restarted.wait_for(
+        lambda: restarted.epochs()[-1]["epoch"] >= last + 3 and restarted.epochs()[-1]["rows"] > 0,
+        240,
+        "three more epochs, the last one with records",
+    )
+    stop(restarted)
+    assert_same_as_spark(tmp_path, restarted, rescaled=True)

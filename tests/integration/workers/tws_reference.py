@@ -1,0 +1,152 @@
+"""Spark's own ``transformWithState`` as the oracle of a processor pipeline: the same processor
+object, the same generator input cut into the same micro-batches, run by Spark alone.
+
+Run as a child process (one JVM, gone when it ends)::
+
+    python -m tests.integration.workers.tws_reference --pipeline userpipe.sessions:build \
+        --rows-per-epoch 1000 --rows 12000 --key-space 300 --out ref.json
+
+It writes the outputs of every batch that read records (Spark's trailing no-data batch, which
+Rescaler has no counterpart of, is left out) and every key's state after the last such batch,
+read back with Spark's state data source, in the form of :func:`normal_state`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def normal_state(to_json: dict[str, Any]) -> dict[str, Any]:
+    """A key's state as ``ProcessorOperator.to_json`` shows it, in a form both engines give."""
+    out: dict[str, Any] = {}
+    for name, var in to_json["state"].items():
+        if var["kind"] == "value":
+            out[name] = list(var["value"])
+        elif var["kind"] == "list":
+            out[name] = [list(v) for v in var["values"]]
+        else:
+            out[name] = sorted([list(k), list(v)] for k, v in var["entries"])
+    if to_json["timers"]:
+        out["$timers"] = sorted(to_json["timers"])
+    return out
+
+
+def _spark_state(spark: Any, checkpoint: str, batch: int, operator: Any) -> dict[str, Any]:
+    state: dict[str, dict[str, Any]] = {}
+
+    def read(**options: str) -> list[Any]:
+        reader = spark.read.format("statestore").option("path", checkpoint)
+        reader = reader.option("batchId", str(batch))
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return list(reader.load().collect())
+
+    for name, var in operator.variables.items():
+        for row in read(stateVarName=name):
+            key = state.setdefault(row.key[0], {})
+            if var.kind == "value":
+                key[name] = list(row.value)
+            elif var.kind == "list":
+                key.setdefault(name, []).append(list(row.list_element))
+            else:
+                key.setdefault(name, []).append([list(row.user_map_key), list(row.user_map_value)])
+    for key in state.values():
+        for name, var in operator.variables.items():
+            if var.kind == "map" and name in key:
+                key[name] = sorted(key[name])
+    if operator.has_timers:
+        for row in read(readRegisteredTimers="true"):
+            state.setdefault(row.key[0], {}).setdefault("$timers", []).append(
+                row.expiration_timestamp_ms
+            )
+        for key in state.values():
+            if "$timers" in key:
+                key["$timers"] = sorted(key["$timers"])
+    return state
+
+
+def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from workers.config import RunnerConfig
+    from workers.job import EpochJob
+    from workers.pipeline.loading import load_pipeline
+    from workers.sources.spark import register
+
+    pipeline = load_pipeline(ref)
+    frag = pipeline.fragments[0]
+    op = frag.operator
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("tws-reference")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    work = Path(tempfile.mkdtemp(prefix="tws-", dir=out.parent))
+    config = RunnerConfig(
+        pipeline=pipeline.name,
+        rows_per_epoch=rows_per_epoch,
+        key_space=key_space,
+        epochs=rows // rows_per_epoch,
+        state_dir=work,
+    )
+    source = EpochJob(spark, config, pipeline).source_stream(work / "no-ticks")
+    records = pipeline.prepare(source).select(*op.columns)
+    if pipeline.event_time:
+        records = records.withWatermark(
+            pipeline.event_time, f"{pipeline.watermark_delay_ms} milliseconds"
+        )
+    grouped = records.groupBy(frag.key)
+    transform = (
+        grouped.transformWithStateInPandas
+        if op.interface == "pandas"
+        else grouped.transformWithState
+    )
+    result = transform(op.processor, op.output_schema_spark, "Append", op.time_mode_spark)
+    batches: dict[int, list[list[Any]]] = {}
+
+    def collect(df: Any, batch: int) -> None:
+        batches[batch] = [list(r) for r in df.collect()]
+
+    checkpoint = str(work / "checkpoint")
+    query = result.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
+    running = query.start()
+    running.processAllAvailable()
+    running.stop()
+    inputs = {p["batchId"]: p["numInputRows"] for p in running.recentProgress}
+    data = sorted(b for b, n in inputs.items() if n > 0)
+    op.inspect()  # the state variables, to read them back
+    body = {
+        "batches": [{"batch": b, "rows": inputs[b], "outputs": batches.get(b, [])} for b in data],
+        "state": _spark_state(spark, checkpoint, data[-1], op),
+    }
+    spark.stop()
+    out.write_text(json.dumps(body, default=str), "utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--rows-per-epoch", type=int, required=True)
+    parser.add_argument("--rows", type=int, required=True)
+    parser.add_argument("--key-space", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    run(args.pipeline, args.rows_per_epoch, args.rows, args.key_space, args.out)
+
+
+if __name__ == "__main__":
+    main()
