@@ -108,6 +108,19 @@ _DDL_TYPES = {
 }
 
 
+def _top_level_fields(ddl: str) -> list[str]:
+    """``a long, b decimal(10,2), c map<string,int>`` -> its three fields."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(ddl):
+        depth += ch in "(<"
+        depth -= ch in ")>"
+        if ch == "," and depth == 0:
+            parts.append(ddl[start:i])
+            start = i + 1
+    parts.append(ddl[start:])
+    return parts
+
+
 def _struct(schema: Any) -> Any:
     """A state or output schema (StructType or flat DDL string) as a StructType.
 
@@ -121,7 +134,7 @@ def _struct(schema: Any) -> Any:
     if not isinstance(schema, str):
         raise UnsupportedProcessor(f"a schema must be a StructType or a DDL string, not {schema!r}")
     fields = []
-    for part in schema.split(","):
+    for part in _top_level_fields(schema):
         words = part.replace(":", " ").split()
         if len(words) < 2:
             raise UnsupportedProcessor(f"cannot read schema {schema!r}: {part.strip()!r}")

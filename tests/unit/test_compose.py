@@ -137,17 +137,13 @@ def test_service_urls_point_at_services_of_this_file(compose: dict[str, Any]) ->
         assert "spark://spark-master:7077" in svc[worker]["command"]
 
 
-def test_runner_drives_the_clickstream_pipeline_on_the_spark_master(
+def test_runner_drives_the_configured_pipeline_on_the_spark_master(
     compose: dict[str, Any],
 ) -> None:
     runner = services(compose)["runner"]
-    assert runner["command"] == [
-        "python",
-        "manage.py",
-        "run_pipeline",
-        "--pipeline",
-        "clickstream",
-    ]
+    assert runner["command"] == ["python", "manage.py", "run_pipeline"]
+    # run_pipeline's --pipeline defaults to RESCALER_PIPELINE: clickstream unless the user's
+    assert runner["environment"]["RESCALER_PIPELINE"] == "${RESCALER_PIPELINE:-clickstream}"
     assert runner["environment"]["SPARK_MASTER"] == "spark://spark-master:7077"
     assert {"spark-master", "postgres", "redis"} <= set(runner["depends_on"])
 

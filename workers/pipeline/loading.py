@@ -61,7 +61,10 @@ def load_pipeline(ref: str, vnodes: int | None = None) -> Pipeline:
         raise UnknownPipeline(
             f"pipeline {ref!r}: {module_name} has no function {attr!r} (it has: {', '.join(found)})"
         )
-    pipeline = build()
+    try:
+        pipeline = build()
+    except ValueError as exc:  # an operator refusing its arguments (UnsupportedProcessor, ...)
+        raise InvalidPipeline(f"pipeline {ref!r}: {exc}") from exc
     if not isinstance(pipeline, Pipeline):
         raise InvalidPipeline(
             f"pipeline {ref!r}: {attr}() returned {type(pipeline).__name__}, not a "

@@ -119,6 +119,11 @@ class Pipeline:
                     inspect()
                 except ValueError as exc:
                     raise InvalidPipeline(f"{where}: fragment {frag.name!r}: {exc}") from exc
+                except Exception as exc:  # the user's init() itself failed
+                    raise InvalidPipeline(
+                        f"{where}: fragment {frag.name!r}: the processor's init() failed "
+                        f"({type(exc).__name__}: {exc})"
+                    ) from exc
                 mode = getattr(frag.operator, "time_mode", "none")
                 if mode == "eventtime" and self.event_time is None:
                     raise InvalidPipeline(

@@ -1,0 +1,237 @@
+"""Spark's StatefulProcessor under Rescaler's handle, on a real store, without a JVM: state
+variables and their TTL, timers in both time modes, the timer index moving with its vnode,
+and the refusals that name what Rescaler does not support."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor
+
+from workers.epoch import ARROW_TYPES
+from workers.hashing import vnode_of
+from workers.pipeline.placement import EpochClock
+from workers.processor import (
+    ProcessorOperator,
+    ProcessorRun,
+    Segment,
+    UnsupportedProcessor,
+    parse_timer_key,
+)
+from workers.state import open_store
+from workers.state.base import decode_key
+
+VNODES = 8
+
+
+class Tally(StatefulProcessor):
+    """Counts per key, remembers the pages in a list and per-page counts in a map; a timer
+    ``wait_ms`` after each batch emits the count (processing or event time)."""
+
+    def __init__(self, wait_ms: int | None = 1_000, ttl_ms: int | None = None) -> None:
+        self.wait_ms = wait_ms
+        self.ttl_ms = ttl_ms
+
+    def init(self, handle: Any) -> None:
+        self.handle = handle
+        self.count = handle.getValueState("count", "n long", self.ttl_ms)
+        self.pages = handle.getListState("pages", "page string", self.ttl_ms)
+        self.per_page = handle.getMapState("per_page", "page string", "n long", self.ttl_ms)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        (n,) = self.count.get() or (0,)
+        for row in rows:
+            n += 1
+            self.pages.appendValue((row.page,))
+            (p,) = self.per_page.getValue((row.page,)) or (0,)
+            self.per_page.updateValue((row.page,), (p + 1,))
+        self.count.update((n,))
+        now = (
+            timerValues.getCurrentWatermarkInMs()
+            if timerValues.getCurrentWatermarkInMs() >= 0
+            else timerValues.getCurrentProcessingTimeInMs()
+        )
+        if self.wait_ms is not None:
+            for t in self.handle.listTimers():
+                self.handle.deleteTimer(t)
+            self.handle.registerTimer(max(now, 0) + self.wait_ms)
+        return iter([Row(user=key[0], n=n, fired=False)])
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: Any, expiredTimerInfo: Any
+    ) -> Iterator[Row]:
+        (n,) = self.count.get() or (0,)
+        return iter([Row(user=key[0], n=n, fired=True)])
+
+
+def operator(mode: str, **kwargs: Any) -> ProcessorOperator:
+    op = ProcessorOperator(
+        Tally(**kwargs),
+        columns=("user", "page", "ts"),
+        output_schema="user string, n long, fired boolean",
+        time_mode=mode,
+        key_column="user",
+    )
+    op.inspect()
+    return op
+
+
+def records(rows: list[tuple[str, str, int]], first_seq: int = 0) -> pa.Table:
+    users = [r[0] for r in rows]
+    return pa.table(
+        {
+            "key": pa.array(users, pa.string()),
+            "seq": pa.array(range(first_seq, first_seq + len(rows)), pa.int64()),
+            "vnode": pa.array([vnode_of(u, VNODES) for u in users], pa.int64()),
+            "page": pa.array([r[1] for r in rows], pa.string()),
+            "ts": pa.array([r[2] for r in rows], pa.int64()),
+        }
+    )
+
+
+def epoch(
+    path: Path,
+    op: ProcessorOperator,
+    number: int,
+    rows: list[tuple[str, str, int]],
+    clock: EpochClock,
+    event_time: str | None = None,
+) -> list[dict[str, Any]]:
+    with open_store("lmdb", path) as store:
+        run = ProcessorRun(op, store, event_time)
+        run.fold(Segment(clock, records(rows, number * 100), tuple(range(VNODES))))
+        run.close()
+        store.commit_epoch(number, run.updates())
+        rows_out: list[dict[str, Any]] = run.output_table().to_pylist()
+        return rows_out
+
+
+def state_of(path: Path, op: ProcessorOperator, user: str) -> Any:
+    from workers.state.base import encode_key
+
+    with open_store("lmdb", path) as store:
+        raw = store.get(encode_key(vnode_of(user, VNODES), user.encode()))
+        return None if raw is None else op.to_json(op.decode(raw))
+
+
+def test_value_list_and_map_state_persist_across_epochs(tmp_path: Path) -> None:
+    op = operator("None", wait_ms=None)
+    out = epoch(tmp_path, op, 0, [("a", "p1", 0), ("a", "p2", 0), ("b", "p1", 0)], EpochClock())
+    assert sorted((r["user"], r["n"], r["key"]) for r in out) == [("a", 2, "a"), ("b", 1, "b")]
+    out = epoch(tmp_path, op, 1, [("a", "p1", 0)], EpochClock())
+    assert [(r["user"], r["n"]) for r in out] == [("a", 3)]
+    state = state_of(tmp_path, op, "a")["state"]
+    assert state["count"]["value"] == [3]
+    assert state["pages"]["values"] == [["p1"], ["p2"], ["p1"]]
+    assert sorted(state["per_page"]["entries"]) == [[["p1"], [2]], [["p2"], [1]]]
+    assert state_of(tmp_path, op, "nobody") is None
+
+
+def test_processing_time_timers_fire_once_at_their_time_and_move_with_the_vnode(
+    tmp_path: Path,
+) -> None:
+    op = operator("ProcessingTime", wait_ms=1_000)
+    epoch(tmp_path, op, 0, [("a", "p", 0)], EpochClock(batch_ms=10_000))
+    assert state_of(tmp_path, op, "a")["timers"] == [11_000]
+    with open_store("lmdb", tmp_path) as store:  # the index entry lies in a's vnode range
+        export = store.export_vnode(vnode_of("a", VNODES))
+    timers = [parse_timer_key(decode_key(k)[1]) for k, _ in export.items]
+    assert (11_000, "a") in timers
+    assert epoch(tmp_path, op, 1, [], EpochClock(batch_ms=10_999)) == []
+    fired = epoch(tmp_path, op, 2, [], EpochClock(batch_ms=11_000))
+    assert [(r["user"], r["n"], r["fired"]) for r in fired] == [("a", 1, True)]
+    assert state_of(tmp_path, op, "a")["timers"] == []
+    assert epoch(tmp_path, op, 3, [], EpochClock(batch_ms=50_000)) == []
+    with open_store("lmdb", tmp_path) as store:  # the index entry is gone with the timer
+        left = [k for k, _ in store.scan() if decode_key(k)[1].startswith(b"\xff")]
+    assert left == []
+
+
+def test_event_time_drops_late_rows_then_fires_timers_after_the_rows(tmp_path: Path) -> None:
+    op = operator("EventTime", wait_ms=5_000)
+    epoch(tmp_path, op, 0, [("a", "p", 1)], EpochClock(0, 0, 0), event_time="ts")
+    # a watermark of 4 s: a's timer (0 + 5 s) is not due; b's late row (1 s <= 2 s) is dropped
+    out = epoch(tmp_path, op, 1, [("b", "p", 1), ("a", "p", 9)], EpochClock(0, 4_000, 2_000), "ts")
+    assert [(r["user"], r["fired"]) for r in out] == [("a", False)]
+    assert state_of(tmp_path, op, "b") is None
+    # the rows come first: a's new row moves its timer to 4 s + 5 s before timers are looked at
+    out = epoch(tmp_path, op, 2, [("a", "p", 9)], EpochClock(0, 6_000, 4_000), "ts")
+    assert [(r["n"], r["fired"]) for r in out] == [(3, False)]
+    out = epoch(tmp_path, op, 3, [], EpochClock(0, 11_000, 6_000), "ts")
+    assert [(r["n"], r["fired"]) for r in out] == [(3, True)]
+
+
+def test_a_ttl_hides_and_then_drops_expired_values(tmp_path: Path) -> None:
+    op = operator("ProcessingTime", wait_ms=10**9, ttl_ms=1_000)
+    epoch(tmp_path, op, 0, [("a", "p", 0)], EpochClock(batch_ms=5_000))
+    out = epoch(tmp_path, op, 1, [("a", "p", 0)], EpochClock(batch_ms=5_999))
+    assert out[0]["n"] == 2  # still alive, and refreshed by the update
+    out = epoch(tmp_path, op, 2, [("a", "q", 0)], EpochClock(batch_ms=7_500))
+    assert out[0]["n"] == 1  # expired at 6 999: counting starts again
+    state = state_of(tmp_path, op, "a")["state"]
+    assert state["pages"]["values"] == [["q"]]
+    assert state["per_page"]["entries"] == [[["q"], [1]]]
+
+
+class Refused(StatefulProcessor):
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def init(self, handle: Any) -> None:
+        if self.what == "ttl":
+            handle.getValueState("v", "n long", 1_000)
+        elif self.what == "delete":
+            handle.deleteIfExists("v")
+        elif self.what == "decimal":
+            handle.getValueState("v", "amount decimal(10,2)")
+        elif self.what == "nested":
+            handle.getListState("v", "a array<int>")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
+        return iter([])
+
+
+@pytest.mark.parametrize(
+    ("what", "mode", "message"),
+    [
+        ("ttl", "EventTime", "TTL, which Spark allows only in timeMode ProcessingTime"),
+        ("delete", "None", "deleteIfExists('v') is not supported"),
+        ("decimal", "None", "has type decimal(10,2)"),
+        ("nested", "None", "has type array<int>"),
+        ("none", "Sometime", "timeMode 'sometime'"),
+    ],
+)
+def test_unsupported_features_are_refused_by_name(what: str, mode: str, message: str) -> None:
+    op = ProcessorOperator(Refused(what), columns=("k",), output_schema="k string", time_mode=mode)
+    with pytest.raises(UnsupportedProcessor, match=message.replace("(", r"\(").replace(")", r"\)")):
+        op.inspect()
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ("key string, n long", "output column 'key' is a name Rescaler's tasks use"),
+        ("user string, m map<string,int>", "has type map<string,int>"),
+        ("user string, d date", "outputs may be"),
+    ],
+)
+def test_unsupported_outputs_are_refused(schema: str, message: str) -> None:
+    with pytest.raises(UnsupportedProcessor, match=message):
+        ProcessorOperator(Tally(), columns=("user",), output_schema=schema).inspect()
+
+
+def test_timers_in_time_mode_none_are_refused(tmp_path: Path) -> None:
+    op = operator("None", wait_ms=1_000)
+    with pytest.raises(UnsupportedProcessor, match="timers need timeMode"):
+        epoch(tmp_path, op, 0, [("a", "p", 0)], EpochClock())
+
+
+def test_output_types_have_arrow_types() -> None:
+    from workers.processor import OUTPUT_TYPES
+
+    assert set(OUTPUT_TYPES.values()) <= set(ARROW_TYPES)
