@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,26 @@ from workers.rescale.protocol import OperationRequest
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 FIXTURES = REPO / "tests" / "fixtures"
-REF = "userpipe.sessions:build"
-NAME = "sessions"
-FRAGMENT = "sessions"
 ROWS = 1_000
 KEYS = 300
 BATCHED = {"vnodes_per_step": 4, "steps_in_flight": 2}
+
+
+@dataclass(frozen=True)
+class Case:
+    ref: str
+    name: str  # the pipeline's name
+    fragment: str
+    #: the output column saying what closed a session ("gap" or "timer"), if there is one
+    closed_by: int | None = None
+
+
+SESSIONS = Case("userpipe.sessions:build", "sessions", "sessions", closed_by=-1)
+PAGES = Case("userpipe.pages:build", "pages", "page_views")
+CASES = [
+    pytest.param(SESSIONS, id="sessions-row-eventtime"),
+    pytest.param(PAGES, id="pages-pandas-processingtime"),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -51,22 +66,22 @@ def _user_module_on_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.remove(str(FIXTURES))
 
 
-def launch(state: Path, *args: str, log_name: str = "runner") -> RunnerProcess:
+def launch(case: Case, state: Path, *args: str, log_name: str = "runner") -> RunnerProcess:
     runner = start_runner(
         state,
-        NAME,
+        case.name,
         "--rows-per-epoch",
         str(ROWS),
         "--key-space",
         str(KEYS),
         *args,
-        ref=REF,
+        ref=case.ref,
         log_name=log_name,
     )
     return runner
 
 
-def spark_reference(tmp: Path, rows: int) -> dict[str, Any]:
+def spark_reference(case: Case, tmp: Path, rows: int) -> dict[str, Any]:
     out = tmp / "reference.json"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{FIXTURES}"}
     cmd = [
@@ -74,7 +89,7 @@ def spark_reference(tmp: Path, rows: int) -> dict[str, Any]:
         "-m",
         "tests.integration.workers.tws_reference",
         "--pipeline",
-        REF,
+        case.ref,
         "--rows-per-epoch",
         str(ROWS),
         "--rows",
@@ -90,10 +105,10 @@ def spark_reference(tmp: Path, rows: int) -> dict[str, Any]:
     return body
 
 
-def rescaler_outputs(state: Path, epoch: int) -> Counter[tuple[Any, ...]]:
+def rescaler_outputs(case: Case, state: Path, epoch: int) -> Counter[tuple[Any, ...]]:
     """The output rows the sink holds for one epoch, every PU's (a replay rewrites a file)."""
     outputs: Counter[tuple[Any, ...]] = Counter()
-    folder = sink_path(state / NAME, FRAGMENT, epoch, 0).parent
+    folder = sink_path(state / case.name, case.fragment, epoch, 0).parent
     for path in sorted(folder.glob("pu=*.arrow")):
         table = pa.ipc.open_file(str(path)).read_all()
         names = [n for n in table.column_names if n not in ("key", "seq")]
@@ -102,36 +117,38 @@ def rescaler_outputs(state: Path, epoch: int) -> Counter[tuple[Any, ...]]:
     return outputs
 
 
-def closed(rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
+def closed(case: Case, rows: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]]:
     """Rows with "gap" and "timer" both as "closed"."""
+    if case.closed_by is None:
+        return rows
     out: Counter[tuple[Any, ...]] = Counter()
     for row, n in rows.items():
-        out[(*row[:-1], "closed" if row[-1] else "")] += n
+        out[(*row[: case.closed_by], "closed" if row[case.closed_by] else "")] += n
     return out
 
 
-def rescaler_state(state: Path) -> dict[str, Any]:
+def rescaler_state(case: Case, state: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    for row in iter_state(state, NAME, FRAGMENT):
+    for row in iter_state(state, case.name, case.fragment):
         assert row["key"] not in found, f"{row['key']!r} is in two stores: I1 broken"
         found[row["key"]] = normal_state(row["value"])
     return found
 
 
-def assert_same_as_spark(state: Path, runner: RunnerProcess, *, rescaled: bool) -> None:
+def assert_same_as_spark(case: Case, state: Path, runner: RunnerProcess, *, rescaled: bool) -> None:
     # an epoch re-run after a kill -9 reports again: the last report of each counts
     epochs = list({e["epoch"]: e for e in runner.epochs()}.values())
     assert [e["epoch"] for e in epochs] == list(range(len(epochs))), "no epoch lost"
     rows = epochs[-1]["source_offset"]["offset"]
     assert rows == sum(e["rows"] for e in epochs), "every source row folded exactly once"
-    reference = spark_reference(state, rows)
+    reference = spark_reference(case, state, rows)
     batches = reference["batches"]
     assert sum(b["rows"] for b in batches) == rows
     if not rescaled:  # epoch i is Spark's batch i: the same rows, the same times
         assert all(e["rows"] for e in epochs)
         assert len(batches) == len(epochs)
         pairs = [
-            (Counter(tuple(r) for r in b["outputs"]), rescaler_outputs(state, e["epoch"]))
+            (Counter(tuple(r) for r in b["outputs"]), rescaler_outputs(case, state, e["epoch"]))
             for b, e in zip(batches, epochs, strict=True)
         ]
     else:
@@ -143,9 +160,9 @@ def assert_same_as_spark(state: Path, runner: RunnerProcess, *, rescaled: bool) 
         expected = Counter(tuple(r) for b in batches for r in b["outputs"])
         actual = Counter[tuple[Any, ...]]()
         for e in epochs:
-            actual.update(rescaler_outputs(state, e["epoch"]))
+            actual.update(rescaler_outputs(case, state, e["epoch"]))
         empty = any(not e["rows"] for e in epochs)
-        pairs = [(closed(expected), closed(actual)) if empty else (expected, actual)]
+        pairs = [(closed(case, expected), closed(case, actual)) if empty else (expected, actual)]
     for i, (expected, actual) in enumerate(pairs):
         assert sum(expected.values()) > 0
         assert actual == expected, (
@@ -153,15 +170,18 @@ def assert_same_as_spark(state: Path, runner: RunnerProcess, *, rescaled: bool) 
             f"only Rescaler {list((actual - expected).items())[:5]}"
         )
     spark_state = reference["state"]
-    ours = rescaler_state(state)
+    ours = rescaler_state(case, state)
     assert set(ours) == set(spark_state), "the same keys hold state"
     differing = [k for k in spark_state if ours[k] != spark_state[k]]
     assert not differing, (
         f"{len(differing)} keys' state differs from Spark's, e.g. {differing[0]!r}: "
         f"Rescaler {ours[differing[0]]}, Spark {spark_state[differing[0]]}"
     )
-    by_timer = sum(n for b in batches for r in b["outputs"] if r[-1] == "timer" for n in [1])
-    assert by_timer > 0, "event-time timers closed sessions"
+    if case.closed_by is not None:
+        by_timer = sum(1 for b in batches for r in b["outputs"] if r[case.closed_by] == "timer")
+        assert by_timer > 0, "event-time timers closed sessions"
+    else:
+        assert all("$timers" in v for v in ours.values()), "every key keeps its timer"
 
 
 def stop(runner: RunnerProcess) -> None:
@@ -169,43 +189,47 @@ def stop(runner: RunnerProcess) -> None:
     runner.wait_exit()
 
 
-def request(change: dict[str, list[int]], strategy: str) -> OperationRequest:
+def request(case: Case, change: dict[str, list[int]], strategy: str) -> OperationRequest:
     return OperationRequest.parse(
-        {"changes": {FRAGMENT: change}, "strategy": strategy, "granularity": BATCHED}
+        {"changes": {case.fragment: change}, "strategy": strategy, "granularity": BATCHED}
     )
 
 
-def pus(state: Path) -> tuple[int, ...]:
-    placements = PlacementStore(state / NAME).load()
+def pus(case: Case, state: Path) -> tuple[int, ...]:
+    placements = PlacementStore(state / case.name).load()
     assert placements is not None
-    return placements[FRAGMENT].parallel_units
+    return placements[case.fragment].parallel_units
 
 
-def test_the_same_processor_gives_spark_s_outputs_and_state(tmp_path: Path) -> None:
-    runner = launch(tmp_path, "--epochs", "6")
+@pytest.mark.parametrize("case", CASES)
+def test_the_same_processor_gives_spark_s_outputs_and_state(case: Case, tmp_path: Path) -> None:
+    runner = launch(case, tmp_path, "--epochs", "6")
     runner.wait_exit()
-    registry = json.loads((tmp_path / NAME / "pipeline.json").read_text())
-    assert registry["ref"] == REF
+    registry = json.loads((tmp_path / case.name / "pipeline.json").read_text())
+    assert registry["ref"] == case.ref
     assert "userpipe.zip shipped to the executors" in runner.log_path.read_text()
-    assert_same_as_spark(tmp_path, runner, rescaled=False)
+    assert_same_as_spark(case, tmp_path, runner, rescaled=False)
 
 
-def test_live_scale_out_migration_killed_and_stop_start_scale_in(tmp_path: Path) -> None:
-    runner = launch(tmp_path)
+@pytest.mark.parametrize("case", CASES)
+def test_live_scale_out_migration_killed_and_stop_start_scale_in(
+    case: Case, tmp_path: Path
+) -> None:
+    runner = launch(case, tmp_path)
     runner.wait_for(lambda: len(runner.epochs()) >= 2, 240, "two committed epochs")
     # a live scale-out: state, lists, maps and timers move with their vnodes
     result = rescale(
-        tmp_path / NAME, request({"added_parallel_units": [2]}, "live"), timeout_s=600
+        tmp_path / case.name, request(case, {"added_parallel_units": [2]}, "live"), timeout_s=600
     ).to_json()
     assert result["status"] == "completed", result
-    assert pus(tmp_path) == (0, 1, 2)
+    assert pus(case, tmp_path) == (0, 1, 2)
     # a live migration, the runner killed -9 with some steps done and one in flight
     orch = Orchestrator(
         LocalChannel(LocalControl(runner.control_dir)),
         "migrate",
         plan_local(
-            tmp_path / NAME,
-            request({"added_parallel_units": [3], "removed_parallel_units": [1]}, "live"),
+            tmp_path / case.name,
+            request(case, {"added_parallel_units": [3], "removed_parallel_units": [1]}, "live"),
         ),
     )
     deadline = time.monotonic() + 300
@@ -217,15 +241,17 @@ def test_live_scale_out_migration_killed_and_stop_start_scale_in(tmp_path: Path)
             break
         time.sleep(0.05)
     runner.kill()
-    restarted = launch(tmp_path, log_name="restart")
+    restarted = launch(case, tmp_path, log_name="restart")
     assert orch.run(timeout_s=600).to_json()["status"] == "completed"
-    assert pus(tmp_path) == (0, 2, 3)
+    assert pus(case, tmp_path) == (0, 2, 3)
     # a stop-start scale-in, then a few more epochs of records
     result = rescale(
-        tmp_path / NAME, request({"removed_parallel_units": [3]}, "stop_start"), timeout_s=600
+        tmp_path / case.name,
+        request(case, {"removed_parallel_units": [3]}, "stop_start"),
+        timeout_s=600,
     ).to_json()
     assert result["status"] == "completed", result
-    assert pus(tmp_path) == (0, 2)
+    assert pus(case, tmp_path) == (0, 2)
     last = restarted.epochs()[-1]["epoch"]
     restarted.wait_for(
         lambda: restarted.epochs()[-1]["epoch"] >= last + 3 and restarted.epochs()[-1]["rows"] > 0,
@@ -233,4 +259,4 @@ def test_live_scale_out_migration_killed_and_stop_start_scale_in(tmp_path: Path)
         "three more epochs, the last one with records",
     )
     stop(restarted)
-    assert_same_as_spark(tmp_path, restarted, rescaled=True)
+    assert_same_as_spark(case, tmp_path, restarted, rescaled=True)

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,15 @@ def normal_state(to_json: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _plain(value: Any) -> list[Any]:
+    """A state value as Spark's state reader gives it, without its TTL expiry (a value with a
+    TTL is read back as (value, ttlExpirationMs))."""
+    fields = getattr(value, "__fields__", ())
+    if "ttlExpirationMs" in fields:
+        value = value[0]
+    return list(value)
+
+
 def _spark_state(spark: Any, checkpoint: str, batch: int, operator: Any) -> dict[str, Any]:
     state: dict[str, dict[str, Any]] = {}
 
@@ -53,11 +63,12 @@ def _spark_state(spark: Any, checkpoint: str, batch: int, operator: Any) -> dict
         for row in read(stateVarName=name):
             key = state.setdefault(row.key[0], {})
             if var.kind == "value":
-                key[name] = list(row.value)
+                key[name] = _plain(row.value)
             elif var.kind == "list":
-                key.setdefault(name, []).append(list(row.list_element))
+                key.setdefault(name, []).append(_plain(row.list_element))
             else:
-                key.setdefault(name, []).append([list(row.user_map_key), list(row.user_map_value)])
+                entry = [list(row.user_map_key), _plain(row.user_map_value)]
+                key.setdefault(name, []).append(entry)
     for key in state.values():
         for name, var in operator.variables.items():
             if var.kind == "map" and name in key:
@@ -91,6 +102,8 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        # ProcessingTime with timers runs no-data batches forever: keep every batch's progress
+        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -124,7 +137,12 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
     checkpoint = str(work / "checkpoint")
     query = result.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
     running = query.start()
-    running.processAllAvailable()
+    # not processAllAvailable: with processing-time timers Spark never stops running batches
+    deadline = time.monotonic() + 600
+    while sum(p["numInputRows"] for p in running.recentProgress) < rows:
+        if running.exception() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Spark's query did not read {rows} rows: {running.exception()}")
+        time.sleep(0.2)
     running.stop()
     inputs = {p["batchId"]: p["numInputRows"] for p in running.recentProgress}
     data = sorted(b for b, n in inputs.items() if n > 0)
