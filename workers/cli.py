@@ -152,7 +152,7 @@ def export_main(args: argparse.Namespace) -> int:
                 n = export_state(state_dir, args.pipeline, args.fragment, fh)
         else:
             n = export_state(state_dir, args.pipeline, args.fragment, sys.stdout)
-    except (ReadoutError, KeyError) as exc:
+    except (ReadoutError, KeyError, PipelineError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"exported {n} keys of {args.pipeline}/{args.fragment}", file=sys.stderr)

@@ -31,7 +31,8 @@ import pyarrow.compute as pc
 from workers.layout import sink_path, store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
-from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms
+from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms, section_of
+from workers.region import Region
 from workers.state import open_store
 from workers.state.base import StateStore, Update, encode_key
 from workers.vectorised import apply_batch
@@ -231,7 +232,8 @@ def _event_column(spec: TaskSpec) -> tuple[str, ...]:
 
 
 def _is_processor(spec: TaskSpec) -> bool:
-    return isinstance(spec.operator, ProcessorOperator)
+    """A StatefulProcessor, or a keyed region of them: folded with the epoch's clock."""
+    return isinstance(spec.operator, ProcessorOperator | Region)
 
 
 def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> dict[str, int]:
@@ -282,9 +284,12 @@ def _fold_processor(
     records: pa.Table | None,
 ) -> pa.Table:
     """A processor's epoch: held rows replayed at their own epochs' clocks (their vnodes'
-    timers only), then this epoch's records and every owned vnode's timers; one commit."""
+    timers only), then this epoch's records and every owned vnode's timers; one commit.
+
+    In a keyed region, each operator folds the previous one's outputs of the same segment,
+    under its own section of the store; the last one's outputs are the fragment's."""
     operator = spec.operator
-    assert isinstance(operator, ProcessorOperator)
+    assert isinstance(operator, ProcessorOperator | Region)
     cols = _columns("key", "seq", "vnode", *_read_columns(spec))
     segments: list[Segment] = []
     if replayed is not None and replayed.num_rows:
@@ -307,14 +312,34 @@ def _fold_processor(
     segments.append(
         Segment(spec.clock, current if current is not None else empty, spec.owned[slot])
     )
-    run = ProcessorRun(operator, store, spec.event_time)
+    if isinstance(operator, Region):
+        last = len(operator.operators) - 1
+        runs = [
+            ProcessorRun(
+                op,
+                store,
+                spec.event_time if i == 0 else None,
+                section=section_of(i),
+                same_key=i < last,
+            )
+            for i, op in enumerate(operator.operators)
+        ]
+    else:
+        runs = [ProcessorRun(operator, store, spec.event_time)]
+    parts: list[pa.Table] = []
     try:
         for segment in segments:
-            run.fold(segment)
+            for run in runs:
+                run.fold(segment)
+                out = run.take_outputs()
+                segment = Segment(segment.clock, out, segment.vnodes)
+            parts.append(out.drop_columns(["vnode"]))
     finally:
-        run.close()
-    outputs = run.output_table()
-    store.commit_epoch(spec.epoch, run.updates(), outputs=_ipc_bytes(outputs))
+        for run in runs:
+            run.close()
+    outputs = pa.concat_tables(parts)
+    updates = [u for run in runs for u in run.updates()]
+    store.commit_epoch(spec.epoch, updates, outputs=_ipc_bytes(outputs))
     return outputs
 
 

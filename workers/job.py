@@ -200,6 +200,20 @@ class EpochJob:
         ``last_timings`` is then (seconds building the job's DataFrame on the driver, seconds of
         the Spark job itself, from submission to the collected reports)."""
         started = time.perf_counter()
+        stream = self.build(df, plan)
+        built = time.perf_counter()
+        rows = stream.select("kind", "info").collect()
+        self.last_timings = (built - started, time.perf_counter() - built)
+        return [
+            {"kind": r.kind, **json.loads(r.info)}
+            if r.kind == "stat"
+            else {"kind": r.kind, "text": r.info}
+            for r in rows
+        ]
+
+    def build(self, df: Any, plan: EpochPlan) -> Any:
+        """The epoch's DataFrame: every fragment staged, one shuffle per stateful fragment (a
+        keyed region of several operators is one fragment, so one shuffle)."""
         cfg = self.config
         first = self.pipeline.fragments[0]
         events = self.pipeline.event_time
@@ -237,12 +251,4 @@ class EpochJob:
             stream = self.stage(
                 stream, placement, actions, spec, "key" if i > 0 else frag.key, from_outputs=i > 0
             )
-        built = time.perf_counter()
-        rows = stream.select("kind", "info").collect()
-        self.last_timings = (built - started, time.perf_counter() - built)
-        return [
-            {"kind": r.kind, **json.loads(r.info)}
-            if r.kind == "stat"
-            else {"kind": r.kind, "text": r.info}
-            for r in rows
-        ]
+        return stream

@@ -44,6 +44,7 @@ TIME_MODES = ("none", "processingtime", "eventtime")
 INTERFACES = ("row", "pandas")
 STATE_VERSION = 1
 TIMER_MARK = b"\xff"
+SECTION_MARK = b"\xfe"
 _EXPIRY = struct.Struct(">Q")
 _BIAS = 1 << 63
 #: Spark types a state variable may hold, and the Arrow type name of an output column
@@ -234,20 +235,27 @@ def _live(expiry: int | None, now_ms: int) -> bool:
     return expiry is None or expiry > now_ms
 
 
-def timer_key(vnode: int, expiry_ms: int, key: bytes) -> bytes:
-    """The timer-index entry of a key's timer: sorted by expiry inside the vnode's range."""
+def section_of(index: int) -> bytes:
+    """The key prefix of operator ``index`` of a keyed region: 0xfe, then its index. Like 0xff,
+    0xfe never starts a UTF-8 key, so each operator's keys are a range of their own."""
+    return SECTION_MARK + bytes([index])
+
+
+def timer_key(vnode: int, expiry_ms: int, key: bytes, section: bytes = b"") -> bytes:
+    """The timer-index entry of a key's timer: sorted by expiry inside the vnode's range (and
+    inside the operator's section, in a keyed region)."""
     from workers.state.base import encode_key
 
-    return encode_key(vnode, TIMER_MARK + _EXPIRY.pack(expiry_ms + _BIAS) + key)
+    return encode_key(vnode, TIMER_MARK + section + _EXPIRY.pack(expiry_ms + _BIAS) + key)
 
 
-def timer_range(vnode: int, up_to_ms: int) -> tuple[bytes, bytes]:
+def timer_range(vnode: int, up_to_ms: int, section: bytes = b"") -> tuple[bytes, bytes]:
     """[start, end) of a vnode's timers expiring at or before ``up_to_ms``."""
     from workers.state.base import encode_key
 
     return (
-        encode_key(vnode, TIMER_MARK),
-        encode_key(vnode, TIMER_MARK + _EXPIRY.pack(up_to_ms + 1 + _BIAS)),
+        encode_key(vnode, TIMER_MARK + section),
+        encode_key(vnode, TIMER_MARK + section + _EXPIRY.pack(up_to_ms + 1 + _BIAS)),
     )
 
 
@@ -255,8 +263,9 @@ def parse_timer_key(user_key: bytes) -> tuple[int, str] | None:
     """(expiry, key) of a timer-index entry's user key, or None for an ordinary key."""
     if not user_key.startswith(TIMER_MARK):
         return None
-    expiry = _EXPIRY.unpack_from(user_key, 1)[0] - _BIAS
-    return expiry, user_key[1 + _EXPIRY.size :].decode("utf-8")
+    at = 3 if user_key[1:2] == SECTION_MARK else 1
+    expiry = _EXPIRY.unpack_from(user_key, at)[0] - _BIAS
+    return expiry, user_key[at + _EXPIRY.size :].decode("utf-8")
 
 
 # -- the handle and its state variables ----------------------------------------------------------
@@ -613,10 +622,20 @@ class Segment:
 class ProcessorRun:
     """One task's run of a processor over its PU's store: input rows and timers, per clock."""
 
-    def __init__(self, operator: ProcessorOperator, store: Any, event_time: str | None) -> None:
+    def __init__(
+        self,
+        operator: ProcessorOperator,
+        store: Any,
+        event_time: str | None,
+        *,
+        section: bytes = b"",
+        same_key: bool = False,
+    ) -> None:
         self.op = operator
         self.store = store
         self.event_time = event_time
+        self.section = section  # the operator's key prefix inside a keyed region
+        self.same_key = same_key  # outputs must keep the input's key (a region's inner operator)
         self.handle = ProcessorHandle(operator.time_mode)
         operator.processor.init(self.handle)
         self.handle.declaring = False
@@ -624,8 +643,10 @@ class ProcessorRun:
         self.olds: dict[bytes, bytes | None] = {}
         self.timers_before: dict[bytes, set[int]] = {}
         self.vnode_of: dict[bytes, int] = {}
+        self.key_of: dict[bytes, str] = {}
         self.outputs: list[tuple[Any, ...]] = []
         self.output_seq: list[int] = []
+        self.output_vnode: list[int] = []
         out = operator.output_struct
         self._out_names = [f.name for f in out.fields]
 
@@ -633,7 +654,7 @@ class ProcessorRun:
     def _load(self, vnode: int, key: str) -> tuple[bytes, _KeyState]:
         from workers.state.base import encode_key
 
-        skey = encode_key(vnode, key.encode("utf-8"))
+        skey = encode_key(vnode, self.section + key.encode("utf-8"))
         if skey not in self.states:
             raw = self.store.get(skey)
             self.olds[skey] = raw
@@ -641,6 +662,7 @@ class ProcessorRun:
             self.states[skey] = loaded
             self.timers_before[skey] = set(loaded.timers)
             self.vnode_of[skey] = vnode
+            self.key_of[skey] = key
         state = self.states[skey]
         assert state is not None
         return skey, state
@@ -652,9 +674,10 @@ class ProcessorRun:
         batch = clock.batch_ms if self.op.time_mode != "none" else -1
         return TimerValues(batch, watermark)
 
-    def _emit(self, results: Any, seq: int) -> None:
+    def _emit(self, results: Any, key: str, vnode: int, seq: int) -> None:
         if results is None:
             return
+        rows: list[tuple[Any, ...]] = []
         for item in results:
             if self.op.interface == "pandas":
                 frame = item
@@ -662,17 +685,24 @@ class ProcessorRun:
                     frame[n].tolist() if n in frame.columns else [None] * len(frame)
                     for n in self._out_names
                 ]
-                for row in zip(*cols, strict=True):
-                    self.outputs.append(tuple(row))
-                    self.output_seq.append(seq)
+                rows.extend(tuple(row) for row in zip(*cols, strict=True))
+            elif hasattr(item, "asDict"):
+                d = item.asDict()
+                rows.append(tuple(d.get(n) for n in self._out_names))
             else:
-                if hasattr(item, "asDict"):
-                    d = item.asDict()
-                    row = tuple(d.get(n) for n in self._out_names)
-                else:
-                    row = tuple(item)
-                self.outputs.append(row)
-                self.output_seq.append(seq)
+                rows.append(tuple(item))
+        if self.same_key:
+            at = self._out_names.index(self.op.output_key)
+            moved = [r[at] for r in rows if str(r[at]) != key]
+            if moved:
+                raise ValueError(
+                    f"{type(self.op.processor).__name__} emitted {self.op.output_key}="
+                    f"{moved[0]!r} for key {key!r}: inside a keyed region an operator's outputs "
+                    f"keep its key (end the region there and key the next fragment instead)"
+                )
+        self.outputs.extend(rows)
+        self.output_seq.extend([seq] * len(rows))
+        self.output_vnode.extend([vnode] * len(rows))
 
     # -- one segment
     def fold(self, segment: Segment) -> None:
@@ -711,9 +741,8 @@ class ProcessorRun:
             self.handle.current = state
             try:
                 data = self._rows(key, rows, values)
-                self._emit(
-                    self.op.processor.handleInputRows((key,), data, timer_values), seqs[rows[-1]]
-                )
+                results = self.op.processor.handleInputRows((key,), data, timer_values)
+                self._emit(results, key, vnodes[rows[0]], seqs[rows[-1]])
             finally:
                 self.handle.current = None
 
@@ -740,14 +769,14 @@ class ProcessorRun:
         vnode_set = set(vnodes)
         due: set[tuple[int, str, int]] = set()
         for vnode in vnode_set:
-            start, end = timer_range(vnode, up_to_ms)
+            start, end = timer_range(vnode, up_to_ms, self.section)
             for store_key, _ in self.store.scan(start, end):
                 parsed = parse_timer_key(decode_key(store_key)[1])
                 if parsed is not None:
                     due.add((parsed[0], parsed[1], vnode))
         # the cache is newer than the store for keys this task touched
         touched = {
-            decode_key(skey)[1].decode("utf-8"): (self.vnode_of[skey], state)
+            self.key_of[skey]: (self.vnode_of[skey], state)
             for skey, state in self.states.items()
             if state is not None and self.vnode_of[skey] in vnode_set
         }
@@ -765,7 +794,7 @@ class ProcessorRun:
                 results = self.op.processor.handleExpiredTimer(
                     (key,), timer_values, ExpiredTimerInfo(expiry)
                 )
-                self._emit(results, 0)
+                self._emit(results, key, vnode, 0)
             finally:
                 self.handle.current = None
             state.timers.discard(expiry)  # as Spark: deleted once its handler has run
@@ -778,7 +807,7 @@ class ProcessorRun:
 
     def updates(self) -> list[Any]:
         """The epoch's store updates: each touched key's entry and its timer-index entries."""
-        from workers.state.base import Update, decode_key
+        from workers.state.base import Update
 
         updates: list[Update] = []
         for skey, state in self.states.items():
@@ -788,13 +817,20 @@ class ProcessorRun:
             if new != old:
                 updates.append(Update(skey, old, new))
             vnode = self.vnode_of[skey]
-            key = decode_key(skey)[1]
+            key = self.key_of[skey].encode("utf-8")
             before, after = self.timers_before[skey], state.timers
             for t in sorted(before - after):
-                updates.append(Update(timer_key(vnode, t, key), b"t", None))
+                updates.append(Update(timer_key(vnode, t, key, self.section), b"t", None))
             for t in sorted(after - before):
-                updates.append(Update(timer_key(vnode, t, key), None, b"t"))
+                updates.append(Update(timer_key(vnode, t, key, self.section), None, b"t"))
         return sorted(updates, key=lambda u: u.key)
+
+    def take_outputs(self) -> pa.Table:
+        """The outputs since the last call, with each row's vnode (a region's next operator's
+        input), and forget them."""
+        table = self.output_table().append_column("vnode", pa.array(self.output_vnode, pa.int64()))
+        self.outputs, self.output_seq, self.output_vnode = [], [], []
+        return table
 
     def output_table(self) -> pa.Table:
         from workers.epoch import ARROW_TYPES

@@ -17,7 +17,8 @@ from workers.layout import store_path
 from workers.pipeline.loading import registered
 from workers.pipeline.model import Fragment
 from workers.pipeline.placement import PlacementStore, VnodeMapping
-from workers.processor import TIMER_MARK
+from workers.processor import SECTION_MARK, TIMER_MARK
+from workers.region import Region
 from workers.state import open_store
 from workers.state.base import decode_key, encode_key
 
@@ -65,6 +66,9 @@ def iter_state(
     pipeline_dir = Path(state_dir) / pipeline
     frag: Fragment = registered(state_dir, pipeline).fragment(fragment)
     _placement(pipeline_dir, fragment)
+    if isinstance(frag.operator, Region):
+        yield from _iter_region(pipeline_dir, frag, frag.operator, backend)
+        return
     for pu in _stores(pipeline_dir, fragment):
         with open_store(backend, store_path(pipeline_dir, fragment, pu), readonly=True) as store:
             for store_key, value in store.scan():
@@ -77,6 +81,26 @@ def iter_state(
                     "pu": pu,
                     "value": frag.operator.to_json(frag.operator.decode(value)),
                 }
+
+
+def _iter_region(
+    pipeline_dir: Path, frag: Fragment, region: Region, backend: str
+) -> Iterator[dict[str, Any]]:
+    """A keyed region's keys: every operator's section of a key, shown together by operator."""
+    labels = region.labels
+    for pu in _stores(pipeline_dir, frag.name):
+        with open_store(backend, store_path(pipeline_dir, frag.name, pu), readonly=True) as store:
+            for vnode in sorted(store.vnode_stats()):
+                keys: dict[str, dict[str, Any]] = {}
+                for store_key, value in store.scan_vnode(vnode):
+                    user_key = decode_key(store_key)[1]
+                    if not user_key.startswith(SECTION_MARK):
+                        continue  # a timer-index entry: each key shows its own timers
+                    op = region.operators[user_key[1]]
+                    key = user_key[2:].decode("utf-8")
+                    keys.setdefault(key, {})[labels[user_key[1]]] = op.to_json(op.decode(value))
+                for key, by_operator in keys.items():
+                    yield {"key": key, "vnode": vnode, "pu": pu, "value": by_operator}
 
 
 def export_state(
@@ -101,8 +125,20 @@ def read_key(
     owner = placement.mapping[vnode]
     raw = None
     path = store_path(pipeline_dir, fragment, owner)
+    operator = frag.operator
+    if isinstance(operator, Region):
+        found: dict[str, Any] = {}
+        if path.exists():
+            with open_store(backend, path, readonly=True) as store:
+                for label, op, section in zip(
+                    operator.labels, operator.operators, operator.sections(), strict=True
+                ):
+                    raw = store.get(encode_key(vnode, section + key.encode("utf-8")))
+                    if raw is not None:
+                        found[label] = op.to_json(op.decode(raw))
+        return KeyState(key, fragment, vnode, owner, bool(found), found or None, placement.version)
     if path.exists():
         with open_store(backend, path, readonly=True) as store:
             raw = store.get(encode_key(vnode, key.encode("utf-8")))
-    value = frag.operator.to_json(frag.operator.decode(raw)) if raw is not None else None
+    value = operator.to_json(operator.decode(raw)) if raw is not None else None
     return KeyState(key, fragment, vnode, owner, raw is not None, value, placement.version)

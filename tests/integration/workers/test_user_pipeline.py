@@ -43,13 +43,16 @@ class Case:
     fragment: str
     #: the output column saying what closed a session ("gap" or "timer"), if there is one
     closed_by: int | None = None
+    timers: bool = False  # every key with state keeps a timer
 
 
 SESSIONS = Case("userpipe.sessions:build", "sessions", "sessions", closed_by=-1)
-PAGES = Case("userpipe.pages:build", "pages", "page_views")
+PAGES = Case("userpipe.pages:build", "pages", "page_views", timers=True)
+REGION = Case("userpipe.region:build", "streaks", "by_user")
 CASES = [
     pytest.param(SESSIONS, id="sessions-row-eventtime"),
     pytest.param(PAGES, id="pages-pandas-processingtime"),
+    pytest.param(REGION, id="region-of-two-processors"),
 ]
 
 
@@ -180,7 +183,7 @@ def assert_same_as_spark(case: Case, state: Path, runner: RunnerProcess, *, resc
     if case.closed_by is not None:
         by_timer = sum(1 for b in batches for r in b["outputs"] if r[case.closed_by] == "timer")
         assert by_timer > 0, "event-time timers closed sessions"
-    else:
+    elif case.timers:
         assert all("$timers" in v for v in ours.values()), "every key keeps its timer"
 
 
@@ -260,3 +263,17 @@ def test_live_scale_out_migration_killed_and_stop_start_scale_in(
     )
     stop(restarted)
     assert_same_as_spark(case, tmp_path, restarted, rescaled=True)
+
+
+def test_a_keyed_region_of_two_operators_is_one_shuffle() -> None:
+    """Two processors on one key are one exchange; two fragments (clickstream) are two."""
+
+    def exchanges(ref: str) -> int:
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{FIXTURES}"}
+        cmd = [sys.executable, "-m", "tests.integration.workers.exchanges", ref]
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return int(done.stdout.strip().splitlines()[-1])
+
+    assert exchanges(REGION.ref) == 1
+    assert exchanges("clickstream") == 2

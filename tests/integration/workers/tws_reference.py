@@ -26,7 +26,10 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 
 
 def normal_state(to_json: dict[str, Any]) -> dict[str, Any]:
-    """A key's state as ``ProcessorOperator.to_json`` shows it, in a form both engines give."""
+    """A key's state as ``ProcessorOperator.to_json`` shows it (a keyed region: by operator),
+    in a form both engines give."""
+    if "state" not in to_json:  # a region: one section per operator
+        return {label: normal_state(section) for label, section in to_json.items()}
     out: dict[str, Any] = {}
     for name, var in to_json["state"].items():
         if var["kind"] == "value":
@@ -49,12 +52,14 @@ def _plain(value: Any) -> list[Any]:
     return list(value)
 
 
-def _spark_state(spark: Any, checkpoint: str, batch: int, operator: Any) -> dict[str, Any]:
+def _spark_state(
+    spark: Any, checkpoint: str, batch: int, operator: Any, operator_id: int = 0
+) -> dict[str, Any]:
     state: dict[str, dict[str, Any]] = {}
 
     def read(**options: str) -> list[Any]:
         reader = spark.read.format("statestore").option("path", checkpoint)
-        reader = reader.option("batchId", str(batch))
+        reader = reader.option("batchId", str(batch)).option("operatorId", str(operator_id))
         for k, v in options.items():
             reader = reader.option(k, v)
         return list(reader.load().collect())
@@ -91,11 +96,14 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
     from workers.config import RunnerConfig
     from workers.job import EpochJob
     from workers.pipeline.loading import load_pipeline
+    from workers.region import Region
     from workers.sources.spark import register
 
     pipeline = load_pipeline(ref)
     frag = pipeline.fragments[0]
     op = frag.operator
+    # a keyed region is Spark's chain of transformWithState operators on the same key
+    chain = list(op.operators) if isinstance(op, Region) else [op]
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("tws-reference")
@@ -122,13 +130,18 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
         records = records.withWatermark(
             pipeline.event_time, f"{pipeline.watermark_delay_ms} milliseconds"
         )
-    grouped = records.groupBy(frag.key)
-    transform = (
-        grouped.transformWithStateInPandas
-        if op.interface == "pandas"
-        else grouped.transformWithState
-    )
-    result = transform(op.processor, op.output_schema_spark, "Append", op.time_mode_spark)
+    result, key = records, frag.key
+    for member in chain:
+        grouped = result.groupBy(key)
+        transform = (
+            grouped.transformWithStateInPandas
+            if member.interface == "pandas"
+            else grouped.transformWithState
+        )
+        result = transform(
+            member.processor, member.output_schema_spark, "Append", member.time_mode_spark
+        )
+        key = member.output_key
     batches: dict[int, list[list[Any]]] = {}
 
     def collect(df: Any, batch: int) -> None:
@@ -147,9 +160,27 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
     inputs = {p["batchId"]: p["numInputRows"] for p in running.recentProgress}
     data = sorted(b for b, n in inputs.items() if n > 0)
     op.inspect()  # the state variables, to read them back
+    if isinstance(op, Region):
+        state: dict[str, Any] = {}
+        ids = list(range(len(chain)))
+        for label, member in zip(op.labels, chain, strict=True):
+            # Spark numbers stateful operators in its own plan order: find this one's
+            found = None
+            for i in ids:
+                try:
+                    found = _spark_state(spark, checkpoint, data[-1], member, i)
+                except Exception:
+                    continue
+                ids.remove(i)
+                break
+            assert found is not None, f"no stateful operator of Spark's holds {label}'s state"
+            for key, value in found.items():
+                state.setdefault(key, {})[label] = value
+    else:
+        state = _spark_state(spark, checkpoint, data[-1], op)
     body = {
         "batches": [{"batch": b, "rows": inputs[b], "outputs": batches.get(b, [])} for b in data],
-        "state": _spark_state(spark, checkpoint, data[-1], op),
+        "state": state,
     }
     spark.stop()
     out.write_text(json.dumps(body, default=str), "utf-8")

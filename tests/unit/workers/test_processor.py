@@ -235,3 +235,44 @@ def test_output_types_have_arrow_types() -> None:
     from workers.processor import OUTPUT_TYPES
 
     assert set(OUTPUT_TYPES.values()) <= set(ARROW_TYPES)
+
+
+class Rekey(StatefulProcessor):
+    """Emits its rows under another key: not allowed inside a keyed region."""
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        for row in rows:
+            yield Row(user=row.page, page=row.page, n=1, fired=False)
+
+
+def test_a_keyed_region_checks_its_chain_and_keeps_one_key(tmp_path: Path) -> None:
+    from workers.region import Region
+
+    first = ProcessorOperator(
+        Tally(wait_ms=None),
+        columns=("user", "page"),
+        output_schema="user string, n long, fired boolean",
+    )
+    second = ProcessorOperator(
+        Tally(wait_ms=None),
+        columns=("user", "page"),
+        output_schema="user string, n long, fired boolean",
+    )
+    with pytest.raises(UnsupportedProcessor, match=r"region operator 1:Tally reads \['page'\]"):
+        Region(first, second).inspect()
+    assert Region(first, first).labels == ["0:Tally", "1:Tally"]
+    rekey = ProcessorOperator(
+        Rekey(),
+        columns=("user", "page"),
+        output_schema="user string, page string, n long, fired boolean",
+    )
+    rekey.key_column = "user"
+    with open_store("lmdb", tmp_path) as store:
+        run = ProcessorRun(rekey, store, None, same_key=True)
+        with pytest.raises(
+            ValueError, match="inside a keyed region an operator's outputs keep its key"
+        ):
+            run.fold(Segment(EpochClock(), records([("a", "p", 0)]), tuple(range(VNODES))))
