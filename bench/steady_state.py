@@ -8,6 +8,12 @@ generator, the same records for every contender) runs through:
 * ``tws``        — ``groupBy("key").transformWithState`` (Row API), the count in a ValueState;
 * ``tws_pandas`` — ``transformWithStateInPandas`` with the same processor logic on pandas;
 * ``native``     — ``groupBy("key").count()`` in update mode;
+* the same-processor pairs (not run by default: ``--contenders processors``): one
+  ``StatefulProcessor`` class with a value and a list state (``bench/processors.py``), unchanged,
+  under Rescaler (``rescaler_processor``, ``rescaler_processor_pandas``: the runner with
+  ``bench.processors:build_row`` / ``build_pandas``) and under Spark (``tws_processor``:
+  ``transformWithState``; ``tws_processor_pandas``: ``transformWithStateInPandas``); their
+  ratios are read in pairs (``pairs`` in the JSON);
 * ``native_changelog`` (optional, not run by default) — ``native`` with RocksDB changelog
   checkpointing on, Spark's recommended production setting for large state.
 
@@ -71,10 +77,17 @@ if str(ROOT) not in sys.path:  # runnable as `python bench/steady_state.py` from
 
 from bench import _common as common  # noqa: E402  (needs ROOT on sys.path first)
 from bench import _spark as shared_spark  # noqa: E402
+from bench.processors import OUTPUT, PandasRecentCount, RecentCount  # noqa: E402
 
 SEED = 7
 
-CONTENDERS = ("rescaler", "tws", "tws_pandas", "native", "native_changelog")
+PROCESSOR_CONTENDERS = (
+    "rescaler_processor",
+    "tws_processor",
+    "rescaler_processor_pandas",
+    "tws_processor_pandas",
+)
+CONTENDERS = ("rescaler", "tws", "tws_pandas", "native", "native_changelog", *PROCESSOR_CONTENDERS)
 DEFAULT_CONTENDERS = ("rescaler", "tws", "tws_pandas", "native")
 LABELS = {
     "rescaler": "rescaler",
@@ -82,7 +95,27 @@ LABELS = {
     "tws_pandas": "transformWithStateInPandas",
     "native": "native groupBy.count",
     "native_changelog": "native + changelog ckpt",
+    "rescaler_processor": "rescaler, processor (Row)",
+    "tws_processor": "transformWithState, processor",
+    "rescaler_processor_pandas": "rescaler, processor (pandas)",
+    "tws_processor_pandas": "transformWithStateInPandas, processor",
 }
+#: the Rescaler pipeline of each rescaler contender
+RESCALER_PIPELINES = {
+    "rescaler": ("wordcount", "wordcount", "word_count"),
+    "rescaler_processor": ("bench.processors:build_row", "bench_processor", "counts"),
+    "rescaler_processor_pandas": (
+        "bench.processors:build_pandas",
+        "bench_processor_pandas",
+        "counts",
+    ),
+}
+#: the same processor under both engines: (rescaler contender, Spark contender, goal)
+PAIRS = (
+    ("rescaler_processor", "tws_processor", 5.0),
+    ("rescaler_processor", "tws_processor_pandas", 10.0),
+    ("rescaler_processor_pandas", "tws_processor_pandas", 10.0),
+)
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 LOG_PREFIX = "steady_state"
 
@@ -156,14 +189,16 @@ def _write_state(path: Path, keys: list[str], counts: list[int]) -> None:
     feather.write_feather(table, str(path))
 
 
-def run_rescaler(w: Workload, workdir: Path) -> dict[str, Any]:
+def run_rescaler(w: Workload, workdir: Path, name: str = "rescaler") -> dict[str, Any]:
     from workers.config import RunnerConfig
     from workers.control import EpochReport, LocalControl
     from workers.readout import iter_state
     from workers.runner import PipelineRunner
 
+    ref, pipeline, fragment = RESCALER_PIPELINES[name]
     config = RunnerConfig(
-        pipeline="wordcount",
+        pipeline=pipeline,
+        pipeline_ref=ref,
         words_per_line=1,
         key_space=w.key_space,
         zipf_s=w.zipf_s,
@@ -215,9 +250,12 @@ def run_rescaler(w: Workload, workdir: Path) -> dict[str, Any]:
     say(f"rescaler {w.dist}: reading the state back")
     keys: list[str] = []
     counts: list[int] = []
-    for row in iter_state(config.state_dir, "wordcount", "word_count", backend=config.backend):
+    for row in iter_state(config.state_dir, pipeline, fragment, backend=config.backend):
         keys.append(row["key"])
-        counts.append(int(row["value"]))
+        value = row["value"]
+        if isinstance(value, dict):  # a processor's state: its count ValueState
+            value = value["state"]["count"]["value"][0]
+        counts.append(int(value))
     _write_state(workdir / "state.feather", keys, counts)
     return {
         "progress": progress,
@@ -259,6 +297,12 @@ def run_spark_contender(name: str, w: Workload, workdir: Path) -> dict[str, Any]
             counted = grouped.transformWithStateInPandas(
                 PandasCountProcessor(), "key string, count long", "Update", "None"
             )
+        elif name == "tws_processor":
+            counted = grouped.transformWithState(RecentCount(), OUTPUT, "Update", "None")
+        elif name == "tws_processor_pandas":
+            counted = grouped.transformWithStateInPandas(
+                PandasRecentCount(), OUTPUT, "Update", "None"
+            )
         else:
             raise ValueError(f"unknown contender {name!r}")
         query = shared_spark.start_noop(counted, checkpoint, f"steady_state_{name}")
@@ -292,8 +336,8 @@ def child_main(args: argparse.Namespace) -> int:
     name = args.contender
 
     def work(workdir: Path) -> dict[str, Any]:
-        if name == "rescaler":
-            result = run_rescaler(w, workdir)
+        if name in RESCALER_PIPELINES:
+            result = run_rescaler(w, workdir, name)
         else:
             result = run_spark_contender(name, w, workdir)
         return {**result, "state_file": str(workdir / "state.feather")}
@@ -454,6 +498,29 @@ def add_ratios(contenders: dict[str, dict[str, Any]]) -> None:
         )
 
 
+def pair_ratios(contenders: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The same processor under Rescaler and under Spark: Rescaler's rows/s ÷ Spark's, round
+    by round, with the issue's goal."""
+    pairs: dict[str, Any] = {}
+    for ours, theirs, goal in PAIRS:
+        if ours not in contenders or theirs not in contenders:
+            continue
+        a = [common.dig(r, "summary", "rows_per_s") for r in contenders[ours]["runs"]]
+        b = [common.dig(r, "summary", "rows_per_s") for r in contenders[theirs]["runs"]]
+        ratio = common.spread(
+            round(x / y, 3) if x and y else None for x, y in zip(a, b, strict=False)
+        )
+        if ratio is not None:
+            pairs[f"{ours}/{theirs}"] = {
+                "ratio": round(ratio["median"], 2),
+                "min": ratio["min"],
+                "max": ratio["max"],
+                "goal": goal,
+                "met": ratio["median"] >= goal,
+            }
+    return pairs
+
+
 def table_for(dist: str, contenders: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name, c in contenders.items():
@@ -543,6 +610,8 @@ def plot(path: Path, results: dict[str, Any], w_by_dist: dict[str, Workload]) ->
 def parent_main(args: argparse.Namespace) -> int:
     if args.quick:
         args.rows_per_epoch, args.key_space, args.epochs, args.warmup = 20_000, 50_000, 3, 1
+    if args.contenders == "processors":
+        args.contenders = ",".join(PROCESSOR_CONTENDERS)
     contenders = common.parse_names(args.contenders, CONTENDERS, "contenders")
     dists = ["zipf", "uniform"] if args.dist == "both" else [args.dist]
     out = common.results_path(args.out, "steady_state", args.quick)
@@ -590,7 +659,12 @@ def parent_main(args: argparse.Namespace) -> int:
                         )
             per = {name: common.combine_runs(attempts, FIGURES) for name, attempts in runs.items()}
             add_ratios(per)
-            results[dist] = {"workload": asdict(w), "contenders": per, "goals": goals(per)}
+            results[dist] = {
+                "workload": asdict(w),
+                "contenders": per,
+                "goals": goals(per),
+                "pairs": pair_ratios(per),
+            }
 
     trust = common.trust_fields(validity, load_before, launches)
     tables = [
@@ -647,6 +721,11 @@ def parent_main(args: argparse.Namespace) -> int:
                 f"{dist}: rescaler {key}: {g['ratio']}x [{g['min']}, {g['max']}] "
                 f"(goal {g['goal']}x, met: {g['met']})"
             )
+        for key, g in results[dist]["pairs"].items():
+            print(
+                f"{dist}: same processor, {key}: {g['ratio']}x [{g['min']}, {g['max']}] "
+                f"(goal {g['goal']}x, met: {g['met']})"
+            )
     print(f"\nJSON: {out}\nplot: {png}")
     failed = [
         f"{d}/{n}"
@@ -668,7 +747,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--contenders",
         default=",".join(DEFAULT_CONTENDERS),
-        help=f"comma-separated, from {', '.join(CONTENDERS)}",
+        help=f"comma-separated, from {', '.join(CONTENDERS)}; or 'processors': the four "
+        "same-processor contenders",
     )
     p.add_argument(
         "--shuffle-partitions", type=int, default=4, help="state partitions of Spark contenders"

@@ -525,15 +525,21 @@ class ProcessorOperator(KeyedOperator):
         self._output_schema = output_schema
         self.key_column = key_column  # set by the fragment: its key column, if among columns
         out = _struct(output_schema)
-        self.output_fields = tuple(  # type: ignore[misc]
-            (f.name, OUTPUT_TYPES.get(_type_name(f.dataType), "?")) for f in out.fields
-        )
         self.output_key = output_key or (out.fields[0].name if out.fields else "")
+        # an output column named "key" that is the output key is the tasks' own key column
+        self.output_fields = tuple(  # type: ignore[misc]
+            (f.name, OUTPUT_TYPES.get(_type_name(f.dataType), "?"))
+            for f in out.fields
+            if not (f.name == "key" and self.output_key == "key")
+        )
         self.variables: dict[str, StateVariable] = {}
 
     @property
     def output_struct(self) -> Any:
         return _struct(self._output_schema)
+
+    def _names_out(self) -> list[str]:
+        return [f.name for f in self.output_struct.fields]
 
     @property
     def has_timers(self) -> bool:
@@ -558,11 +564,18 @@ class ProcessorOperator(KeyedOperator):
             raise UnsupportedProcessor(
                 f"{type(self.processor).__name__} is not a pyspark.sql.streaming.StatefulProcessor"
             )
+        for f in self.output_struct.fields:
+            if f.name == "key" and self.output_key == "key" and _type_name(f.dataType) != "string":
+                raise UnsupportedProcessor(
+                    f"output column 'key' is the output key and must be a string, not "
+                    f"{_type_name(f.dataType)}"
+                )
         for name, typ in self.output_fields:
             if name in RESERVED_OUTPUT_NAMES:
                 raise UnsupportedProcessor(
                     f"output column {name!r} is a name Rescaler's tasks use "
                     f"({', '.join(RESERVED_OUTPUT_NAMES)}): rename it in the output schema"
+                    + (" (a column named 'key' may be the output key)" if name == "key" else "")
                 )
             if typ == "?":
                 spark_type = next(
@@ -572,9 +585,9 @@ class ProcessorOperator(KeyedOperator):
                     f"output column {name!r} has type {spark_type}; outputs may be "
                     f"{', '.join(sorted(OUTPUT_TYPES))}"
                 )
-        if not self.output_fields:
+        if not self.output_struct.fields:
             raise UnsupportedProcessor("the output schema has no columns")
-        if self.output_key not in dict(self.output_fields):
+        if self.output_key not in self._names_out():
             raise UnsupportedProcessor(
                 f"output_key {self.output_key!r} is not an output column "
                 f"({', '.join(n for n, _ in self.output_fields)})"
@@ -835,13 +848,13 @@ class ProcessorRun:
     def output_table(self) -> pa.Table:
         from workers.epoch import ARROW_TYPES
 
-        key_index = self._out_names.index(self.op.output_key)
         columns = list(zip(*self.outputs)) if self.outputs else [() for _ in self._out_names]
-        keys = [None if v is None else str(v) for v in (columns[key_index] if self.outputs else ())]
+        by_name = dict(zip(self._out_names, columns, strict=True))
+        keys = [None if v is None else str(v) for v in by_name[self.op.output_key]]
         arrays = [pa.array(keys, pa.string()), pa.array(self.output_seq, pa.int64())]
         names = ["key", "seq"]
-        for (name, typ), col in zip(self.op.output_fields, columns, strict=True):
-            arrays.append(pa.array(list(col), ARROW_TYPES[typ]))
+        for name, typ in self.op.output_fields:
+            arrays.append(pa.array(list(by_name[name]), ARROW_TYPES[typ]))
             names.append(name)
         return pa.Table.from_arrays(arrays, names=names)
 

@@ -115,6 +115,9 @@ def ship(spark: Any, ref: str, work_dir: Path) -> Path | None:
         return None  # Rescaler itself: the executors run it from the same installation
     module = sys.modules.get(top) or importlib.import_module(top)
     origin = Path(getattr(module, "__file__", "") or "")
+    namespace = list(getattr(module, "__path__", []))  # a package without __init__.py
+    if not origin.name and namespace:
+        origin = Path(namespace[0]) / "__init__.py"
     if not origin.name or _installed(origin):
         return None
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -129,7 +129,7 @@ BAD = {
     "bad output": (
         """
         def build():
-            op = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema="key string")
+            op = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema="user string, key string")
             return events(Fragment("a", op, key="user", region=1))
         """,
         "output column 'key' is a name Rescaler's tasks use",

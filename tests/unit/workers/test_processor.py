@@ -215,7 +215,8 @@ def test_unsupported_features_are_refused_by_name(what: str, mode: str, message:
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ("key string, n long", "output column 'key' is a name Rescaler's tasks use"),
+        ("user string, key string", "output column 'key' is a name Rescaler's tasks use"),
+        ("key long, n long", "output column 'key' is the output key and must be a string"),
         ("user string, m map<string,int>", "has type map<string,int>"),
         ("user string, d date", "outputs may be"),
     ],
@@ -229,6 +230,29 @@ def test_timers_in_time_mode_none_are_refused(tmp_path: Path) -> None:
     op = operator("None", wait_ms=1_000)
     with pytest.raises(UnsupportedProcessor, match="timers need timeMode"):
         epoch(tmp_path, op, 0, [("a", "p", 0)], EpochClock())
+
+
+class Echo(StatefulProcessor):
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        yield Row(key=key[0], n=sum(1 for _ in rows), fired=False)
+
+
+def test_an_output_column_named_key_is_the_output_key(tmp_path: Path) -> None:
+    op = ProcessorOperator(
+        Echo(),
+        columns=("user", "page"),
+        output_schema="key string, n long, fired boolean",
+        key_column="user",
+    )
+    op.inspect()
+    assert op.output_fields == (("n", "int64"), ("fired", "boolean"))
+    with open_store("lmdb", tmp_path) as store:
+        run = ProcessorRun(op, store, None)
+        run.fold(Segment(EpochClock(), records([("a", "p", 0)]), tuple(range(VNODES))))
+        assert run.output_table().to_pylist() == [{"key": "a", "seq": 0, "n": 1, "fired": False}]
 
 
 def test_output_types_have_arrow_types() -> None:
