@@ -172,6 +172,8 @@ class MatrixRow:
     pipeline: str
     vnodes: int
     mapping_version: int | None
+    key: str  # the column the fragment is keyed by
+    operator: str  # its operator, processor or keyed region, as the runner describes it
     busy_with: str | None
     cells: tuple[MatrixCell | None, ...]
     # metric -> max/mean over the fragment's PUs (1.0 is perfectly even; None without data)
@@ -251,6 +253,8 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
                 pipeline=frag["pipeline"],
                 vnodes=int(frag["vnodes"] or 0),
                 mapping_version=frag.get("mapping_version"),
+                key=frag.get("key") or "",
+                operator=frag.get("operator") or "",
                 busy_with=frag.get("busy_with"),
                 cells=tuple(cells),
                 skew={m: skew([c.value(m) for c in found]) for m, _ in METRICS},

@@ -119,7 +119,8 @@ class Fragment(models.Model):
     region = models.PositiveSmallIntegerField(default=0)
     vnodes = models.PositiveIntegerField(null=True, blank=True)
     key = models.CharField(max_length=64, blank=True)
-    operator = models.CharField(max_length=128, blank=True)
+    # a processor's description names its state variables: longer than a built-in's name
+    operator = models.TextField(blank=True)
     upstream = models.CharField(max_length=64, blank=True)
     # the fragment × PU matrix: which PUs this fragment runs on
     parallel_units = models.ManyToManyField(ParallelUnit, related_name="fragments", blank=True)

@@ -14,6 +14,40 @@
     return [dt, dd];
   }
 
+  // A StatefulProcessor's state ({state: {variable: {kind, ...}}, timers}) shows one row per
+  // state variable and one for its pending timers; a keyed region's, the same per operator.
+  function processorRows(value, prefix) {
+    const rows = [];
+    for (const [name, variable] of Object.entries(value.state)) {
+      const shown =
+        variable.kind === "value"
+          ? JSON.stringify(variable.value)
+          : variable.kind === "list"
+            ? `list of ${variable.values.length}: ${JSON.stringify(variable.values)}`
+            : `map of ${variable.entries.length}: ${JSON.stringify(variable.entries)}`;
+      rows.push(...row(`${prefix}${name}`, shown));
+    }
+    const timers = value.timers.length
+      ? value.timers.map((t) => new Date(t).toISOString()).join(", ")
+      : "none";
+    rows.push(...row(`${prefix}timers`, timers));
+    return rows;
+  }
+
+  function isProcessorState(value) {
+    return value && typeof value === "object" && "state" in value && "timers" in value;
+  }
+
+  function stateRows(body) {
+    if (!body.exists) return row("state", body.state_error || "no state yet");
+    const value = body.value;
+    if (isProcessorState(value)) return processorRows(value, "");
+    if (value && typeof value === "object" && Object.values(value).every(isProcessorState)) {
+      return Object.entries(value).flatMap(([op, v]) => processorRows(v, `${op} · `));
+    }
+    return row("state", JSON.stringify(value));
+  }
+
   async function find(event) {
     event.preventDefault();
     const fragment = $("kf-fragment").value;
@@ -54,7 +88,7 @@
             `step ${moving.step} of operation ${moving.operation_id}`
           : "no",
       ),
-      ...row("state", body.exists ? JSON.stringify(body.value) : body.state_error || "no state yet"),
+      ...stateRows(body),
     );
     box.append(dl);
   }

@@ -151,4 +151,66 @@ def test_two_pipelines_with_the_same_fragment_need_a_pipeline(
     assert data["pipeline"] == PIPELINE
     data = viewer_client.get(url("apple"), {"pipeline": "other"}).json()
     assert data["pipeline"] == "other" and data["parallel_unit"] is None
-    assert "unknown pipeline" in data["state_error"]
+    assert "no pipeline 'other'" in data["state_error"]  # its definition is not registered
+
+
+def test_a_processor_key_shows_each_state_variable_and_its_timers(
+    viewer_client: APIClient, _state_dir: Path, cluster: Pipeline
+) -> None:
+    """A keyed region of two StatefulProcessors from the user's own module: the key finder
+    reads the definition the runner registered, and gives the key's state by operator."""
+    import sys
+
+    from rescaler.cluster.models import Fragment
+    from workers.pipeline.loading import load_pipeline, record
+    from workers.processor import ProcessorRun, Segment
+    from workers.region import Region
+
+    fixtures = str(Path(__file__).resolve().parents[2] / "fixtures")
+    sys.path.insert(0, fixtures)
+    try:
+        pipeline = load_pipeline("userpipe.region:build")
+        pipeline_dir = _state_dir / pipeline.name
+        record(pipeline_dir, "userpipe.region:build", pipeline)
+        frag = pipeline.fragments[0]
+        placement = VnodeMapping.initial(frag.name, frag.vnodes, [0])
+        PlacementStore(pipeline_dir).save({frag.name: placement})
+        region = frag.operator
+        assert isinstance(region, Region)
+        import pyarrow as pa
+
+        from workers.pipeline.placement import EpochClock
+        from workers.processor import section_of
+
+        vnode = vnode_of("ann", frag.vnodes)
+        records = pa.table(
+            {"key": ["ann", "ann"], "seq": [0, 1], "vnode": [vnode, vnode],
+             "page": ["p1", "p2"], "bytes": [10, 20]}
+        )  # fmt: skip
+        with open_store("lmdb", store_path(pipeline_dir, frag.name, 0)) as store:
+            runs = [
+                ProcessorRun(op, store, None, section=section_of(i), same_key=i == 0)
+                for i, op in enumerate(region.operators)
+            ]
+            segment = Segment(EpochClock(), records, (vnode,))
+            for run in runs:
+                run.fold(segment)
+                segment = Segment(segment.clock, run.take_outputs(), (vnode,))
+            store.commit_epoch(0, [u for run in runs for u in run.updates()])
+        other = Pipeline.objects.create(name=pipeline.name)
+        Fragment.objects.create(
+            pipeline=other, name=frag.name, kind="stateful", vnodes=frag.vnodes,
+            operator=region.describe(),
+        )  # fmt: skip
+        data = viewer_client.get(url("ann", frag.name)).json()
+    finally:
+        sys.path.remove(fixtures)
+    assert data["exists"] is True, data
+    assert data["value"]["Visits"] == {
+        "state": {"count": {"kind": "value", "value": [2], "expires_ms": None}},
+        "timers": [],
+    }
+    streaks = data["value"]["Streaks"]["state"]
+    assert streaks["total"]["value"] == [30]
+    assert streaks["recent"] == {"kind": "list", "values": [["p1"], ["p2"]]}
+    assert sorted(streaks["pages"]["entries"]) == [[["p1"], [1]], [["p2"], [1]]]
