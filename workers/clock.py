@@ -46,7 +46,8 @@ class Watermark:
 
     def clock(self, epoch: int) -> EpochClock:
         """The clock of a new epoch (a re-run reuses its recorded plan's)."""
-        self.batch_ms = max(self.batch_ms, self._now_ms())
+        # strictly increasing: held rows are replayed grouped by their epoch's clock
+        self.batch_ms = max(self.batch_ms + 1, self._now_ms())
         return EpochClock(self.batch_ms, self.watermark_ms, self.late_ms)
 
     def committed(self, plan: EpochPlan, stats: list[dict[str, Any]]) -> None:

@@ -282,9 +282,12 @@ def _fold_processor(
     store: StateStore,
     replayed: pa.Table | None,
     records: pa.Table | None,
+    acquired: tuple[int, ...] = (),
 ) -> pa.Table:
     """A processor's epoch: held rows replayed at their own epochs' clocks (their vnodes'
-    timers only), then this epoch's records and every owned vnode's timers; one commit.
+    timers only); the acquired vnodes' event-time timers that the previous epoch's watermark
+    made due (Spark fired those in the batches the vnode spent in transit); then this epoch's
+    records and every owned vnode's timers; one commit.
 
     In a keyed region, each operator folds the previous one's outputs of the same segment,
     under its own section of the store; the last one's outputs are the fragment's."""
@@ -296,7 +299,13 @@ def _fold_processor(
         for batch_ms, watermark_ms, late_ms in sorted(
             set(zip(*(replayed.column(c).to_pylist() for c in CLOCK_COLUMNS), strict=True))
         ):
-            mask = pc.equal(replayed.column("_batch_ms"), batch_ms)
+            mask = pc.and_(
+                pc.and_(
+                    pc.equal(replayed.column("_batch_ms"), batch_ms),
+                    pc.equal(replayed.column("_watermark_ms"), watermark_ms),
+                ),
+                pc.equal(replayed.column("_late_ms"), late_ms),
+            )
             part = replayed.filter(mask)
             segments.append(
                 Segment(
@@ -309,6 +318,11 @@ def _fold_processor(
     if current is not None:
         _check_owned(spec, slot, current.column("vnode"))
     empty = pa.table({c: pa.array([], pa.string()) for c in ("key",)})
+    if acquired and operator.time_mode == "eventtime":
+        # the transit's event-time timers, before this epoch's rows (processing-time ones fire
+        # with this epoch's: the previous epoch's batch time is not kept)
+        previous = EpochClock(spec.clock.batch_ms, spec.clock.late_ms, spec.clock.late_ms)
+        segments.append(Segment(previous, empty, acquired))
     segments.append(
         Segment(spec.clock, current if current is not None else empty, spec.owned[slot])
     )
@@ -451,7 +465,9 @@ def run_task(
             replayed = _acquire(spec, store, actions)
             n_records += replayed.num_rows if replayed is not None else 0
             if _is_processor(spec):
-                outputs = _fold_processor(spec, slot, store, replayed, records)
+                outputs = _fold_processor(
+                    spec, slot, store, replayed, records, actions.replay_vnodes
+                )
             else:
                 outputs = _fold_operator(spec, slot, store, replayed, records)
         stats = store.vnode_stats()
