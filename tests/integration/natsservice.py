@@ -123,3 +123,28 @@ def stream_state(url: str, stream: str) -> Any:
             await close(nc)
 
     return asyncio.run(go())
+
+
+def publish(url: str, subject: str, payloads: list[bytes]) -> list[int]:
+    """Publish raw payloads (the stream must exist); their stream sequences."""
+
+    async def go() -> list[int]:
+        nc = await connect(url)
+        js = nc.jetstream()
+        try:
+            return [(await js.publish(subject, payload)).seq for payload in payloads]
+        finally:
+            await close(nc)
+
+    return asyncio.run(go())
+
+
+def create_stream(url: str, name: str, subjects: list[str]) -> None:
+    async def go() -> None:
+        nc = await connect(url)
+        try:
+            await nc.jetstream().add_stream(name=name, subjects=subjects)
+        finally:
+            await close(nc)
+
+    asyncio.run(go())
