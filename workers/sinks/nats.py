@@ -30,6 +30,7 @@ import decimal
 import json
 import math
 import re
+import weakref
 from collections.abc import Coroutine
 from typing import Any, NamedTuple, TypeVar
 
@@ -113,6 +114,26 @@ def encode_row(row: dict[str, Any]) -> bytes:
     return text.encode("utf-8")
 
 
+class _Connection:
+    """A sink's event loop, NATS connection and resolved stream: what a pickled copy reopens."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.nc: Client | None = None
+        self.js: JetStreamContext | None = None
+        self.stream: str | None = None
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            if self.nc is not None:
+                self.loop.run_until_complete(close(self.nc))
+        finally:
+            self.nc = self.js = None
+            self.loop.close()
+
+
 class NatsSink(Sink):
     """Publishes each (epoch, PU)'s rows as JSON messages on a JetStream ``subject``.
 
@@ -144,42 +165,37 @@ class NatsSink(Sink):
         self.duplicate_window_s = float(duplicate_window_s)
         self.create_stream = create_stream
         self.timeout_s = timeout_s
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._nc: Client | None = None
-        self._js: JetStreamContext | None = None
-        self._stream: str | None = None  # the stream resolved at the first write
+        self._io: _Connection | None = None  # opened by the first write, never pickled
 
     def describe(self) -> str:
-        stream = self._stream or self.stream or "the stream taking it"
+        stream = (self._io and self._io.stream) or self.stream or "the stream taking it"
         return f"nats {redact(self.url)} subject {self.subject} (stream {stream})"
 
     # --- event loop and connection ---------------------------------------------------------
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on this sink's own event loop (kept with the connection)."""
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coroutine)
+        if self._io is None:
+            self._io = _Connection()
+            # a sink dropped without close() (a forgotten close in a task) still disconnects
+            weakref.finalize(self, self._io.close)
+        return self._io.loop.run_until_complete(coroutine)
 
     def close(self) -> None:
-        loop, nc = self._loop, self._nc
-        self._nc, self._js, self._stream, self._loop = None, None, None, None
-        if loop is None:
-            return
-        try:
-            if nc is not None:
-                loop.run_until_complete(close(nc))
-        finally:
-            loop.close()
+        io, self._io = self._io, None
+        if io is not None:
+            io.close()
 
     async def _jetstream(self) -> tuple[JetStreamContext, str]:
-        if self._nc is None or self._nc.is_closed or self._js is None:
-            self._stream = None
-            self._nc = await connect(self.url, min(self.timeout_s, 5.0))
-            self._js = self._nc.jetstream(timeout=self.timeout_s)
-        if self._stream is None:
-            self._stream = await self._resolve_stream(self._js)
-        return self._js, self._stream
+        io = self._io
+        assert io is not None
+        if io.nc is None or io.nc.is_closed or io.js is None:
+            io.stream = None
+            io.nc = await connect(self.url, min(self.timeout_s, 5.0))
+            io.js = io.nc.jetstream(timeout=self.timeout_s)
+        if io.stream is None:
+            io.stream = await self._resolve_stream(io.js)
+        return io.js, io.stream
 
     def _missing(self, what: str) -> SinkError:
         name = self.stream or default_stream_name(self.subject)

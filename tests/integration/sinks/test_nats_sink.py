@@ -43,7 +43,7 @@ def test_two_epochs_two_pus_then_replays_change_nothing(
     stream_names.append(stream)
     subject = f"rescaler.test.{stream.lower()}"
     sink = NatsSink(nats_service, subject, stream)
-    assert sink._nc is None  # lazy: nothing opened before the first write
+    assert sink._io is None  # lazy: nothing opened before the first write
     writes = [outputs(epoch, pu) for epoch, pu in WRITES]
     assert [sink.write(out) for out in writes] == [True] * len(writes)
     stored = stream_state(nats_service, stream).messages
@@ -53,7 +53,7 @@ def test_two_epochs_two_pus_then_replays_change_nothing(
     # on the subject shows its write complete, and PU 0's rows are dropped by the server
     for pu in (1, 0):
         replayed = pickle.loads(pickle.dumps(sink))
-        assert replayed._nc is None and replayed._loop is None
+        assert replayed._io is None
         assert replayed.write(outputs(2, pu)) is False
         replayed.close()
     assert sink.write(outputs(1, 1)) is False
@@ -70,7 +70,8 @@ def test_a_sink_creates_its_stream_with_the_duplicate_window(
     sink = sink_from_uri(f"{nats_service}/{subject}?duplicate_window_s=30")
     assert isinstance(sink, NatsSink)
     assert sink.write(outputs(0, 0))
-    stream = sink._stream
+    assert sink._io is not None
+    stream = sink._io.stream
     assert stream is not None and stream.startswith("RESCALER_RESCALER_TEST_")
     stream_names.append(stream)
     sink.close()
@@ -86,17 +87,53 @@ def test_a_sink_creates_its_stream_with_the_duplicate_window(
     assert messages(nats_service, stream, subject) == expected_messages([outputs(0, 0)])
 
 
+def wait_until_ids_forgotten(url: str, probe_subject: str, timeout_s: float = 30.0) -> None:
+    """Return once the server has forgotten every message id stored so far. The server purges
+    ids on a timer, late under load, so a fixed sleep would be flaky: store a probe id now and
+    re-publish it until the server no longer calls it a duplicate (ids expire in store order)."""
+
+    async def go() -> None:
+        nc = await connect(url)
+        js = nc.jetstream()
+        headers = {"Nats-Msg-Id": "probe"}
+        try:
+            assert not (await js.publish(probe_subject, b"", headers=headers)).duplicate
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                if not (await js.publish(probe_subject, b"", headers=headers)).duplicate:
+                    return
+            raise AssertionError(f"message ids still remembered after {timeout_s}s")
+        finally:
+            await close(nc)
+
+    asyncio.run(go())
+
+
 def test_a_replay_after_the_duplicate_window(nats_service: str, stream_names: list[str]) -> None:
     """What the docstring promises beyond the window: the PU whose write is the last message on
     the subject is still skipped; another PU's rows are published again (consumers see them
     twice, with the same Nats-Msg-Id)."""
     stream = unique_name()
     stream_names.append(stream)
-    subject = f"rescaler.test.{stream.lower()}"
-    sink = NatsSink(nats_service, subject, stream, duplicate_window_s=0.5)
+    base = f"rescaler.test.{stream.lower()}"
+    subject, probe = f"{base}.out", f"{base}.probe"
+
+    async def create() -> None:
+        nc = await connect(nats_service)
+        try:
+            await nc.jetstream().add_stream(
+                name=stream, subjects=[subject, probe], duplicate_window=2.0
+            )
+        finally:
+            await close(nc)
+
+    asyncio.run(create())
+    sink = NatsSink(nats_service, subject, stream, create_stream=False)
     first, last = outputs(0, 0), outputs(0, 1)
     assert sink.write(first) and sink.write(last)
-    time.sleep(1.0)  # the server forgets the ids
+    assert sink.write(first) is False  # within the window: every row a duplicate
+    wait_until_ids_forgotten(nats_service, probe)
     assert sink.write(last) is False  # the last message on the subject is its last row
     assert sink.write(first) is True  # published again: the documented limit of the window
     sink.close()
