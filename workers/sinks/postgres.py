@@ -17,6 +17,7 @@ and applied with one ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT`` st
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -148,6 +149,7 @@ class PostgresSink(Sink):
             raise SinkError(
                 f"Postgres at {_redact(self.dsn)} did not answer ({text}); {START_POSTGRES_HINT}"
             ) from exc
+        weakref.finalize(self, self._conn.close)  # a sink dropped without close() disconnects
         return self._conn
 
     def _ensure_tables(self, conn: psycopg.Connection[Any], schema: pa.Schema) -> None:

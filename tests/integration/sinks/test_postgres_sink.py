@@ -188,9 +188,12 @@ def test_an_existing_table_without_a_key_index_is_a_clear_error(sink_database: s
             f"CREATE TABLE {TABLE} (key text, seq bigint, count bigint, share double precision, "
             "page text, epoch bigint)"
         )
-    with pytest.raises(SinkError, match=r"no primary key or unique index on exactly \(key\)"):
-        PostgresSink(sink_database, TABLE).write(outputs(0, 0))
+    with (
+        PostgresSink(sink_database, TABLE) as sink,
+        pytest.raises(SinkError, match=r"no primary key or unique index on exactly \(key\)"),
+    ):
+        sink.write(outputs(0, 0))
     with psycopg.connect(sink_database, autocommit=True) as conn:
         conn.execute(f"ALTER TABLE {TABLE} DROP COLUMN page")
-    with pytest.raises(SinkError, match="lacks column"):
-        PostgresSink(sink_database, TABLE).write(outputs(0, 0))
+    with PostgresSink(sink_database, TABLE) as sink, pytest.raises(SinkError, match="lacks column"):
+        sink.write(outputs(0, 0))
