@@ -11,9 +11,9 @@ is that sequence, the per-key source order the data plane sorts by.
 Reading: each partition is a sequence range over one subject filter (one partition per subject
 of ``subjects``; with one subject or none, ``partitions`` shards of the range). It is read by an
 ephemeral pull consumer with ``deliver_policy=by_start_sequence`` from ``start + 1``, the filter
-subject, no acks (nothing on the server changes), which stops at the first message past ``end``
-or when the consumer has nothing pending; the consumer is deleted after (and expires by itself
-if the reader dies). nats-py is asyncio and Spark calls these methods synchronously, in the
+subject, no acks (nothing on the server changes), which stops at sequence ``end``, at the first
+message past it, or when the consumer has nothing pending (it never fetches more than the range
+can hold); the consumer is deleted after (and expires by itself if the reader dies). nats-py is asyncio and Spark calls these methods synchronously, in the
 driver (offsets, partitions, commit) and in its Python workers (read), so each method runs its
 own ``asyncio.run`` with its own connection.
 
@@ -389,11 +389,12 @@ class JetStreamStreamReader(DataSourceStreamReader):
         try:
             sub = await js.pull_subscribe_bind(consumer=info.name, stream=self.options.stream)
             pending = int(info.num_pending or 0)
-            while pending > 0:
+            last = part.start
+            while pending > 0 and last < part.end:
+                # sequences are unique: at most end - last of the pending are in the range
+                batch = min(pending, part.end - last, FETCH_BATCH)
                 try:
-                    msgs: list[Msg] = await sub.fetch(
-                        min(pending, FETCH_BATCH), timeout=self.options.timeout_s
-                    )
+                    msgs: list[Msg] = await sub.fetch(batch, timeout=self.options.timeout_s)
                 except (TimeoutError, NatsError) as exc:
                     raise DataLoss(
                         f"JetStream stream {self.options.stream!r}: {pending} message(s) of "
@@ -407,7 +408,7 @@ class JetStreamStreamReader(DataSourceStreamReader):
                     if seq > part.end:
                         return out  # the first message past the range: done
                     out.append((seq, msg.subject, msg.data))
-                    pending = int(meta.num_pending)
+                    pending, last = int(meta.num_pending), seq
         finally:
             try:
                 if sub is not None:
