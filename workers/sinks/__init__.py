@@ -1,0 +1,9 @@
+"""Exactly-once sinks for the last fragment's outputs of each epoch (docs/sources-and-sinks.md).
+
+The backends (psycopg, deltalake, nats-py) are imported only by the sink that needs them, so
+importing this package in a Spark worker costs nothing for the sinks a pipeline does not use.
+"""
+
+from workers.sinks.base import EpochOutputs, FunctionSink, Sink, SinkError, sink_from_uri
+
+__all__ = ["EpochOutputs", "FunctionSink", "Sink", "SinkError", "sink_from_uri"]
