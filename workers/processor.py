@@ -500,7 +500,6 @@ class ProcessorOperator(KeyedOperator):
 
     name = "processor"
     order_sensitive = True
-    uses_clock = True
 
     def __init__(
         self,
