@@ -26,7 +26,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get("RESCALER_PIPELINE") or None
     parser.add_argument("--pipeline", required=env is None, default=env, help=PIPELINE_HELP)
     parser.add_argument(
-        "--source", default="generator", help="generator (default) or dir:PATH of JSON-lines files"
+        "--source",
+        default=os.environ.get("RESCALER_SOURCE", ""),
+        help="generator, dir:PATH of JSON-lines files, or nats:STREAM (a JetStream stream at "
+        "$RESCALER_NATS_URL); default: $RESCALER_SOURCE, else the pipeline's own source, else "
+        "the generator",
+    )
+    parser.add_argument(
+        "--sink",
+        default=os.environ.get("RESCALER_SINK", ""),
+        help="postgres://…?table=NAME, delta:PATH, nats://HOST:PORT/SUBJECT or files (Arrow "
+        "files for debugging); default: $RESCALER_SINK, else the pipeline's own sink",
     )
     parser.add_argument(
         "--epochs", type=int, help="stop after N committed epochs (default: run on)"
@@ -44,16 +54,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunnerConfig:
     """The runner's configuration; the pipeline is loaded (and checked) to learn its name."""
-    from workers.pipeline.loading import load_pipeline
+    from workers.pipeline.loading import load_pipeline, resolve_sink
 
     try:
         pipeline = load_pipeline(args.pipeline)
     except PipelineError as exc:
         raise ConfigError(str(exc)) from exc
-    return RunnerConfig.from_env(
+    config = RunnerConfig.from_env(
         pipeline=pipeline.name,
         pipeline_ref=args.pipeline,
         source=args.source,
+        sink=args.sink,
         epochs=args.epochs,
         rows_per_epoch=args.rows_per_epoch,
         key_space=args.key_space,
@@ -65,6 +76,11 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         initial_pus=args.initial_pus,
         spark_ui=False if args.no_spark_ui else None,
     )
+    try:
+        resolve_sink(config, pipeline)  # a pipeline with nowhere to write stops here
+    except PipelineError as exc:
+        raise ConfigError(str(exc)) from exc
+    return config
 
 
 def run_with_signals(config: RunnerConfig, control: Any) -> int:

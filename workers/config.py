@@ -33,7 +33,13 @@ class RunnerConfig:
     pipeline: str = "wordcount"  # the pipeline's name: its state is under state_dir / pipeline
     # what defines it: a built-in's name or package.module:function ("": the name, a built-in)
     pipeline_ref: str = ""
-    source: str = "generator"  # "generator" or "dir:PATH"
+    # "": the pipeline's own source (Pipeline.source), else the generator; "generator";
+    # "dir:PATH" (JSON-lines files); "nats:STREAM" (a JetStream stream at nats_url)
+    source: str = ""
+    # a sink URI (workers.sinks.sink_from_uri) replacing the pipeline's own; "": Pipeline.sink,
+    # else for a built-in the Arrow debugging files ("files")
+    sink: str = ""
+    nats_url: str = "nats://127.0.0.1:4222"  # the JetStream source's server (RESCALER_NATS_URL)
     epochs: int | None = None  # stop after this many committed epochs; None: run until stopped
     rows_per_epoch: int = 10_000
     key_space: int = 100_000
@@ -67,8 +73,29 @@ class RunnerConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
-        if not (self.source == "generator" or self.source.startswith("dir:")):
-            raise ConfigError(f"source must be 'generator' or 'dir:PATH', not {self.source!r}")
+        if not (
+            self.source in ("", "generator")
+            or (self.source.startswith("dir:") and len(self.source) > 4)
+            or (self.source.startswith("nats:") and len(self.source) > 5)
+        ):
+            raise ConfigError(
+                f"source must be 'generator', 'dir:PATH' or 'nats:STREAM' (or empty for the "
+                f"pipeline's own), not {self.source!r}"
+            )
+        if self.source.startswith("nats:"):
+            from workers.natsio import check_stream_name
+
+            try:
+                check_stream_name(self.source[5:])
+            except ValueError as exc:
+                raise ConfigError(f"source {self.source!r}: {exc}") from None
+        if self.sink:
+            from workers.sinks.base import sink_from_uri
+
+            try:
+                sink_from_uri(self.sink)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         for name in ("rows_per_epoch", "key_space", "vnodes", "initial_pus", "source_partitions"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
@@ -108,6 +135,11 @@ class RunnerConfig:
     def source_dir(self) -> Path | None:
         return Path(self.source[4:]) if self.source.startswith("dir:") else None
 
+    @property
+    def source_stream_name(self) -> str | None:
+        """The JetStream stream of a ``nats:STREAM`` source."""
+        return self.source[5:] if self.source.startswith("nats:") else None
+
     @classmethod
     def from_env(cls, **overrides: Any) -> RunnerConfig:
         """Defaults, then RESCALER_* / SPARK_MASTER / STATE_DIR, then explicit overrides."""
@@ -122,6 +154,10 @@ class RunnerConfig:
             env["backend"] = os.environ["RESCALER_STATE_BACKEND"]
         if os.environ.get("RESCALER_VNODES"):
             env["vnodes"] = int(os.environ["RESCALER_VNODES"])
+        if os.environ.get("RESCALER_SINK"):
+            env["sink"] = os.environ["RESCALER_SINK"]
+        if os.environ.get("RESCALER_NATS_URL"):
+            env["nats_url"] = os.environ["RESCALER_NATS_URL"]
         if os.environ.get("RESCALER_CONTROL_PATIENCE_S"):
             env["control_patience_s"] = float(os.environ["RESCALER_CONTROL_PATIENCE_S"])
         env.update({k: v for k, v in overrides.items() if v is not None})

@@ -28,11 +28,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers.layout import sink_path, store_path
+from workers.layout import store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
 from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms, section_of
 from workers.region import Region
+from workers.sinks.base import EpochOutputs, Sink
+from workers.sinks.files import FileSink
 from workers.state import open_store
 from workers.state.base import StateStore, Update, encode_key
 from workers.vectorised import apply_batch
@@ -74,7 +76,8 @@ class TaskSpec:
     backend: str
     terminal: bool  # the last fragment writes the sink instead of emitting outputs
     actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU parallel_units[i]
-    sink_retention: int = 50
+    sink: Sink | None = None  # where the terminal fragment's outputs go; None: FileSink
+    sink_retention: int = 50  # epochs the FileSink keeps
     vectorised: bool = True  # False: every operator takes the per-key path (tests, benchmarks)
     clock: EpochClock = dataclasses.field(
         default_factory=EpochClock
@@ -157,20 +160,20 @@ def apply_records(
     return updates, outputs_table
 
 
+#: sinks opened in this (reused) Python worker, so a sink's connection outlives one task
+_OPEN_SINKS: dict[tuple[type, str], Sink] = {}
+
+
 def _write_sink(spec: TaskSpec, pu: int, outputs: pa.Table) -> None:
-    path = sink_path(Path(spec.state_root), spec.fragment, spec.epoch, pu)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with pa.OSFile(str(tmp), "wb") as fh, pa.ipc.new_file(fh, outputs.schema) as writer:
-        writer.write_table(outputs)
-    os.replace(tmp, path)  # idempotent: a replay writes the same file again
-    old = sink_path(Path(spec.state_root), spec.fragment, spec.epoch - spec.sink_retention, pu)
-    if old.exists():
-        old.unlink()
-        try:
-            old.parent.rmdir()
-        except OSError:
-            pass
+    """The epoch's outputs of this PU to the pipeline's sink, once per (fragment, epoch, PU): the
+    store committed them first, so a replay after a crash between the two writes the same table
+    again and the sink recognises it (workers/sinks/base.py)."""
+    sink = spec.sink if spec.sink is not None else FileSink(spec.state_root, spec.sink_retention)
+    if not outputs.num_rows and not sink.writes_empty:
+        return
+    ident = (type(sink), sink.describe())
+    live = _OPEN_SINKS.setdefault(ident, sink)
+    live.write(EpochOutputs(spec.fragment, spec.epoch, pu, outputs))
 
 
 def _as_output_batches(schema: pa.Schema, kind: str, outputs: pa.Table) -> list[pa.RecordBatch]:

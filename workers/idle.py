@@ -5,14 +5,17 @@ so a stream that receives nothing reaches no barrier, and everything applied at 
 rescale's begin and steps, a cancel, a stop-start, a stop) would wait for the next record.
 Operators scale in precisely when traffic is low, so control must not depend on records arriving.
 
-Both sources therefore add a *tick* to their offsets: a counter kept in a file of the pipeline's
-directory (:class:`BarrierTicks`). The runner increments the counter between epochs when control
-work waits: at once when one of its operations would move at the next barrier, and after
-``idle_s`` without an epoch when the control plane has a command not yet acknowledged (asking it
-costs a query, so it is asked at most once per ``idle_s``). The source's next ``latestOffset`` then differs from the
-last committed one, and Spark runs a micro-batch whose range holds no record: an *empty epoch*,
-with its own epoch number, offset-log entry and recorded plan, like any other. Why this keeps
-every guarantee is argued in docs/rescale.md ("Idle streams").
+The query therefore reads the pipeline's stream unioned with the runner's *control stream*
+(:mod:`workers.sources.control`), whose offset is a *tick*: a counter kept in a file of the
+pipeline's directory (:class:`BarrierTicks`). The runner increments the counter between epochs
+when control work waits: at once when one of its operations would move at the next barrier, and
+after ``idle_s`` without an epoch when the control plane has a command not yet acknowledged
+(asking it costs a query, so it is asked at most once per ``idle_s``). The control stream's next
+``latestOffset`` then differs from its last committed one, and Spark runs a micro-batch in which
+the pipeline's source may have no record: an *empty epoch*, with its own epoch number,
+offset-log entry and recorded plan, like any other. The pipeline's source takes no part, so
+this works with any source. Why it keeps every guarantee is argued in docs/rescale.md ("Idle
+streams").
 """
 
 from __future__ import annotations
@@ -25,23 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workers.rescale.protocol import STEP_ENDED, StepPhase, Strategy
+from workers.sources.control import read_ticks
 
-if TYPE_CHECKING:  # the sources import this module in Spark's Python workers: keep it light
+if TYPE_CHECKING:
     from workers.rescale.operation import OperationState
 
 log = logging.getLogger("workers.idle")
 
 TICKS_FILE = "barrier-ticks"
-
-
-def read_ticks(path: str | Path | None) -> int:
-    """The tick counter (0 when there is none yet). Read by the sources for every offset."""
-    if not path:
-        return 0
-    try:
-        return int(Path(path).read_text("ascii").strip() or 0)
-    except (OSError, ValueError):
-        return 0
 
 
 def awaits_barrier(operations: Iterable[OperationState]) -> bool:
@@ -71,7 +65,7 @@ def awaits_barrier(operations: Iterable[OperationState]) -> bool:
 
 class BarrierTicks:
     """Forces a barrier when control work waits between epochs. Called from the runner's watch
-    loop (one thread); the sources only read the counter.
+    loop (one thread); the control stream only reads the counter.
 
     A tick is never repeated before Spark has started an epoch for it, unless ``idle_s`` passed
     (Spark's trigger waits for its interval; the source may have read the counter just before).

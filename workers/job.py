@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from workers.barrier import route_slots
@@ -21,8 +20,15 @@ from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import vnode_sql
 from workers.idle import TICKS_FILE
+from workers.natsio import redact
+from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
+from workers.sinks.base import Sink
+from workers.sources import jsonl
+from workers.sources.control import ControlSource, with_control
+from workers.sources.jetstream import JETSTREAM, JetStreamStreamReader
+from workers.sources.jetstream import register as register_jetstream
 from workers.sources.spark import GENERATOR, JSONL, register
 
 CHECKPOINT_MANAGER = (
@@ -71,6 +77,8 @@ def build_spark(config: RunnerConfig, app_name: str) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
+    register_jetstream(spark)
+    spark.dataSource.register(ControlSource)
     return spark
 
 
@@ -94,17 +102,29 @@ def spark_info(spark: Any) -> dict[str, Any]:
 class EpochJob:
     """Builds and runs one epoch's Spark job for a pipeline."""
 
-    def __init__(self, spark: Any, config: RunnerConfig, pipeline: Pipeline) -> None:
+    def __init__(
+        self, spark: Any, config: RunnerConfig, pipeline: Pipeline, sink: Sink | None = None
+    ) -> None:
         self.spark = spark
         self.config = config
         self.pipeline = pipeline
+        self.sink: Sink = sink or resolve_sink(config, pipeline)
         self.last_timings: tuple[float, float] = (0.0, 0.0)
 
-    def source_stream(self, ticks_path: Path) -> Any:
-        """The pipeline's source as a streaming DataFrame (offsets carry the barrier tick)."""
+    def source_stream(self) -> Any:
+        """The pipeline's own stream of source records: the pipeline's ``source`` function, or
+        the source the runner was given (``--source``). It knows nothing of barriers."""
         cfg = self.config
         reader = self.spark.readStream
-        if cfg.source == "generator":
+        if not cfg.source and self.pipeline.source is not None:
+            stream = self.pipeline.source(self.spark)
+            if not getattr(stream, "isStreaming", False):
+                raise SourceMissing(
+                    f"pipeline {self.pipeline.name!r}: its source function returned "
+                    f"{type(stream).__name__}, not a streaming DataFrame (spark.readStream...load())"
+                )
+            return stream
+        if cfg.source in ("", "generator"):
             options = {
                 "kind": self.pipeline.source_kind,
                 "key_space": cfg.key_space,
@@ -114,13 +134,14 @@ class EpochJob:
                 "words_per_line": cfg.words_per_line,
                 "rows_per_epoch": cfg.rows_per_epoch,
                 "partitions": cfg.source_partitions,
-                "barrier_ticks": ticks_path,
             }
             if cfg.epochs is not None:
                 options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
             return (
                 reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
             )
+        if cfg.source_stream_name is not None:
+            return reader.format(JETSTREAM).options(**self._jetstream_options()).load()
         directory = cfg.source_dir
         assert directory is not None
         if not directory.is_dir():
@@ -131,13 +152,56 @@ class EpochJob:
             .option("path", str(directory))
             .option("manifest", str(cfg.pipeline_dir / "source-manifest.txt"))
             .option("max_files_per_epoch", str(cfg.max_files_per_epoch))
-            .option("barrier_ticks", str(ticks_path))
             .load()
         )
 
+    def _jetstream_options(self) -> dict[str, str]:
+        """A ``nats:STREAM`` source: the stream's messages are JSON objects of the pipeline's
+        source kind (what ``python -m workers.sources.jetstream_feed`` publishes)."""
+        cfg = self.config
+        schema = jsonl.schema_for(self.pipeline.source_kind)
+        fields = ", ".join(
+            f"`{f.name}` {_SPARK_TYPES[str(f.type)]}"
+            for f in schema
+            if f.name not in ("seq", "_malformed")
+        )
+        return {
+            "stream": str(cfg.source_stream_name),
+            "url": cfg.nats_url,
+            "schema": fields,
+            "max_records_per_epoch": str(cfg.rows_per_epoch),
+            "partitions": str(cfg.source_partitions),
+            # shows the query's progress in `nats consumer info` (read by nothing)
+            "consumer": f"rescaler-{self.pipeline.name}",
+        }
+
+    def check_source(self) -> None:
+        """Fail the start with the source's own message when it cannot be read (a JetStream
+        server or stream missing), instead of failing the query's first epoch."""
+        if self.config.source_stream_name is not None:
+            reader = JetStreamStreamReader(self._jetstream_options())
+            reader.initialOffset()
+
+    def stream(self) -> Any:
+        """What the query reads: the pipeline's stream unioned with the runner's control stream,
+        so that the runner can force a barrier on any source (workers/sources/control.py)."""
+        return with_control(self.spark, self.source_stream(), self.config.pipeline_dir / TICKS_FILE)
+
+    def describe_source(self) -> str:
+        """One line for the fragment matrix: what the pipeline reads."""
+        cfg = self.config
+        if not cfg.source and self.pipeline.source is not None:
+            fn = self.pipeline.source
+            return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        if cfg.source_stream_name:
+            return f"JetStream stream {cfg.source_stream_name} at {redact(cfg.nats_url)}"
+        if cfg.source_dir:
+            return f"JSON-lines files in {cfg.source_dir}"
+        return f"generator, {cfg.rows_per_epoch} rows per epoch"
+
     def check_prepared(self) -> None:
         """The user's ``prepare`` against the source's schema: Spark analyses it, nothing runs."""
-        prepared = self.pipeline.prepare(self.source_stream(self.config.pipeline_dir / TICKS_FILE))
+        prepared = self.pipeline.prepare(self.source_stream())
         self.pipeline.check_prepared({f.name: f.dataType.simpleString() for f in prepared.schema})
 
     def stage(
@@ -247,6 +311,7 @@ class EpochJob:
                 actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
                 clock=plan.clock,
                 event_time=events if i == 0 else None,
+                sink=self.sink if i == len(self.pipeline.fragments) - 1 else None,
             )
             stream = self.stage(
                 stream, placement, actions, spec, "key" if i > 0 else frag.key, from_outputs=i > 0

@@ -44,10 +44,17 @@ from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, spark_info
 from workers.layout import store_path
 from workers.membership import ExecutorSeen, Membership, spark_executors
-from workers.pipeline.loading import check_on_executors, load_pipeline, record, ship
+from workers.pipeline.loading import (
+    check_on_executors,
+    load_pipeline,
+    record,
+    resolve_sink,
+    ship,
+)
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
+from workers.sinks.base import Sink
 from workers.state import open_store
 
 log = logging.getLogger("workers.runner")
@@ -94,6 +101,7 @@ class PipelineRunner:
             control, patience_s=config.control_patience_s
         )
         self.pipeline: Pipeline = load_pipeline(config.ref, config.vnodes)
+        self.sink: Sink = resolve_sink(config, self.pipeline)  # none: the start stops here
         self.watermark = Watermark(
             config.pipeline_dir / WATERMARK_FILE,
             self.pipeline.watermark_delay_ms,
@@ -163,8 +171,11 @@ class PipelineRunner:
 
     def topology(self) -> Topology:
         fragments: dict[str, dict[str, Any]] = {}
+        described = {"source": self.job.describe_source(), "sink": self.job.sink.describe()}
         for row in self.pipeline.topology_fragments():
             entry = dict(row)
+            if row["kind"] in described:
+                entry["operator"] = described[row["kind"]]
             placement = self.placements.get(row["name"])
             if placement is not None:
                 entry.update(
@@ -301,10 +312,13 @@ class PipelineRunner:
 
     # -- the epoch ---------------------------------------------------------------------------
     def _source_offset(self, epoch: int) -> dict[str, Any]:
+        """The pipeline's source offset after ``epoch``, from Spark's offset log: a version line,
+        the batch's metadata, then one line per source, the pipeline's first (the control
+        stream's second)."""
         path = self.config.pipeline_dir / "checkpoint" / "offsets" / str(epoch)
         try:
             lines = path.read_text("utf-8").splitlines()
-            offset: dict[str, Any] = json.loads(lines[-1])
+            offset: dict[str, Any] = json.loads(lines[2])
             return offset
         except (OSError, ValueError, IndexError):
             return {}
@@ -466,7 +480,8 @@ class PipelineRunner:
         )
         self.placements_store.save(self.placements)  # a restart may have reconciled an operation
         self.executor.placements_saved()
-        self.job = EpochJob(self.spark, cfg, self.pipeline)
+        self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
+        self.job.check_source()
         self.job.check_prepared()
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
@@ -512,7 +527,7 @@ class PipelineRunner:
     def _start_query(self) -> Any:
         cfg = self.config
         return (
-            self.job.source_stream(self.ticks.path)
+            self.job.stream()
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(cfg.pipeline_dir / "checkpoint"))
             .trigger(processingTime=f"{cfg.trigger_interval_s} seconds")

@@ -105,8 +105,11 @@ def spark_job(spark: Any, clicks: Any) -> Any:
 
 def build() -> Any:
     """After: the same processor as a Rescaler pipeline."""
+    import os
+
     from workers.pipeline import Fragment, Pipeline
     from workers.processor import ProcessorOperator
+    from workers.sinks import sink_from_uri
 
     tracker = ProcessorOperator(
         SessionTracker(), columns=COLUMNS, output_schema=OUTPUT, time_mode="EventTime"
@@ -119,4 +122,8 @@ def build() -> Any:
         description="clicks → closed sessions per user (value, list and map state, event-time timer)",
         event_time="event_time",
         watermark_delay_ms=DELAY_MS,
+        # closed sessions go where SESSIONS_SINK says, e.g.
+        # postgres://postgres@127.0.0.1:5432/rescaler?table=click_sessions&key=user,start
+        # (exactly once, docs/sources-and-sinks.md); by default Arrow files to look at
+        sink=sink_from_uri(os.environ.get("SESSIONS_SINK", "files")),
     )

@@ -16,10 +16,14 @@ import json
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.pipeline.model import InvalidPipeline, Pipeline, UnknownPipeline
 from workers.pipeline.placement import write_json_atomic
+
+if TYPE_CHECKING:
+    from workers.config import RunnerConfig
+    from workers.sinks.base import Sink
 
 REGISTRY_FILE = "pipeline.json"
 BUILTIN_MODULE = "workers.pipeline.builtins"
@@ -154,3 +158,24 @@ def check_on_executors(spark: Any, ref: str) -> None:
             f"({errors[0]}): install it and its dependencies on every executor, or keep it in "
             f"a package Rescaler can ship (a directory with __init__.py)"
         )
+
+
+def resolve_sink(config: RunnerConfig, pipeline: Pipeline) -> Sink:
+    """Where the last fragment's outputs go: ``--sink`` (RESCALER_SINK), else the pipeline's
+    own sink, else, for a built-in demo pipeline only, the Arrow debugging files."""
+    from workers.sinks.base import sink_from_uri
+    from workers.sinks.files import FileSink
+
+    sink = sink_from_uri(config.sink) if config.sink else pipeline.sink
+    if isinstance(sink, FileSink):
+        return sink.bound(config.pipeline_dir)
+    if sink is not None:
+        return sink
+    if normalise(config.ref).startswith(f"{BUILTIN_MODULE}:"):
+        return FileSink(config.pipeline_dir)
+    raise InvalidPipeline(
+        f"pipeline {pipeline.name!r} names no sink: give Pipeline(sink=...) a sink "
+        f"(workers.sinks.sink_from_uri('postgres://...?table=...'), FunctionSink(fn), ...) or run "
+        f"with --sink URI (RESCALER_SINK); --sink files keeps Arrow files in the state directory "
+        f"for debugging (docs/sources-and-sinks.md)"
+    )

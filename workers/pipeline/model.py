@@ -8,8 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workers.operators import KeyedOperator
+from workers.sinks.base import Sink
 
 DEFAULT_VNODES = 256
+SINK_NODE = "sink"  # the sink's name in the fragment matrix
 
 
 class PipelineError(Exception):
@@ -68,7 +70,11 @@ class Pipeline:
     # one row) and ``src`` (1 on exactly one record per good source row: how rows are counted)
     prepare: Callable[[Any], Any]
     description: str = ""
-    sink: str = "sink"
+    #: the stream of source records: SparkSession -> streaming DataFrame (any Spark source; its
+    #: rows go through ``prepare``). None: the runner's ``--source`` (generator, dir:, nats:)
+    source: Callable[[Any], Any] | None = None
+    #: where the last fragment's outputs go (workers.sinks); None: the runner's ``--sink``
+    sink: Sink | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: the prepared column giving event time (a timestamp, or seconds), for watermarks
     event_time: str | None = None
@@ -88,10 +94,10 @@ class Pipeline:
             raise InvalidPipeline(f"{where} has no stateful fragment")
         seen: set[str] = set()
         for i, frag in enumerate(self.fragments):
-            if not _NAME.fullmatch(frag.name) or frag.name in ("source", self.sink):
+            if not _NAME.fullmatch(frag.name) or frag.name in ("source", SINK_NODE):
                 raise InvalidPipeline(
                     f"{where}: fragment name {frag.name!r} must be a letter then letters, "
-                    f"digits, '_' or '-', and not 'source' or {self.sink!r}"
+                    f"digits, '_' or '-', and not 'source' or {SINK_NODE!r}"
                 )
             if frag.name in seen:
                 raise InvalidPipeline(f"{where}: two fragments are named {frag.name!r}")
@@ -138,6 +144,16 @@ class Pipeline:
             _check_pickles(where, frag)
         if self.watermark_delay_ms < 0:
             raise InvalidPipeline(f"{where}: watermark_delay_ms must be >= 0")
+        if self.source is not None and not callable(self.source):
+            raise InvalidPipeline(
+                f"{where}: source must be a function from a SparkSession to a streaming "
+                f"DataFrame, not {type(self.source).__name__}"
+            )
+        if self.sink is not None and not isinstance(self.sink, Sink):
+            raise InvalidPipeline(
+                f"{where}: sink must be a workers.sinks.Sink (sink_from_uri('postgres://...'), "
+                f"FunctionSink(fn), ...), not {type(self.sink).__name__}"
+            )
 
     def check_prepared(self, columns: dict[str, str]) -> None:
         """The prepared records' columns (name -> Spark type) against what the fragments read."""
@@ -200,7 +216,7 @@ class Pipeline:
                     "upstream": frag.upstream or "source",
                 }
             )
-        rows.append({"name": self.sink, "kind": "sink", "region": self.fragments[-1].region})
+        rows.append({"name": SINK_NODE, "kind": "sink", "region": self.fragments[-1].region})
         return rows
 
 

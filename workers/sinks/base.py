@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pyarrow as pa
 
 SUPPORTED_URIS = (
+    "files (Arrow files in the state directory, for debugging)",
     "postgres://USER@HOST:PORT/DATABASE?table=NAME[&key=COL,...]",
     "delta:PATH_OR_URI (delta:/data/out, delta:s3://bucket/out)",
     "nats://HOST:PORT/SUBJECT[?stream=NAME&duplicate_window_s=SECONDS&create_stream=false]",
@@ -63,6 +64,9 @@ class Sink(abc.ABC):
 
     Implementations open connections lazily in :meth:`write` and must stay picklable.
     """
+
+    #: whether an epoch with no outputs on a PU is written at all (most targets gain nothing)
+    writes_empty = False
 
     @abc.abstractmethod
     def write(self, outputs: EpochOutputs) -> bool:
@@ -137,7 +141,7 @@ def _postgres(uri: str) -> Sink:
     table = params.pop("table", "").strip()
     if not table:
         raise ValueError(
-            f"sink URI {uri!r} names no table: add ?table=NAME (e.g. {SUPPORTED_URIS[0]})"
+            f"sink URI {uri!r} names no table: add ?table=NAME (e.g. {SUPPORTED_URIS[1]})"
         )
     keys = tuple(k.strip() for k in params.pop("key", "key").split(",") if k.strip())
     if not keys:
@@ -153,7 +157,7 @@ def _delta(uri: str) -> Sink:
 
     target = uri[len("delta:") :].strip()
     if not target:
-        raise ValueError(f"sink URI {uri!r} names no table location: {SUPPORTED_URIS[1]}")
+        raise ValueError(f"sink URI {uri!r} names no table location: {SUPPORTED_URIS[2]}")
     return DeltaSink(target)
 
 
@@ -164,7 +168,7 @@ def _nats(uri: str) -> Sink:
     parts = urlsplit(uri)
     subject = parts.path.lstrip("/")
     if not subject:
-        raise ValueError(f"sink URI {uri!r} names no subject: {SUPPORTED_URIS[2]}")
+        raise ValueError(f"sink URI {uri!r} names no subject: {SUPPORTED_URIS[3]}")
     check_subject(subject, wildcards=False)
     params = _split_query(parts.query)
     stream = params.pop("stream", None) or None
@@ -189,8 +193,10 @@ def _nats(uri: str) -> Sink:
     )
 
 
-def sink_from_uri(uri: str) -> Sink:
-    """The sink a URI names (the runner's ``--sink`` and ``RESCALER_SINK`` will take these):
+def sink_from_uri(uri: str, state_root: str | None = None) -> Sink:
+    """The sink a URI names (the runner's ``--sink`` and ``RESCALER_SINK``):
+
+    * ``files``: the debugging sink, Arrow files under ``state_root`` (the pipeline's directory);
 
     * ``postgres://USER@HOST:PORT/DATABASE?table=NAME[&key=COL,...]`` (also ``postgresql://``):
       upsert by the key columns (default ``key``) into ``NAME`` (``schema.name`` allowed); other
@@ -206,6 +212,10 @@ def sink_from_uri(uri: str) -> Sink:
         raise ValueError("empty sink URI: use one of " + "; ".join(SUPPORTED_URIS))
     uri = uri.strip()
     scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    if uri == "files":
+        from workers.sinks.files import FileSink
+
+        return FileSink(state_root or "")
     if scheme in ("postgres", "postgresql"):
         return _postgres(uri)
     if scheme == "delta":

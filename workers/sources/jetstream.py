@@ -1,8 +1,7 @@
 """A NATS JetStream stream as a replayable Spark streaming source (``rescaler_jetstream``).
 
-Offsets are **stream sequence numbers**: ``{"seq": N, "tick": T}`` means every message of the
-stream up to sequence N was taken (T is the runner's barrier tick, as in :mod:`workers.sources.spark`;
-it never selects a record). A micro-batch reads the messages with ``start < seq <= end``. A stream
+Offsets are **stream sequence numbers**: ``{"seq": N}`` means every message of the stream up to
+sequence N was taken. A micro-batch reads the messages with ``start < seq <= end``. A stream
 never changes a stored message or reuses a sequence, so a range names the same messages for as
 long as the stream keeps them: when Spark re-runs an epoch after a crash it gets the range from
 its offset log and reads exactly the same records, in the same order. The record's ``seq`` column
@@ -45,7 +44,6 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from workers.idle import read_ticks
 from workers.natsio import (
     DEFAULT_URL,
     JETSTREAM_HINT,
@@ -162,7 +160,6 @@ class JetStreamOptions:
     consumer: str | None = None  # a durable consumer commit() moves, for operators to watch
     fail_on_data_loss: bool = True
     timeout_s: float = 10.0
-    barrier_ticks: str | None = None
 
     def __post_init__(self) -> None:
         check_stream_name(self.stream)
@@ -204,7 +201,6 @@ class JetStreamOptions:
             consumer=known.get("consumer") or None,
             fail_on_data_loss=_flag(known.get("fail_on_data_loss", "true"), "fail_on_data_loss"),
             timeout_s=float(known.get("timeout_s", 10.0)),
-            barrier_ticks=known.get("barrier_ticks") or None,
         )
 
     def ddl(self) -> str:
@@ -314,7 +310,7 @@ class JetStreamStreamReader(DataSourceStreamReader):
     # --- offsets ---------------------------------------------------------------------------
 
     def _offset(self, seq: int) -> dict[str, Any]:
-        return {"seq": seq, "tick": read_ticks(self.options.barrier_ticks)}
+        return {"seq": seq}
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a query without a checkpoint starts: before the stream's first message

@@ -5,10 +5,8 @@ records (up to ``max_rows`` if set), read in ``partitions`` parallel slices.
 ``rescaler_jsonl``: offsets are positions in the directory's manifest; each micro-batch takes the
 files that landed since the previous one (at most ``max_files_per_epoch``), one slice per file.
 
-Both add the runner's barrier tick to every offset (option ``barrier_ticks``, see
-:mod:`workers.idle`): a tick alone makes an offset new, so Spark runs an empty epoch when the
-runner has control work waiting on an idle stream. Ranges are read from the record part of the
-offsets only; the tick never selects a record.
+They are sources like any other: the runner forces barriers on an idle stream through its own
+control stream (:mod:`workers.sources.control`), not through their offsets.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from workers.idle import read_ticks
 from workers.sources import jsonl
 from workers.sources.generator import GeneratorConfig, generate
 
@@ -50,16 +47,15 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.rows_per_epoch = int(options.get("rows_per_epoch", 10_000))
         self.max_rows = int(options["max_rows"]) if options.get("max_rows") else None
         self.slices = max(1, int(options.get("partitions", 2)))
-        self.ticks = options.get("barrier_ticks")
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"offset": 0, "tick": read_ticks(self.ticks)}
+        return {"offset": 0}
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         end = start["offset"] + self.rows_per_epoch
         if self.max_rows is not None:
             end = min(end, self.max_rows)
-        return {"offset": max(end, start["offset"]), "tick": read_ticks(self.ticks)}
+        return {"offset": max(end, start["offset"])}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         lo, hi = start["offset"], end["offset"]
@@ -100,17 +96,13 @@ class JsonlStreamReader(DataSourceStreamReader):
         self.directory = Path(options["path"])
         self.manifest = jsonl.Manifest(self.directory, Path(options["manifest"]))
         self.max_files = int(options.get("max_files_per_epoch", 64))
-        self.ticks = options.get("barrier_ticks")
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"files": 0, "tick": read_ticks(self.ticks)}
+        return {"files": 0}
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
         available = len(self.manifest.refresh())
-        return {
-            "files": min(available, start["files"] + self.max_files),
-            "tick": read_ticks(self.ticks),
-        }
+        return {"files": min(available, start["files"] + self.max_files)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         names = self.manifest.files()

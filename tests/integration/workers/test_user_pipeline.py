@@ -78,6 +78,8 @@ def launch(case: Case, state: Path, *args: str, log_name: str = "runner") -> Run
         str(ROWS),
         "--key-space",
         str(KEYS),
+        "--sink",
+        "files",  # the outputs are compared file by file with Spark's
         *args,
         ref=case.ref,
         log_name=log_name,

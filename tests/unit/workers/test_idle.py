@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from workers.idle import BarrierTicks, awaits_barrier, read_ticks
+from workers.idle import BarrierTicks, awaits_barrier
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import FragmentBegin, StepPhase, StepSpec, Strategy
+from workers.sources.control import ControlStreamReader, read_ticks
 from workers.sources.spark import GeneratorStreamReader, JsonlStreamReader
 
 
@@ -123,35 +124,31 @@ def test_awaits_barrier(op: OperationState, expected: bool) -> None:
     assert awaits_barrier([op]) is expected
 
 
-def test_the_tick_makes_an_offset_new_but_never_selects_a_record(tmp_path: Path) -> None:
+def test_a_tick_makes_the_control_offset_new_but_never_yields_a_record(tmp_path: Path) -> None:
     path = tmp_path / "ticks"
-    generator = GeneratorStreamReader(
-        {"kind": "lines", "rows_per_epoch": "10", "max_rows": "20", "barrier_ticks": str(path)}
-    )
-    start = generator.initialOffset()
-    end = generator.latestOffset(start, None)
-    assert end == {"offset": 10, "tick": 0}
-    exhausted = generator.latestOffset({"offset": 20, "tick": 0}, None)
-    assert exhausted == {"offset": 20, "tick": 0}, "idle: the same offset, so no epoch"
+    control = ControlStreamReader({"barrier_ticks": str(path)})
+    start = control.initialOffset()
+    assert start == {"tick": 0}
+    assert control.latestOffset(start, None) == start, "no tick: no new offset, so no epoch"
     BarrierTicks(path, 0.5).tick()
-    forced = generator.latestOffset(exhausted, None)
-    assert forced == {"offset": 20, "tick": 1}, "a tick alone makes the offset new"
-    assert generator.partitions(exhausted, forced) == [], "the forced epoch reads nothing"
+    forced = control.latestOffset(start, None)
+    assert forced == {"tick": 1}, "a tick makes the control stream's offset new"
+    assert control.partitions(start, forced) == [], "and selects no record"
+    path.write_text("garbage")
+    assert control.latestOffset(forced, None) == forced, "never moves back"
 
+
+def test_the_built_in_sources_know_nothing_of_ticks(tmp_path: Path) -> None:
+    """Forced barriers are the control stream's job: the sources' offsets are records only."""
+    generator = GeneratorStreamReader({"kind": "lines", "rows_per_epoch": "10", "max_rows": "20"})
+    start = generator.initialOffset()
+    assert generator.latestOffset(start, None) == {"offset": 10}
+    assert generator.latestOffset({"offset": 20}, None) == {"offset": 20}
+    # an offset logged by an earlier version (with its tick) still reads its range
+    assert generator.latestOffset({"offset": 20, "tick": 3}, None) == {"offset": 20}
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     jsonl = JsonlStreamReader(
-        {
-            "kind": "events",
-            "path": str(inbox),
-            "manifest": str(tmp_path / "manifest"),
-            "barrier_ticks": str(path),
-        }
+        {"kind": "events", "path": str(inbox), "manifest": str(tmp_path / "manifest")}
     )
-    idle = jsonl.latestOffset({"files": 0, "tick": 1}, None)
-    assert idle == {"files": 0, "tick": 1}
-    BarrierTicks(path, 0.5).tick()
-    forced = jsonl.latestOffset(idle, None)
-    assert forced == {"files": 0, "tick": 2} and jsonl.partitions(idle, forced) == []
-    # an offset logged before ticks existed still reads its files
-    assert jsonl.latestOffset({"files": 0}, None)["files"] == 0
+    assert jsonl.latestOffset({"files": 0, "tick": 1}, None) == {"files": 0}
