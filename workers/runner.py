@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from workers.control import (
     PuLoad,
     Topology,
 )
-from workers.epoch import task_location
+from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID, task_location
 from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, spark_info
 from workers.layout import store_path
@@ -96,6 +97,8 @@ class PipelineRunner:
         on_epoch: Callable[[EpochReport], None] | None = None,
     ) -> None:
         self.config = config
+        if os.environ.get(CRASH_AFTER_SINK_WRITE):  # a test's fault: the tasks must find us
+            os.environ[RUNNER_PID] = str(os.getpid())
         # an outage of the control plane (its database restarting) is waited out, not fatal
         self.control: ControlInterface = PatientControl(
             control, patience_s=config.control_patience_s

@@ -167,10 +167,8 @@ def resolve_sink(config: RunnerConfig, pipeline: Pipeline) -> Sink:
     from workers.sinks.files import FileSink
 
     sink = sink_from_uri(config.sink) if config.sink else pipeline.sink
-    if isinstance(sink, FileSink):
-        return sink.bound(config.pipeline_dir)
     if sink is not None:
-        return sink
+        return sink.bound(config.pipeline_dir)
     if normalise(config.ref).startswith(f"{BUILTIN_MODULE}:"):
         return FileSink(config.pipeline_dir)
     raise InvalidPipeline(

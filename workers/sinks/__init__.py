@@ -4,6 +4,13 @@ The backends (psycopg, deltalake, nats-py) are imported only by the sink that ne
 importing this package in a Spark worker costs nothing for the sinks a pipeline does not use.
 """
 
-from workers.sinks.base import EpochOutputs, FunctionSink, Sink, SinkError, sink_from_uri
+from workers.sinks.base import (
+    EpochOutputs,
+    FanOut,
+    FunctionSink,
+    Sink,
+    SinkError,
+    sink_from_uri,
+)
 
-__all__ = ["EpochOutputs", "FunctionSink", "Sink", "SinkError", "sink_from_uri"]
+__all__ = ["EpochOutputs", "FanOut", "FunctionSink", "Sink", "SinkError", "sink_from_uri"]

@@ -18,8 +18,9 @@ open connection (:meth:`Sink.__getstate__`).
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -73,6 +74,11 @@ class Sink(abc.ABC):
         """Write ``outputs``; True when written now, False when this (fragment, epoch, pu) had
         already been written (a replay), in which case nothing changes."""
 
+    def bound(self, state_root: str | Path) -> Sink:
+        """This sink for a pipeline whose state is in ``state_root`` (only the files sink
+        writes there)."""
+        return self
+
     def close(self) -> None:  # noqa: B027 - a sink without connections has nothing to close
         """Release connections; the sink may be used again (it reconnects)."""
 
@@ -118,6 +124,40 @@ class FunctionSink(Sink):
 
     def describe(self) -> str:
         return f"function {self.name}"
+
+
+class FanOut(Sink):
+    """Several sinks, each written once per (fragment, epoch, PU): a table and a topic, say.
+
+    Each sink keeps its own identity of what it wrote, so a replay after a crash between two of
+    the writes writes only to the sinks that had not got it. Written in order; the first error
+    fails the epoch (which is then re-run, and the sinks already written skip it)."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        if len(sinks) < 2:
+            raise ValueError("FanOut needs at least two sinks")
+        self.sinks = tuple(sinks)
+        self.writes_empty = any(s.writes_empty for s in self.sinks)
+
+    def write(self, outputs: EpochOutputs) -> bool:
+        written = False
+        for sink in self.sinks:
+            if outputs.table.num_rows or sink.writes_empty:
+                written = sink.write(outputs) or written
+        return written
+
+    def bound(self, state_root: str | Path) -> Sink:
+        return FanOut([s.bound(state_root) for s in self.sinks])
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+    def describe(self) -> str:
+        return " + ".join(s.describe() for s in self.sinks)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)  # the sinks drop their own connections
 
 
 def _split_query(query: str) -> dict[str, str]:
@@ -206,11 +246,15 @@ def sink_from_uri(uri: str, state_root: str | None = None) -> Sink:
     * ``nats://HOST:PORT/SUBJECT[?stream=NAME&duplicate_window_s=120&create_stream=true]``: one
       JSON message per row on the JetStream subject ``SUBJECT``.
 
+    Several URIs separated by spaces are a :class:`FanOut` to all of them.
+
     A URI that is none of these, or lacks a required part, is a ValueError saying what to write.
     """
     if not isinstance(uri, str) or not uri.strip():
         raise ValueError("empty sink URI: use one of " + "; ".join(SUPPORTED_URIS))
     uri = uri.strip()
+    if len(uri.split()) > 1:  # several URIs, separated by spaces: every sink gets every epoch
+        return FanOut([sink_from_uri(part, state_root) for part in uri.split()])
     scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
     if uri == "files":
         from workers.sinks.files import FileSink

@@ -34,7 +34,7 @@ class FileSink(Sink):
         self.state_root = str(state_root)
         self.retention = retention
 
-    def bound(self, state_root: str | Path) -> FileSink:
+    def bound(self, state_root: str | Path) -> Sink:
         """This sink in ``state_root`` unless it names its own directory."""
         return self if self.state_root else FileSink(state_root, self.retention)
 

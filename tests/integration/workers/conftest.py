@@ -4,6 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.natsservice import nats_service, stream_names  # noqa: F401 - fixtures
+from tests.integration.pgdatabase import sink_database  # noqa: F401 - a fixture
 from tests.integration.workers.fixtures import kill_started_runners
 
 
