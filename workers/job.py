@@ -288,7 +288,7 @@ class EpochJob:
         stream = prepared.selectExpr(
             f"CASE WHEN {bad} THEN 'malformed' ELSE 'rec' END AS kind",
             f"CASE WHEN {bad} THEN NULL ELSE `{first.key}` END AS `{first.key}`",
-            "seq",
+            f"`{self.pipeline.order}` AS seq",
             *(f"`{c}`" for c in _columns_of(first.key, first.operator.columns, events)),
             f"CASE WHEN {bad} THEN 0 ELSE src END AS src",
             "_malformed AS info",

@@ -75,6 +75,9 @@ class Pipeline:
     source: Callable[[Any], Any] | None = None
     #: where the last fragment's outputs go (workers.sinks); None: the runner's ``--sink``
     sink: Sink | None = None
+    #: the prepared bigint column that orders one key's records as the source did (Kafka:
+    #: ``offset`` when the topic is partitioned by this key; docs/sources-and-sinks.md)
+    order: str = "seq"
     extra: dict[str, Any] = field(default_factory=dict)
     #: the prepared column giving event time (a timestamp, or seconds), for watermarks
     event_time: str | None = None
@@ -144,6 +147,13 @@ class Pipeline:
             _check_pickles(where, frag)
         if self.watermark_delay_ms < 0:
             raise InvalidPipeline(f"{where}: watermark_delay_ms must be >= 0")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.order) or (
+            self.order in INTERNAL_COLUMNS
+        ):
+            raise InvalidPipeline(
+                f"{where}: order {self.order!r} must name a prepared column (not one of "
+                f"{', '.join(INTERNAL_COLUMNS)})"
+            )
         if self.source is not None and not callable(self.source):
             raise InvalidPipeline(
                 f"{where}: source must be a function from a SparkSession to a streaming "
@@ -159,12 +169,13 @@ class Pipeline:
         """The prepared records' columns (name -> Spark type) against what the fragments read."""
         where = f"pipeline {self.name!r}"
         first = self.fragments[0]
-        needed = {"seq": "bigint", "_malformed": "string", "src": None}
+        needed = {self.order: "bigint", "_malformed": "string", "src": None}
         for name, typ in needed.items():
             if name not in columns:
                 raise InvalidPipeline(
-                    f"{where}: the prepared records lack column {name!r}; prepare must keep the "
-                    f"source's seq and _malformed and add src (1 per source row)"
+                    f"{where}: the prepared records lack column {name!r}; prepare must give "
+                    f"{self.order!r} (the source order of each key's records), _malformed (the "
+                    f"reason a row is malformed, or null) and src (1 per source row)"
                 )
             if typ and columns[name] != typ:
                 raise InvalidPipeline(
