@@ -41,6 +41,8 @@ class RunnerConfig:
     sink: str = ""
     nats_url: str = "nats://127.0.0.1:4222"  # the JetStream source's server (RESCALER_NATS_URL)
     epochs: int | None = None  # stop after this many committed epochs; None: run until stopped
+    # the generator's records in all (then it is an idle stream); None: epochs x rows_per_epoch
+    source_rows: int | None = None
     rows_per_epoch: int = 10_000
     key_space: int = 100_000
     zipf_s: float = 1.1

@@ -135,7 +135,9 @@ class EpochJob:
                 "rows_per_epoch": cfg.rows_per_epoch,
                 "partitions": cfg.source_partitions,
             }
-            if cfg.epochs is not None:
+            if cfg.source_rows is not None:
+                options["max_rows"] = cfg.source_rows
+            elif cfg.epochs is not None:
                 options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
             return (
                 reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()

@@ -38,7 +38,6 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from nats.aio.msg import Msg
-from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError, ServiceUnavailableError
@@ -75,6 +74,18 @@ FIELD_TYPES: dict[str, tuple[str, pa.DataType]] = {
     "boolean": ("boolean", pa.bool_()),
 }
 _INT_RANGE = {"bigint": 2**63, "int": 2**31}
+
+
+def _ack_position(reply: str) -> tuple[int, int]:
+    """(stream sequence, messages still pending) from a JetStream message's reply subject:
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``, or with the
+    domain and account hash after ``ACK`` (and a token at the end) on newer servers."""
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        return int(tokens[5]), int(tokens[8])
+    if len(tokens) >= 11:
+        return int(tokens[7]), int(tokens[10])
+    raise ValueError(f"not a JetStream reply subject: {reply!r}")
 
 
 class StreamMissing(LookupError):
@@ -380,38 +391,65 @@ class JetStreamStreamReader(DataSourceStreamReader):
             num_replicas=1,
         )
         info = await js.add_consumer(self.options.stream, config)
-        out: list[tuple[int, str, bytes]] = []
-        sub = None
         try:
-            sub = await js.pull_subscribe_bind(consumer=info.name, stream=self.options.stream)
-            pending = int(info.num_pending or 0)
-            last = part.start
+            return await self._pull(js, info.name, int(info.num_pending or 0), part)
+        finally:
+            try:
+                await js.delete_consumer(self.options.stream, info.name)
+            except Exception as exc:  # it expires by itself (inactive_threshold)
+                log.debug("deleting consumer %s: %s", info.name, exc)
+
+    async def _pull(
+        self, js: JetStreamContext, consumer: str, pending: int, part: SeqRange
+    ) -> list[tuple[int, str, bytes]]:
+        """Pull the range in batches on a subscription of our own: nats-py's ``fetch`` awaits
+        every message separately (about 65 µs each), a callback that only appends is about four
+        times faster. Each request asks for no more than the range can still hold (sequences
+        are unique), so nothing past it is delivered but the one message that ends it."""
+        nc = js._nc  # the connection of this context (nats-py has no public accessor)
+        inbox = nc.new_inbox()
+        out: list[tuple[int, str, bytes]] = []
+        last = part.start
+        wanted = received = 0
+        status: str | None = None
+        answered = asyncio.Event()
+
+        async def on_message(msg: Msg) -> None:
+            nonlocal received, pending, last, status
+            headers = msg.headers or {}
+            if not msg.data and "Status" in headers:  # 404 / 408: no (more) messages now
+                status = headers["Status"]
+                answered.set()
+                return
+            seq, pending = _ack_position(msg.reply)
+            received += 1
+            last = seq
+            if seq <= part.end:
+                out.append((seq, msg.subject, msg.data))
+            if received >= wanted or seq >= part.end or pending == 0:
+                answered.set()
+
+        sub = await nc.subscribe(inbox, cb=on_message, pending_msgs_limit=0, pending_bytes_limit=0)
+        request = f"{js._prefix}.CONSUMER.MSG.NEXT.{self.options.stream}.{consumer}"
+        try:
             while pending > 0 and last < part.end:
-                # sequences are unique: at most end - last of the pending are in the range
-                batch = min(pending, part.end - last, FETCH_BATCH)
+                wanted, received, status = min(pending, part.end - last, FETCH_BATCH), 0, None
+                answered.clear()
+                body = {"batch": wanted, "expires": int(self.options.timeout_s * 1e9)}
+                await nc.publish(request, json.dumps(body).encode(), reply=inbox)
                 try:
-                    msgs: list[Msg] = await sub.fetch(batch, timeout=self.options.timeout_s)
-                except (TimeoutError, NatsError) as exc:
+                    await asyncio.wait_for(answered.wait(), self.options.timeout_s + 2.0)
+                except TimeoutError:
+                    status = "no answer"
+                if received == 0:
                     raise DataLoss(
                         f"JetStream stream {self.options.stream!r}: {pending} message(s) of "
                         f"sequences {part.start + 1}..{part.end} on "
                         f"{part.subject or 'every subject'} announced but not delivered within "
-                        f"{self.options.timeout_s}s ({exc!r}); were they removed meanwhile?"
-                    ) from exc
-                for msg in msgs:
-                    meta = msg.metadata
-                    seq = int(meta.sequence.stream)
-                    if seq > part.end:
-                        return out  # the first message past the range: done
-                    out.append((seq, msg.subject, msg.data))
-                    pending, last = int(meta.num_pending), seq
+                        f"{self.options.timeout_s}s ({status}); were they removed meanwhile?"
+                    )
         finally:
-            try:
-                if sub is not None:
-                    await sub.unsubscribe()
-                await js.delete_consumer(self.options.stream, info.name)
-            except Exception as exc:  # it expires by itself (inactive_threshold)
-                log.debug("deleting consumer %s: %s", info.name, exc)
+            await sub.unsubscribe()
         return out
 
     def _batch(self, messages: list[tuple[int, str, bytes]]) -> pa.RecordBatch:
