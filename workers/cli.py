@@ -16,6 +16,15 @@ from workers.pipeline.builtins import BUILTINS
 from workers.pipeline.model import PipelineError
 from workers.rescale.protocol import Strategy
 
+
+def _source_errors() -> tuple[type[BaseException], ...]:
+    from workers.job import SourceMissing
+    from workers.natsio import NatsUnavailable
+    from workers.sources.jetstream import StreamMissing
+
+    return (SourceMissing, NatsUnavailable, StreamMissing)
+
+
 PIPELINE_HELP = (
     "a built-in pipeline (" + ", ".join(sorted(BUILTINS)) + ") or package.module:function, a "
     "function returning a workers.pipeline.Pipeline (default: $RESCALER_PIPELINE)"
@@ -154,6 +163,9 @@ def main(
         return export_main(args)
     except ConfigError as exc:
         parser.error(str(exc))
+    except _source_errors() as exc:  # the source cannot be read: its message says what to do
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 2
 
 

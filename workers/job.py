@@ -99,6 +99,37 @@ def spark_info(spark: Any) -> dict[str, Any]:
     }
 
 
+def jetstream_options(config: RunnerConfig, pipeline: Pipeline) -> dict[str, str]:
+    """A ``nats:STREAM`` source's options: the stream's messages are JSON objects of the
+    pipeline's source kind (what ``python -m workers.sources.jetstream_feed`` publishes)."""
+    schema = jsonl.schema_for(pipeline.source_kind)
+    fields = ", ".join(
+        f"`{f.name}` {_SPARK_TYPES[str(f.type)]}"
+        for f in schema
+        if f.name not in ("seq", "_malformed")
+    )
+    return {
+        "stream": str(config.source_stream_name),
+        "url": config.nats_url,
+        "schema": fields,
+        "max_records_per_epoch": str(config.rows_per_epoch),
+        "partitions": str(config.source_partitions),
+        # shows the query's progress in `nats consumer info` (read by nothing)
+        "consumer": f"rescaler-{pipeline.name}",
+    }
+
+
+def check_source(config: RunnerConfig, pipeline: Pipeline) -> None:
+    """Stop the start, before Spark, with the source's own message when it cannot be read (a
+    JetStream server or stream missing, a source directory absent) instead of failing the
+    query's first epoch."""
+    if config.source_stream_name is not None:
+        JetStreamStreamReader(jetstream_options(config, pipeline)).initialOffset()
+    directory = config.source_dir
+    if directory is not None and not directory.is_dir():
+        raise SourceMissing(f"source directory {directory} does not exist: create it first")
+
+
 class EpochJob:
     """Builds and runs one epoch's Spark job for a pipeline."""
 
@@ -158,31 +189,7 @@ class EpochJob:
         )
 
     def _jetstream_options(self) -> dict[str, str]:
-        """A ``nats:STREAM`` source: the stream's messages are JSON objects of the pipeline's
-        source kind (what ``python -m workers.sources.jetstream_feed`` publishes)."""
-        cfg = self.config
-        schema = jsonl.schema_for(self.pipeline.source_kind)
-        fields = ", ".join(
-            f"`{f.name}` {_SPARK_TYPES[str(f.type)]}"
-            for f in schema
-            if f.name not in ("seq", "_malformed")
-        )
-        return {
-            "stream": str(cfg.source_stream_name),
-            "url": cfg.nats_url,
-            "schema": fields,
-            "max_records_per_epoch": str(cfg.rows_per_epoch),
-            "partitions": str(cfg.source_partitions),
-            # shows the query's progress in `nats consumer info` (read by nothing)
-            "consumer": f"rescaler-{self.pipeline.name}",
-        }
-
-    def check_source(self) -> None:
-        """Fail the start with the source's own message when it cannot be read (a JetStream
-        server or stream missing), instead of failing the query's first epoch."""
-        if self.config.source_stream_name is not None:
-            reader = JetStreamStreamReader(self._jetstream_options())
-            reader.initialOffset()
+        return jetstream_options(self.config, self.pipeline)
 
     def stream(self) -> Any:
         """What the query reads: the pipeline's stream unioned with the runner's control stream,

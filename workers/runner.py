@@ -42,7 +42,7 @@ from workers.control import (
 )
 from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID, task_location
 from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
-from workers.job import EpochJob, build_spark, spark_info
+from workers.job import EpochJob, build_spark, check_source, spark_info
 from workers.layout import store_path
 from workers.membership import ExecutorSeen, Membership, spark_executors
 from workers.pipeline.loading import (
@@ -455,6 +455,7 @@ class PipelineRunner:
         """Run until done; returns the last committed epoch."""
         cfg = self.config
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
+        check_source(cfg, self.pipeline)  # a missing stream or server: say so before Spark
         self.placements = self._load_placements()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         try:
@@ -484,7 +485,6 @@ class PipelineRunner:
         self.placements_store.save(self.placements)  # a restart may have reconciled an operation
         self.executor.placements_saved()
         self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
-        self.job.check_source()
         self.job.check_prepared()
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
