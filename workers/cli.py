@@ -17,12 +17,13 @@ from workers.pipeline.model import PipelineError
 from workers.rescale.protocol import Strategy
 
 
-def _source_errors() -> tuple[type[BaseException], ...]:
+def _start_errors() -> tuple[type[BaseException], ...]:
     from workers.job import SourceMissing
     from workers.natsio import NatsUnavailable
+    from workers.sinks.base import SinkError
     from workers.sources.jetstream import StreamMissing
 
-    return (SourceMissing, NatsUnavailable, StreamMissing)
+    return (SourceMissing, NatsUnavailable, StreamMissing, SinkError)
 
 
 PIPELINE_HELP = (
@@ -163,7 +164,7 @@ def main(
         return export_main(args)
     except ConfigError as exc:
         parser.error(str(exc))
-    except _source_errors() as exc:  # the source cannot be read: its message says what to do
+    except _start_errors() as exc:  # the source or sink cannot be used: the message says why
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 2

@@ -55,7 +55,7 @@ from workers.pipeline.loading import (
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import RescaleExecutor
-from workers.sinks.base import Sink
+from workers.sinks.base import Sink, SinkError
 from workers.state import open_store
 
 log = logging.getLogger("workers.runner")
@@ -142,6 +142,24 @@ class PipelineRunner:
     @property
     def worker_pus(self) -> dict[str, list[int]]:
         return self.membership.worker_pus()
+
+    def _check_sink_not_ahead(self) -> None:
+        """Refuse to write into another run's target. A sink's record of what it wrote is keyed
+        by (fragment, epoch, PU), and a fresh state directory numbers epochs from 0 again, so its
+        epochs would be taken for replays and never written. The sink may be one epoch ahead of
+        the checkpoint (a crash between its write and Spark's commit), never more."""
+        fragment = self.pipeline.fragments[-1].name
+        held = self.sink.last_epoch(fragment)
+        committed = self._committed_epoch()
+        if held is not None and held > committed + 1:
+            raise SinkError(
+                f"{self.sink.describe()} already holds epoch {held} of {fragment}, but this "
+                f"state directory ({self.config.pipeline_dir}) has committed only up to epoch "
+                f"{committed}: its epochs {committed + 1}..{held} would be taken for replays and "
+                f"never written. The sink belongs to an earlier run whose state is gone: point it "
+                f"at a new table, Delta path or subject, or clear what it holds "
+                f"(docs/sources-and-sinks.md, 'One identity per (fragment, epoch, PU)')"
+            )
 
     def _load_placements(self) -> dict[str, VnodeMapping]:
         saved = self.placements_store.load()
@@ -456,6 +474,7 @@ class PipelineRunner:
         cfg = self.config
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
         check_source(cfg, self.pipeline)  # a missing stream or server: say so before Spark
+        self._check_sink_not_ahead()
         self.placements = self._load_placements()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         try:

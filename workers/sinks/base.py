@@ -79,6 +79,13 @@ class Sink(abc.ABC):
         writes there)."""
         return self
 
+    def last_epoch(self, fragment: str) -> int | None:
+        """The newest epoch of ``fragment`` this sink holds (any PU), None when it holds none
+        or cannot tell. The runner compares it with its checkpoint at the start: a sink ahead
+        of the state means a fresh state directory writing into an old run's target, whose
+        epochs would be skipped as replays."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - a sink without connections has nothing to close
         """Release connections; the sink may be used again (it reconnects)."""
 
@@ -148,6 +155,11 @@ class FanOut(Sink):
 
     def bound(self, state_root: str | Path) -> Sink:
         return FanOut([s.bound(state_root) for s in self.sinks])
+
+    def last_epoch(self, fragment: str) -> int | None:
+        return max(
+            (e for s in self.sinks if (e := s.last_epoch(fragment)) is not None), default=None
+        )
 
     def close(self) -> None:
         for sink in self.sinks:

@@ -19,6 +19,8 @@ added. It gets one commit per PU per epoch, so compact it (``DeltaTable.optimize
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
@@ -87,6 +89,20 @@ class DeltaSink(Sink):
             )
         except CommitFailedError:
             pass  # another PU created it at the same moment: the caller reloads it
+
+    def last_epoch(self, fragment: str) -> int | None:
+        """From the table's recent commits (each records ``fragment epoch E PU P``)."""
+        table = self._load()
+        if table is None:
+            return None
+        epochs = []
+        for commit in table.history(limit=200):
+            found = re.fullmatch(
+                rf"{re.escape(fragment)} epoch (\d+) PU \d+", str(commit.get("rescaler", ""))
+            )
+            if found:
+                epochs.append(int(found.group(1)))
+        return max(epochs, default=None)
 
     @staticmethod
     def _with_epoch(outputs: EpochOutputs) -> pa.Table:

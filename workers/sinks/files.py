@@ -42,6 +42,13 @@ class FileSink(Sink):
         where = Path(self.state_root) / "sink" if self.state_root else "the state directory"
         return f"Arrow files in {where} (debugging)"
 
+    def last_epoch(self, fragment: str) -> int | None:
+        folder = Path(self.state_root) / "sink" / fragment
+        if not self.state_root or not folder.is_dir():
+            return None
+        epochs = [int(p.name[6:]) for p in folder.iterdir() if p.name.startswith("epoch=")]
+        return max(epochs, default=None)
+
     def write(self, outputs: EpochOutputs) -> bool:
         if not self.state_root:
             raise ValueError("FileSink() has no directory: the runner binds it (bound())")

@@ -276,6 +276,26 @@ class NatsSink(Sink):
                 f"drops the rows it already stored"
             ) from exc
 
+    def last_epoch(self, fragment: str) -> int | None:
+        """From the id of the subject's last message (the sink writes epochs in order)."""
+
+        async def last() -> int | None:
+            js, stream = await self._jetstream()
+            try:
+                msg = await js.get_last_msg(stream, self.subject)
+            except NotFoundError:
+                return None
+            found = parse_msg_id((msg.headers or {}).get(MSG_ID))
+            return found.epoch if found is not None and found.fragment == fragment else None
+
+        try:
+            return self._run(last())
+        except NatsUnavailable as exc:
+            self.close()
+            raise SinkError(str(exc)) from exc
+        except SinkError:
+            return None  # no stream yet (and not to be created): nothing written
+
     async def _already_written(
         self, js: JetStreamContext, stream: str, outputs: EpochOutputs
     ) -> bool:

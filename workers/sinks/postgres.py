@@ -235,6 +235,26 @@ class PostgresSink(Sink):
                 f"ALTER TABLE {self.table} ADD PRIMARY KEY ({', '.join(self.key_columns)})"
             )
 
+    def last_epoch(self, fragment: str) -> int | None:
+        conn = self._connect()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SELECT to_regclass(%s)", (BOOKKEEPING,))
+                row = cur.fetchone()
+                if row is None or row[0] is None:
+                    return None
+                cur.execute(
+                    sql.SQL(
+                        "SELECT max(epoch) FROM {} WHERE sink_table = %s AND fragment = %s"
+                    ).format(sql.Identifier(BOOKKEEPING)),
+                    (self.table, fragment),
+                )
+                found = cur.fetchone()
+        except psycopg.Error as exc:
+            self.close()
+            raise SinkError(f"{self.describe()}: cannot read what it holds: {exc}") from exc
+        return None if found is None or found[0] is None else int(found[0])
+
     # --- writing ---------------------------------------------------------------------------
 
     def write(self, outputs: EpochOutputs) -> bool:
