@@ -1,0 +1,90 @@
+"""A user pipeline on a source Rescaler did not write (Spark's own JSON file source): an idle
+stream on which a live scale-out and a stop-start complete, records before and after, and the
+state equal to the oracle key by key."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.integration.workers.fixtures import RunnerProcess, exported, start_runner
+from workers.control import LocalControl
+from workers.pipeline.placement import PlacementStore
+from workers.rescale.local import rescale
+from workers.rescale.protocol import OperationRequest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+REF, NAME, FRAGMENT = "userpipe.spark_files:build", "spark_files", "words"
+
+
+@pytest.fixture(autouse=True)
+def _user_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))
+    monkeypatch.setenv("RESCALER_PARALLEL_UNITS", "4")
+    monkeypatch.setenv("USERPIPE_INBOX", str(tmp_path / "inbox"))
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    (tmp_path / "inbox").mkdir()
+
+
+def drop(inbox: Path, name: str, words: list[str], first_seq: int) -> None:
+    """Write a file under a hidden name, then rename it in: Spark lists only whole files."""
+    tmp = inbox / f".{name}.tmp"
+    tmp.write_text(
+        "".join(json.dumps({"seq": first_seq + i, "word": w}) + "\n" for i, w in enumerate(words))
+    )
+    tmp.rename(inbox / f"{name}.json")
+
+
+def operation(change: dict[str, list[int]], strategy: str) -> OperationRequest:
+    return OperationRequest.parse(
+        {"changes": {FRAGMENT: change}, "strategy": strategy, "granularity": "all_at_once"}
+    )
+
+
+def pus(state: Path) -> tuple[int, ...]:
+    placements = PlacementStore(state / NAME).load()
+    assert placements is not None
+    return placements[FRAGMENT].parallel_units
+
+
+def rows(runner: RunnerProcess) -> int:
+    return sum(e["rows"] for e in runner.epochs())
+
+
+def test_a_spark_file_source_rescales_idle_and_busy(tmp_path: Path) -> None:
+    inbox = tmp_path / "inbox"
+    runner = start_runner(tmp_path, NAME, ref=REF)
+    runner.wait_for(lambda: len(runner.epochs()) >= 1, 240, "the first (empty) epoch")
+    # idle: the file source has nothing and knows nothing of barriers
+    result = rescale(
+        tmp_path / NAME, operation({"added_parallel_units": [2]}, "live"), timeout_s=300
+    )
+    assert result.to_json()["status"] == "completed"
+    assert pus(tmp_path) == (0, 1, 2) and rows(runner) == 0
+
+    words = [f"w{(i * 7919) % 97}" for i in range(3_000)]
+    for k in range(6):
+        drop(inbox, f"part-{k}", words[k * 500 : (k + 1) * 500], k * 500)
+    runner.wait_for(lambda: rows(runner) >= 3_000, 300, "every file")
+    result = rescale(
+        tmp_path / NAME, operation({"removed_parallel_units": [0]}, "stop_start"), timeout_s=300
+    )
+    assert result.to_json()["status"] == "completed"
+    assert pus(tmp_path) == (1, 2)
+    more = [f"v{i % 13}" for i in range(400)]
+    drop(inbox, "part-late", more, 3_000)
+    runner.wait_for(lambda: rows(runner) >= 3_400, 300, "the late file")
+    LocalControl(runner.control_dir).submit("stop")
+    runner.wait_exit()
+
+    expected = Counter(words + more)
+    state = {k: r["value"] for k, r in exported(tmp_path, NAME, FRAGMENT).items()}
+    assert state == dict(expected)
+    logged = tmp_path / NAME / "checkpoint" / "offsets"
+    last = max(int(p.name) for p in logged.iterdir() if p.name.isdigit())
+    own, control = (logged / str(last)).read_text().splitlines()[2:4]
+    assert "logOffset" in own and "tick" not in own, "the file source's offsets are its own"
+    assert json.loads(control)["tick"] >= 1, "barriers were forced through the control stream"
