@@ -16,6 +16,7 @@ both). The consumer is created and deleted by the caller, with nats-py.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 from urllib.parse import urlsplit
 
@@ -23,7 +24,6 @@ CONNECT = (
     b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
     b'"protocol":1,"name":"rescaler-jetstream-source"}\r\n'
 )
-INBOX = b"_INBOX.rescaler.pull"
 READ_SIZE = 1 << 20
 
 
@@ -45,13 +45,14 @@ def plain_address(url: str) -> tuple[str, int] | None:
     return parts.hostname, parts.port or 4222
 
 
-def _ack_position(reply: bytes) -> tuple[int, int]:
-    """(stream sequence, pending) from ``$JS.ACK.…`` (9 tokens, or 11+ with domain and hash)."""
+def _ack_position(reply: bytes) -> tuple[bytes, int, int]:
+    """(consumer, stream sequence, pending) from ``$JS.ACK.…`` (9 tokens, or 11+ with the
+    domain and account hash)."""
     tokens = reply.split(b".")
     if len(tokens) == 9:
-        return int(tokens[5]), int(tokens[8])
+        return tokens[3], int(tokens[5]), int(tokens[8])
     if len(tokens) >= 11:
-        return int(tokens[7]), int(tokens[10])
+        return tokens[5], int(tokens[7]), int(tokens[10])
     raise WireError(f"not a JetStream reply subject: {reply!r}")
 
 
@@ -71,7 +72,9 @@ class _Conn:
         if server.get("tls_required") or server.get("auth_required"):
             self.close()
             raise WireUnsupported("the server wants TLS or credentials")
-        self.sock.sendall(CONNECT + b"SUB " + INBOX + b" 1\r\n")
+        # an inbox of this connection alone: every subscriber of a subject gets its messages
+        self.inbox = b"_INBOX.rescaler." + secrets.token_hex(12).encode()
+        self.sock.sendall(CONNECT + b"SUB " + self.inbox + b" 1\r\n")
 
     def close(self) -> None:
         self.sock.close()
@@ -112,13 +115,14 @@ def pull_range(
     batches asking no more than the range can hold; and the server's status when a batch came
     back empty (404/408: the announced messages are gone), else None."""
     conn = _Conn(address, timeout_s)
+    ours = consumer.encode()
     out: list[tuple[int, str, bytes]] = []
     subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}".encode()
     try:
         while pending > 0 and last < end:
             wanted = min(pending, end - last, batch_max)
             body = json.dumps({"batch": wanted, "expires": int(timeout_s * 1e9)}).encode()
-            conn.sock.sendall(b"PUB %s %s %d\r\n%s\r\n" % (subject, INBOX, len(body), body))
+            conn.sock.sendall(b"PUB %s %s %d\r\n%s\r\n" % (subject, conn.inbox, len(body), body))
             got = 0
             status: str | None = None
             while got < wanted and status is None:
@@ -136,7 +140,9 @@ def pull_range(
                         head = bytes(conn.buf[body_at : body_at + headers]).split(b"\r\n")[0]
                         status = head.decode("ascii", "replace")
                     else:
-                        seq, pending = _ack_position(parts[3])
+                        owner, seq, pending = _ack_position(parts[3])
+                        if owner != ours:
+                            raise WireError(f"a message of consumer {owner!r} on our inbox")
                         got += 1
                         last = seq
                         if seq <= end:

@@ -56,3 +56,28 @@ def test_plain_addresses() -> None:
     assert jetstream_wire.plain_address("nats://u:p@host:4222") is None
     assert jetstream_wire.plain_address("tls://host:4222") is None
     assert jetstream_wire.plain_address("nats://a:1,nats://b:2") is None
+
+
+def test_concurrent_reads_each_get_their_own_range(
+    nats_service: str, stream_names: list[str]
+) -> None:
+    """Spark reads an epoch's partitions at the same time, each in its own process: every reader
+    must get exactly its range (a shared reply subject once mixed them up)."""
+    import concurrent.futures
+
+    stream = unique_name()
+    stream_names.append(stream)
+    base = stream.lower()
+    create_stream(nats_service, stream, [f"{base}.>"])
+    publish(nats_service, f"{base}.a", [json.dumps({"i": i}).encode() for i in range(6_000)])
+    options = {"url": nats_service, "stream": stream, "schema": "i bigint"}
+    ranges = [SeqRange(k * 1_500, (k + 1) * 1_500, None) for k in range(4)]
+
+    def read(part: SeqRange) -> list[int]:
+        table = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
+        return table.column("seq").to_pylist()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(read, ranges))
+    for part, seqs in zip(ranges, got, strict=True):
+        assert seqs == list(range(part.start + 1, part.end + 1))
