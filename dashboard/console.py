@@ -181,10 +181,20 @@ class MatrixRow:
 
 
 @dataclass(frozen=True)
+class PipelineEnds:
+    """What a pipeline reads and where its outputs go, as the runner describes them."""
+
+    pipeline: str
+    source: str
+    sink: str
+
+
+@dataclass(frozen=True)
 class Matrix:
     columns: tuple[PuColumn, ...]
     rows: tuple[MatrixRow, ...]
     epoch: int | None  # the epoch whose records the "rows" metric counts
+    ends: tuple[PipelineEnds, ...] = ()
 
 
 def skew(values: list[int]) -> float | None:
@@ -219,7 +229,10 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
     index = {c.pu: i for i, c in enumerate(columns)}
     rows = []
     epoch = None
+    ends: dict[str, dict[str, str]] = {}
     for frag in cluster["fragments"]:
+        if frag["kind"] in ("source", "sink"):
+            ends.setdefault(frag["pipeline"], {})[frag["kind"]] = frag.get("operator") or ""
         if frag["kind"] != "stateful":
             continue
         mapping = frag.get("mapping") or []
@@ -260,7 +273,12 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
                 skew={m: skew([c.value(m) for c in found]) for m, _ in METRICS},
             )
         )
-    return Matrix(columns=columns, rows=tuple(rows), epoch=epoch)
+    described = tuple(
+        PipelineEnds(name, e.get("source", ""), e.get("sink", ""))
+        for name, e in sorted(ends.items())
+        if e.get("source") or e.get("sink")
+    )
+    return Matrix(columns=columns, rows=tuple(rows), epoch=epoch, ends=described)
 
 
 def epoch_series(

@@ -67,4 +67,8 @@ def test_the_matrix_counts_vnodes_per_pu_and_its_skew(signed_in: Client) -> None
         set(cells) == {0, 1} and cells[0].vnodes == 8 and cells[1].vnode_list == tuple(range(8, 16))
     )
     assert row.skew["vnodes"] == 1.0
+    (ends,) = matrix.ends
+    assert ends.source.startswith("JetStream stream WORDS") and ends.sink.startswith("postgres")
+    page = signed_in.get("/partials/matrix").content.decode()
+    assert "reads" in page and "JetStream stream WORDS" in page and "table counts" in page
     assert skew([]) is None and skew([0, 0]) is None and skew([3, 1]) == 1.5

@@ -37,7 +37,11 @@ def register_cluster(
         pipeline=PIPELINE,
         workers=workers,
         fragments={
-            "source": {"kind": "source", "parallel_units": list(initial_pus)},
+            "source": {
+                "kind": "source",
+                "parallel_units": list(initial_pus),
+                "operator": "JetStream stream WORDS at nats://127.0.0.1:4222",
+            },
             FRAGMENT: {
                 "kind": "stateful",
                 "region": 1,
@@ -48,7 +52,11 @@ def register_cluster(
                 "mapping": list(placement.mapping),
                 "version": 1,
             },
-            "sink": {"kind": "sink", "parallel_units": list(initial_pus)},
+            "sink": {
+                "kind": "sink",
+                "parallel_units": list(initial_pus),
+                "operator": "postgres postgres://db/x table counts (key key)",
+            },
         },
         spark={"alive": True, "master": "local[2]"},
     )
