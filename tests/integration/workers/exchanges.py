@@ -20,7 +20,11 @@ def count(ref: str) -> int:
 
     pipeline = load_pipeline(ref)
     config = RunnerConfig(
-        pipeline=pipeline.name, spark_ui=False, state_dir=Path(tempfile.mkdtemp()), parallel_units=2
+        pipeline=pipeline.name,
+        spark_ui=False,
+        state_dir=Path(tempfile.mkdtemp()),
+        parallel_units=2,
+        sink="files",
     )
     spark = build_spark(config, "exchanges")
     import pyarrow as pa

@@ -123,8 +123,10 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
         key_space=key_space,
         epochs=rows // rows_per_epoch,
         state_dir=work,
+        sink="files",
     )
-    source = EpochJob(spark, config, pipeline).source_stream(work / "no-ticks")
+    # the pipeline's own stream, without the runner's control stream: Spark alone reads it
+    source = EpochJob(spark, config, pipeline).source_stream()
     records = pipeline.prepare(source).select(*op.columns)
     if pipeline.event_time:
         records = records.withWatermark(
