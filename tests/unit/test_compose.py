@@ -68,7 +68,7 @@ def test_the_schema_catches_a_misspelt_key(
 
 def test_every_service_of_the_production_shape_exists(compose: dict[str, Any]) -> None:
     names = set(services(compose))
-    assert {"postgres", "redis", "web", "celery", "spark-master", "runner"} <= names
+    assert {"postgres", "redis", "nats", "web", "celery", "spark-master", "runner"} <= names
     assert len([n for n in names if n.startswith("spark-worker")]) == 2
 
 
@@ -146,6 +146,35 @@ def test_runner_drives_the_configured_pipeline_on_the_spark_master(
     assert runner["environment"]["RESCALER_PIPELINE"] == "${RESCALER_PIPELINE:-clickstream}"
     assert runner["environment"]["SPARK_MASTER"] == "spark://spark-master:7077"
     assert {"spark-master", "postgres", "redis"} <= set(runner["depends_on"])
+
+
+def test_nats_serves_jetstream_on_a_volume_to_the_runner(compose: dict[str, Any]) -> None:
+    svc = services(compose)
+    nats = svc["nats"]
+    assert nats["image"] == "nats:2.10"
+    command = nats["command"]
+    assert "-js" in command  # JetStream: the nats:STREAM source needs it
+    assert not {"-p", "--port"} & set(command)  # NATS's own port, 4222
+    store = command[command.index("-sd") + 1]
+    mounts = [v.split(":") for v in nats["volumes"]]
+    assert any(name in compose["volumes"] and path == store for name, path in mounts)
+    runner = svc["runner"]
+    assert "nats" in runner["depends_on"]
+    url = urlsplit(runner["environment"]["RESCALER_NATS_URL"])
+    assert (url.scheme, url.hostname, url.port) == ("nats", "nats", 4222)
+
+
+def test_runner_takes_its_source_and_sink_from_the_environment(compose: dict[str, Any]) -> None:
+    env = services(compose)["runner"]["environment"]
+    # passed through, empty when unset: the runner then uses the pipeline's own
+    assert env["RESCALER_SOURCE"] == "${RESCALER_SOURCE:-}"
+    assert env["RESCALER_SINK"] == "${RESCALER_SINK:-}"
+    # Guard against drift: the runner must actually read these variables.
+    runner_source = "\n".join(
+        (REPO / "workers" / name).read_text() for name in ("cli.py", "config.py")
+    )
+    for variable in ("RESCALER_SOURCE", "RESCALER_SINK", "RESCALER_NATS_URL"):
+        assert f'"{variable}"' in runner_source, f"the runner never reads {variable}"
 
 
 def test_state_dir_is_one_volume_shared_by_runner_and_spark_workers(
