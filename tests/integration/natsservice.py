@@ -125,14 +125,24 @@ def stream_state(url: str, stream: str) -> Any:
     return asyncio.run(go())
 
 
-def publish(url: str, subject: str, payloads: list[bytes]) -> list[int]:
-    """Publish raw payloads (the stream must exist); their stream sequences."""
+def publish(
+    url: str,
+    subject: str,
+    payloads: list[bytes],
+    headers: list[dict[str, str] | None] | None = None,
+) -> list[int]:
+    """Publish raw payloads (the stream must exist), each with its headers if given; their
+    stream sequences."""
+    each = headers if headers is not None else [None] * len(payloads)
 
     async def go() -> list[int]:
         nc = await connect(url)
         js = nc.jetstream()
         try:
-            return [(await js.publish(subject, payload)).seq for payload in payloads]
+            return [
+                (await js.publish(subject, payload, headers=h)).seq
+                for payload, h in zip(payloads, each, strict=True)
+            ]
         finally:
             await close(nc)
 

@@ -4,6 +4,7 @@ server with TLS or credentials) read the same records, and the fast one is the o
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -48,6 +49,48 @@ def test_both_pull_paths_read_the_same_records(
     assert fast[0].column("seq").to_pylist() == list(range(1, 2_501))
     assert fast[1].column("i").to_pylist() == list(range(1_000, 2_100))
     assert fast[2].column("i").to_pylist() == list(range(1_200, 2_500))
+
+
+def test_odd_payloads_read_the_same_both_ways(
+    nats_service: str, stream_names: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Payloads that hold CRLF, a line shaped like a frame, nothing at all or no UTF-8, among
+    enough plain ones for the socket reader to parse bursts, with and without headers: every
+    record as published, on both paths."""
+    stream = unique_name()
+    stream_names.append(stream)
+    base = stream.lower()
+    create_stream(nats_service, stream, [f"{base}.>"])
+    lookalike = f"HMSG {base}.a 1 $JS.ACK.{stream}.C.1.5.5.1.0 0 3".encode()
+    odd = [b"", b"a\r\nb", b"\r\n" + lookalike + b"\r\nabc", lookalike, b"\xff\xfe", b"\r\n"]
+    payloads = [
+        odd[i // 97 % len(odd)] if i % 97 == 0 else json.dumps({"i": i}).encode()
+        for i in range(3_000)
+    ]
+    headers = [{"Nats-Msg-Id": f"m{i}"} if i % 5 else None for i in range(3_000)]
+    publish(nats_service, f"{base}.a", payloads, headers)
+    options = {"url": nats_service, "stream": stream, "schema": "i bigint"}
+    monkeypatch.setattr(jetstream, "FETCH_BATCH", 1_100)
+    part = SeqRange(0, 3_000, None)
+    fast = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
+    bursts: list[int] = []
+    real_scan = jetstream_wire._scan
+
+    def counting(*args: Any) -> Any:
+        burst = real_scan(*args)
+        bursts.append(burst[3] if burst else 0)
+        return burst
+
+    monkeypatch.setattr(jetstream_wire, "_scan", counting)
+    again = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
+    assert again.to_pylist() == fast.to_pylist()
+    assert sum(bursts) > 2_000, "most messages are parsed in bursts"
+    monkeypatch.setattr(jetstream, "plain_address", lambda url: None)
+    slow = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
+    assert fast.to_pylist() == slow.to_pylist()
+    assert fast.column("seq").to_pylist() == list(range(1, 3_001))
+    published = [p.decode("utf-8", "replace") for p in payloads]
+    assert fast.column("data").to_pylist() == published
 
 
 def test_plain_addresses() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from workers.sources.jetstream import JetStreamStreamReader
+from workers.sources.jetstream_wire import Pulled
 
 SCHEMA = "user string, ts bigint, bytes int, score double, ok boolean"
 
@@ -14,8 +15,8 @@ def reader() -> JetStreamStreamReader:
     return JetStreamStreamReader({"stream": "S", "schema": SCHEMA})
 
 
-def messages(payloads: list[bytes]) -> list[tuple[int, str, bytes]]:
-    return [(i + 1, "s.x", p) for i, p in enumerate(payloads)]
+def messages(payloads: list[bytes]) -> Pulled:
+    return Pulled.of([(i + 1, "s.x", p) for i, p in enumerate(payloads)])
 
 
 def record(i: int) -> bytes:
