@@ -159,7 +159,13 @@ class _Collected:
 
     def _flush(self) -> None:
         if self.seqs:
-            self.pieces.append(Pulled.of(list(zip(self.seqs, self.subjects, self.payloads))))
+            self.pieces.append(
+                Pulled(
+                    pa.array(self.seqs, pa.int64()),
+                    pa.array(self.subjects, pa.string()),
+                    pa.array(self.payloads, pa.binary()),
+                )
+            )
             self.seqs, self.subjects, self.payloads = [], [], []
 
     def add_burst(self, burst: Pulled) -> None:
