@@ -72,6 +72,7 @@ class Barrier:
         on_placements_changed: Callable[[], None] = lambda: None,
         on_barrier: Callable[[int], None] = lambda epoch: None,
         on_decommission: Callable[[Command], str] | None = None,
+        on_snapshot: Callable[[Command], str] | None = None,
         clock: Callable[[int], EpochClock] = lambda epoch: EpochClock(),
     ) -> None:
         self.pipeline = pipeline
@@ -83,6 +84,7 @@ class Barrier:
         self._on_placements_changed = on_placements_changed
         self._on_barrier = on_barrier
         self._on_decommission = on_decommission
+        self._on_snapshot = on_snapshot
         self._clock = clock
 
     def plan(self, epoch: int) -> EpochPlan:
@@ -129,6 +131,8 @@ class Barrier:
                 return Ack(command.id, "done", self._on_decommission(command))
             except DecommissionRefused as exc:
                 return Ack(command.id, "failed", str(exc))
+        if command.kind == CommandKind.SNAPSHOT and self._on_snapshot:
+            return Ack(command.id, "done", self._on_snapshot(command))
         return Ack(
             command.id,
             "failed",

@@ -17,13 +17,17 @@ from workers.pipeline.model import PipelineError
 from workers.rescale.protocol import Strategy
 
 
-def _start_errors() -> tuple[type[BaseException], ...]:
+def start_errors() -> tuple[type[BaseException], ...]:
+    """What stops a start with a message instead of a traceback: the source, the sink, the
+    state directory or the snapshot to restore cannot be used (each message says what to do)."""
     from workers.job import SourceMissing
     from workers.natsio import NatsUnavailable
+    from workers.recovery.format import SnapshotError
+    from workers.runner import RunnerError
     from workers.sinks.base import SinkError
     from workers.sources.jetstream import StreamMissing
 
-    return (SourceMissing, NatsUnavailable, StreamMissing, SinkError)
+    return (SourceMissing, NatsUnavailable, StreamMissing, SinkError, SnapshotError, RunnerError)
 
 
 PIPELINE_HELP = (
@@ -60,6 +64,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, help="default: $STATE_DIR or ./var/state")
     parser.add_argument("--initial-pus", type=int, help="PUs each fragment starts on")
     parser.add_argument("--no-spark-ui", action="store_true", help="do not start Spark's web UI")
+    parser.add_argument(
+        "--restore-from",
+        metavar="SNAPSHOT",
+        help="start an empty state directory from a snapshot: latest, or a snapshot id (see "
+        "$RESCALER_RECOVERY_DIR); with --initial-pus, at any size",
+    )
+    parser.add_argument(
+        "--snapshot-every",
+        help="take a snapshot every N epochs (20) or every T (90s, 5m); default: "
+        "$RESCALER_SNAPSHOT_EVERY, else off",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RunnerConfig:
@@ -85,6 +100,8 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         state_dir=args.state_dir,
         initial_pus=args.initial_pus,
         spark_ui=False if args.no_spark_ui else None,
+        restore_from=args.restore_from,
+        snapshot_every=args.snapshot_every,
     )
     try:
         resolve_sink(config, pipeline)  # a pipeline with nowhere to write stops here
@@ -164,7 +181,7 @@ def main(
         return export_main(args)
     except ConfigError as exc:
         parser.error(str(exc))
-    except _start_errors() as exc:  # the source or sink cannot be used: the message says why
+    except start_errors() as exc:  # the source or sink cannot be used: the message says why
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 2

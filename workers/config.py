@@ -71,6 +71,15 @@ class RunnerConfig:
     # how long the start waits for executors that give the pipeline its initial PUs
     executor_poll_s: float = 1.0
     executors_wait_s: float = 120.0
+    # snapshots into recovery partitions (workers/recovery): how often (RESCALER_SNAPSHOT_EVERY:
+    # "20" epochs, "90s", "5m"; "" off), where (RESCALER_RECOVERY_DIR: a directory or a pyarrow.fs
+    # URI; "": <state_dir>/../recovery), how many are kept, and P (fixed when the state is created)
+    snapshot_every: str = ""
+    recovery_dir: str = ""
+    snapshots_kept: int = 3
+    recovery_partitions: int = 16
+    # start from a snapshot ("latest" or its id) into an empty state directory, at initial_pus
+    restore_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -105,6 +114,16 @@ class RunnerConfig:
             raise ConfigError("idle_barrier_s must be above 0 and at most 3600 seconds")
         if not 0 < self.control_patience_s <= 86_400:
             raise ConfigError("control_patience_s must be above 0 and at most 86400 seconds")
+        from workers.recovery.snapshots import SnapshotEvery
+
+        try:
+            SnapshotEvery.parse(self.snapshot_every)
+        except ValueError as exc:
+            raise ConfigError(f"RESCALER_SNAPSHOT_EVERY: {exc}") from None
+        if not 1 <= self.recovery_partitions <= 4096:
+            raise ConfigError("recovery_partitions must be between 1 and 4096")
+        if self.snapshots_kept < 1:
+            raise ConfigError("snapshots_kept must be at least 1")
         if self.epochs is not None and self.epochs < 1:
             raise ConfigError("epochs must be at least 1 when given")
         if self.is_local and self.initial_pus > self.pus_per_worker:
@@ -132,6 +151,12 @@ class RunnerConfig:
     @property
     def pipeline_dir(self) -> Path:
         return Path(self.state_dir) / self.pipeline
+
+    @property
+    def recovery_location(self) -> str:
+        """Where snapshots go: RESCALER_RECOVERY_DIR, else ``recovery`` beside the state
+        directory (never inside it: losing the state must not lose its snapshots)."""
+        return self.recovery_dir or str(Path(self.state_dir).absolute().parent / "recovery")
 
     @property
     def source_dir(self) -> Path | None:
@@ -162,6 +187,18 @@ class RunnerConfig:
             env["nats_url"] = os.environ["RESCALER_NATS_URL"]
         if os.environ.get("RESCALER_CONTROL_PATIENCE_S"):
             env["control_patience_s"] = float(os.environ["RESCALER_CONTROL_PATIENCE_S"])
+        for name, var in (
+            ("snapshot_every", "RESCALER_SNAPSHOT_EVERY"),
+            ("recovery_dir", "RESCALER_RECOVERY_DIR"),
+        ):
+            if os.environ.get(var):
+                env[name] = os.environ[var]
+        for name, var in (
+            ("snapshots_kept", "RESCALER_SNAPSHOTS_KEPT"),
+            ("recovery_partitions", "RESCALER_RECOVERY_PARTITIONS"),
+        ):
+            if os.environ.get(var):
+                env[name] = int(os.environ[var])
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**env)
 

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import time
@@ -84,6 +85,8 @@ class TaskSpec:
         default_factory=EpochClock
     )  # the epoch's processing time and watermark (processors)
     event_time: str | None = None  # the column giving event time, when the pipeline has one
+    # a snapshot taken at this epoch: after its commit, the task copies its store for it
+    snapshot: str | None = None
 
     def slot_actions(self, slot: int) -> SlotActions:
         return self.actions[slot] if self.actions else SlotActions()
@@ -496,6 +499,8 @@ def run_task(
             else:
                 outputs = _fold_operator(spec, slot, store, replayed, records)
         stats = store.vnode_stats()
+        if spec.snapshot is not None:
+            _stage_copy(spec, store, pu)
     finally:
         store.close()
 
@@ -525,6 +530,19 @@ def run_task(
             "host": where[1],
         },
     )
+
+
+def _stage_copy(spec: TaskSpec, store: StateStore, pu: int) -> None:
+    """The store as of this epoch, copied for the snapshot taken at it (workers/recovery). A
+    re-run of the epoch (the store is still at it: the next epoch needs this one committed)
+    replaces whatever copy a crashed run left."""
+    from workers.recovery.tasks import staging_path
+
+    assert spec.snapshot is not None
+    dest = staging_path(Path(spec.state_root), spec.snapshot, spec.fragment, pu)
+    if dest.exists():
+        shutil.rmtree(dest)
+    store.checkpoint(dest)
 
 
 def empty_outputs(operator: KeyedOperator) -> pa.Table:

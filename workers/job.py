@@ -321,6 +321,7 @@ class EpochJob:
                 clock=plan.clock,
                 event_time=events if i == 0 else None,
                 sink=self.sink if i == len(self.pipeline.fragments) - 1 else None,
+                snapshot=plan.snapshot,
             )
             stream = self.stage(
                 stream, placement, actions, spec, "key" if i > 0 else frag.key, from_outputs=i > 0

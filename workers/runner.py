@@ -18,9 +18,11 @@ Spark's offset log (a crashed epoch is re-run with the same offsets and the same
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +56,20 @@ from workers.pipeline.loading import (
 )
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
+from workers.recovery.format import SnapshotManifest
+from workers.recovery.location import RecoveryLocation
+from workers.recovery.snapshots import (
+    SnapshotEvery,
+    Snapshots,
+    begin_restore,
+    check_restorable,
+    finish_restore,
+    pending_restore,
+    recovery_partitions,
+    restore_placements,
+    restore_stores,
+)
+from workers.recovery.tasks import CRASH_DURING
 from workers.rescale.executor import RescaleExecutor
 from workers.sinks.base import Sink, SinkError
 from workers.state import open_store
@@ -97,7 +113,8 @@ class PipelineRunner:
         on_epoch: Callable[[EpochReport], None] | None = None,
     ) -> None:
         self.config = config
-        if os.environ.get(CRASH_AFTER_SINK_WRITE):  # a test's fault: the tasks must find us
+        if os.environ.get(CRASH_AFTER_SINK_WRITE) or os.environ.get(CRASH_DURING):
+            # a test's fault: the tasks must find us
             os.environ[RUNNER_PID] = str(os.getpid())
         # an outage of the control plane (its database restarting) is waited out, not fatal
         self.control: ControlInterface = PatientControl(
@@ -105,14 +122,11 @@ class PipelineRunner:
         )
         self.pipeline: Pipeline = load_pipeline(config.ref, config.vnodes)
         self.sink: Sink = resolve_sink(config, self.pipeline)  # none: the start stops here
-        self.watermark = Watermark(
-            config.pipeline_dir / WATERMARK_FILE,
-            self.pipeline.watermark_delay_ms,
-            event_time=self.pipeline.event_time is not None,
-        )
+        self.watermark = self._load_watermark()
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.placements: dict[str, VnodeMapping] = {}
         self.executor: RescaleExecutor
+        self.snapshots: Snapshots
         self.barrier: Barrier
         self.job: EpochJob
         self.spark: Any = None
@@ -143,14 +157,14 @@ class PipelineRunner:
     def worker_pus(self) -> dict[str, list[int]]:
         return self.membership.worker_pus()
 
-    def _check_sink_not_ahead(self) -> None:
+    def _check_sink_not_ahead(self, committed: int | None = None) -> None:
         """Refuse to write into another run's target. A sink's record of what it wrote is keyed
         by (fragment, epoch, PU), and a fresh state directory numbers epochs from 0 again, so its
         epochs would be taken for replays and never written. The sink may be one epoch ahead of
         the checkpoint (a crash between its write and Spark's commit), never more."""
         fragment = self.pipeline.fragments[-1].name
         held = self.sink.last_epoch(fragment)
-        committed = self._committed_epoch()
+        committed = self._committed_epoch() if committed is None else committed
         if held is not None and held > committed + 1:
             raise SinkError(
                 f"{self.sink.describe()} already holds epoch {held} of {fragment}, but this "
@@ -160,6 +174,99 @@ class PipelineRunner:
                 f"at a new table, Delta path or subject, or clear what it holds "
                 f"(docs/sources-and-sinks.md, 'One identity per (fragment, epoch, PU)')"
             )
+
+    def _load_watermark(self) -> Watermark:
+        return Watermark(
+            self.config.pipeline_dir / WATERMARK_FILE,
+            self.pipeline.watermark_delay_ms,
+            event_time=self.pipeline.event_time is not None,
+        )
+
+    # -- recovery (docs/recovery.md) --------------------------------------------------------------
+    def _restore_manifest(self) -> SnapshotManifest | None:
+        """With --restore-from: the snapshot to start from, checked against this pipeline and
+        this (empty) state directory, before anything is written. Without it: refuse a state
+        directory whose restore did not finish."""
+        cfg = self.config
+        pending = pending_restore(cfg.pipeline_dir)
+        if cfg.restore_from is None:
+            if pending is not None:
+                raise RunnerError(
+                    f"{cfg.pipeline_dir} is half-restored from snapshot {pending['snapshot_id']}:"
+                    f" run again with --restore-from {pending['snapshot_id']}"
+                )
+            return None
+        location = RecoveryLocation(cfg.recovery_location)
+        manifest = location.manifest(self.pipeline.name, cfg.restore_from)
+        if pending is not None and pending["snapshot_id"] != manifest.snapshot_id:
+            raise RunnerError(
+                f"{cfg.pipeline_dir} is half-restored from snapshot {pending['snapshot_id']}: "
+                f"finish that one (--restore-from {pending['snapshot_id']}) or empty the directory"
+            )
+        check_restorable(
+            cfg.pipeline_dir, manifest, {f.name: f.vnodes for f in self.pipeline.fragments}
+        )
+        return manifest
+
+    def _begin_restore(self, manifest: SnapshotManifest) -> dict[str, VnodeMapping]:
+        """Mark the directory as being restored and give it the new placement; stores a crashed
+        attempt left behind go (the restore writes every vnode again)."""
+        cfg = self.config
+        begin_restore(cfg.pipeline_dir, manifest, cfg.recovery_location)
+        shutil.rmtree(cfg.pipeline_dir / "stores", ignore_errors=True)
+        (cfg.pipeline_dir / "recovery.json").write_text(
+            json.dumps({"partitions": manifest.partitions}), "utf-8"
+        )
+        placements = restore_placements(manifest, list(range(cfg.initial_pus)))
+        self.placements_store.save(placements)
+        log.info(
+            "restoring snapshot %s (epoch %d, %d keys) onto %d PUs",
+            manifest.snapshot_id,
+            manifest.epoch,
+            manifest.keys,
+            cfg.initial_pus,
+        )
+        return placements
+
+    def _restore(self, manifest: SnapshotManifest) -> None:
+        started = time.perf_counter()
+        runs = restore_stores(
+            self.spark,
+            location=RecoveryLocation(self.config.recovery_location),
+            manifest=manifest,
+            pipeline_dir=self.config.pipeline_dir,
+            backend=self.config.backend,
+            placements=self.placements,
+        )
+        finish_restore(self.config.pipeline_dir, manifest, runs)
+        self.watermark = self._load_watermark()  # the snapshot's, as the stores are
+        log.info(
+            "restored snapshot %s: %d keys on %d PU tasks (%s) in %.2fs; resuming after epoch %d",
+            manifest.snapshot_id,
+            sum(r.keys for r in runs),
+            len(runs),
+            ", ".join(sorted({r.executor for r in runs})),
+            time.perf_counter() - started,
+            manifest.epoch,
+        )
+
+    def _make_snapshots(self) -> Snapshots:
+        cfg = self.config
+        return Snapshots(
+            spark=self.spark,
+            pipeline=self.pipeline.name,
+            pipeline_dir=cfg.pipeline_dir,
+            location=RecoveryLocation(cfg.recovery_location),
+            every=SnapshotEvery.parse(cfg.snapshot_every),
+            partitions=recovery_partitions(cfg.pipeline_dir, cfg.recovery_partitions),
+            keep=cfg.snapshots_kept,
+            backend=cfg.backend,
+        )
+
+    def _snapshot_now(self, command: Command) -> str:
+        by = str(command.payload.get("requested_by", "") or "unknown")
+        self.snapshots.request(by)
+        return f"snapshot requested by {by}: taken at the next barrier with no vnode in transit"
 
     def _load_placements(self) -> dict[str, VnodeMapping]:
         saved = self.placements_store.load()
@@ -188,6 +295,7 @@ class PipelineRunner:
             backend=self.config.backend,
             worker_pus=self.membership.usable_pus(),
             report=report,
+            spark=self.spark,
         )
 
     def topology(self) -> Topology:
@@ -360,6 +468,9 @@ class PipelineRunner:
         started = time.perf_counter()
         try:
             plan = self.barrier.plan(epoch)
+            pending = self.snapshots.due(epoch, busy=bool(self.executor.running()))
+            if pending is not None:
+                plan = dataclasses.replace(plan, snapshot=pending.snapshot_id)
             planned = time.perf_counter()
             results = self.job.run(df, plan)
         except BaseException as exc:  # surfaced by run(); Spark would otherwise only log it
@@ -404,6 +515,8 @@ class PipelineRunner:
         )
         self.executor.committed(epoch, stats)
         self.watermark.committed(plan, stats)
+        if pending is not None:  # the stores are copied: written out beside the next epochs
+            self.snapshots.epoch_committed(pending, plan.placements)
         self.last_epoch = epoch
         booked = time.perf_counter()
         self.control.report_epoch(report)
@@ -473,9 +586,13 @@ class PipelineRunner:
         """Run until done; returns the last committed epoch."""
         cfg = self.config
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
+        restoring = self._restore_manifest()
         check_source(cfg, self.pipeline)  # a missing stream or server: say so before Spark
-        self._check_sink_not_ahead()
-        self.placements = self._load_placements()
+        self._check_sink_not_ahead(restoring.epoch if restoring is not None else None)
+        if restoring is not None:
+            self.placements = self._begin_restore(restoring)
+        else:
+            self.placements = self._load_placements()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
         try:
             shipped = ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
@@ -484,6 +601,9 @@ class PipelineRunner:
             check_on_executors(self.spark, cfg.ref)
             record(cfg.pipeline_dir, cfg.ref, self.pipeline)
             self._start_membership()
+            if restoring is not None:
+                self._restore(restoring)
+            self.snapshots = self._make_snapshots()
         except BaseException:
             self.spark.stop()
             raise
@@ -499,6 +619,7 @@ class PipelineRunner:
             on_placements_changed=lambda: self.control.register(self.topology()),
             on_barrier=self._observe_workers,
             on_decommission=self._decommission,
+            on_snapshot=self._snapshot_now,
             clock=self.watermark.clock,
         )
         self.placements_store.save(self.placements)  # a restart may have reconciled an operation
@@ -541,6 +662,7 @@ class PipelineRunner:
                 # no epoch is in flight here (or the runner is failing): a batch that starts
                 # now sees the stop flag and changes nothing
                 self.query.stop()
+            self.snapshots.wait(timeout=120.0)  # a snapshot being written is finished first
             self.status = "stopped"
             self._beat()
             self.spark.stop()

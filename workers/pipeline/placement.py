@@ -171,6 +171,9 @@ class EpochPlan:
     clock: EpochClock = field(
         default_factory=EpochClock
     )  # processing time and watermark, the same in a re-run
+    # the snapshot whose store copies this epoch's tasks make (workers/recovery); not recorded:
+    # a re-run after a crash makes none, and the snapshot is simply due again
+    snapshot: str | None = None
 
     def fragment_actions(self, name: str) -> FragmentActions:
         return self.actions.get(name, FragmentActions())

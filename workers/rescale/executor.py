@@ -38,12 +38,14 @@ class RescaleExecutor:
         worker_pus: set[int],
         report: Reporter | None = None,
         background_exports: bool = True,
+        spark: Any = None,
     ) -> None:
         self.ledger = OperationLedger(pipeline_dir, placements, report)
         self.commands = CommandHandler(self.ledger, worker_pus)
         self.live = LiveProtocol(self.ledger)
         self.exports = Exports(self.ledger, backend, background=background_exports)
-        self.stop_start = StopStart(self.ledger, backend)
+        # stop-start's snapshot, clear and restore are Spark jobs (None: in this process)
+        self.stop_start = StopStart(self.ledger, backend, spark)
         # a crash between saving an operation and saving the placement: apply it again
         with self.ledger.lock:
             self._apply_placements()

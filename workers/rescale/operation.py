@@ -132,6 +132,8 @@ class OperationState:
     # stop-start: what the restore really moved (vnodes whose owner changed, their keys, bytes);
     # a live operation counts its steps instead
     restored_moves: tuple[int, int, int] = (0, 0, 0)
+    # stop-start: the Spark executors its snapshot, clear and restore tasks ran on
+    executors: tuple[str, ...] = ()
     error: str = ""
     created_at: float = field(default_factory=time.time)
 
@@ -163,6 +165,7 @@ class OperationState:
         data["fragments"] = {n: f.to_json() for n, f in self.fragments.items()}
         data["granularity"] = None if self.granularity is None else self.granularity.to_json()
         data["restored_moves"] = tuple(self.restored_moves)
+        data["executors"] = list(self.executors)
         return data
 
     @classmethod
@@ -176,6 +179,7 @@ class OperationState:
         data["status"] = OperationStatus(data["status"])
         data["phase"] = StopStartPhase(data["phase"])
         data["restored_moves"] = tuple(data.get("restored_moves", (0, 0, 0)))
+        data["executors"] = tuple(data.get("executors", ()))
         return cls(**data)
 
     def progress(self) -> OperationProgress:
@@ -200,6 +204,7 @@ class OperationState:
             keys_moved=keys,
             bytes_moved=moved_bytes,
             error=self.error,
+            executors=self.executors,
         )
 
 

@@ -136,6 +136,9 @@ class CommandKind(enum.StrEnum):
     # payload {"worker": name}: the worker's PUs hold no vnode any more (drained); the runner
     # drops them and asks Spark to kill the worker's executor (docs/elastic-workers.md)
     WORKER_DECOMMISSION = "worker.decommission"
+    # payload {"requested_by": name}: snapshot every fragment's state at the next barrier where
+    # none is being written and no vnode is in transit (docs/recovery.md)
+    SNAPSHOT = "snapshot"
 
 
 OPERATION_COMMANDS = frozenset(
@@ -718,6 +721,8 @@ class OperationProgress:
     keys_moved: int = 0
     bytes_moved: int = 0
     error: str = ""
+    # a stop-start's snapshot, clear and restore ran as Spark tasks: the executors they ran on
+    executors: tuple[str, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -727,6 +732,7 @@ class OperationProgress:
         return {
             **shallow_fields(self),
             "fragments": list(self.fragments),
+            "executors": list(self.executors),
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -744,6 +750,7 @@ class OperationProgress:
                 "status": OperationStatus(data["status"]),
                 "phase": StopStartPhase(data.get("phase", StopStartPhase.BEGUN)),
                 "steps": tuple(StepProgress.from_json(s) for s in data.get("steps", ())),
+                "executors": tuple(data.get("executors", ())),
             }
         )
 

@@ -1,9 +1,11 @@
-"""Stop-start rescale through recovery partitions (DESIGN §3).
+"""Stop-start rescale through recovery partitions (DESIGN §3, seed 004).
 
-At one barrier the stream waits while the runner snapshots all of each fragment's state into
-:data:`~workers.rescale.transfer.RECOVERY_PARTITIONS` partitions (by vnode, independent of the
-cluster size), clears the old stores, and restores every entry to the PU that owns its vnode
-under the new mapping.
+At one barrier the stream waits while three Spark jobs run, one task per PU each: the snapshot
+(every source PU writes its stores into the pipeline's recovery partitions, the format of
+:mod:`workers.recovery`), the clear (every old PU drops its vnodes), and the restore (every
+target PU reads the partitions holding its vnodes under the new mapping). The driver only plans
+and records; the downtime falls with parallelism instead of growing on one core. Without a Spark
+session (the rescale unit tests and simulations) the same tasks run in the driver, in turn.
 """
 
 from __future__ import annotations
@@ -11,75 +13,163 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from workers.layout import store_path
-from workers.rescale import transfer
+from workers.pipeline.placement import VnodeMapping
+from workers.recovery.format import FragmentSnapshot, SnapshotManifest
+from workers.recovery.location import RecoveryLocation, snapshot_id
+from workers.recovery.snapshots import (
+    DEFAULT_PARTITIONS,
+    clear_stores,
+    recovery_partitions,
+    restore_stores,
+    snapshot_stores,
+)
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState
 from workers.rescale.protocol import OperationStatus, StopStartPhase
-from workers.state import open_store
-from workers.state.base import VnodeExport, checksum_items, decode_key
 
 log = logging.getLogger("workers.rescale")
 
 
 class StopStart:
-    def __init__(self, ledger: OperationLedger, backend: str) -> None:
+    def __init__(self, ledger: OperationLedger, backend: str, spark: Any = None) -> None:
         self.ledger = ledger
         self.backend = backend
+        self.spark = spark  # None: the tasks run in this process
 
     def run(self, op: OperationState, epoch: int) -> None:
         """Snapshot into recovery partitions, restart at the new size, restore by key.
 
         The stream waits at this barrier for all of it; each phase is durable, and a crash at
-        any point resumes from the last finished phase (the snapshot holds everything).
+        any point resumes from the last finished phase (the snapshot holds everything; clear
+        and restore are idempotent).
         """
         op_dir = self.ledger.store.op_dir(op.operation_id)
+        location = RecoveryLocation(op_dir / "snapshot")
+        pipeline = self.ledger.dir.name
         if op.begun_epoch is None:
             op.begun_epoch = epoch
         started = time.perf_counter()
+        executors = set(op.executors)
         if op.phase == StopStartPhase.BEGUN:
-            for name in op.fragments:
-                self._snapshot(op_dir, name)
-            op.phase = StopStartPhase.SNAPSHOTTED
+            manifest = self._snapshot(location, pipeline, op, epoch)
+            executors |= {t.executor for t in manifest.tasks}
+            op.phase, op.executors = StopStartPhase.SNAPSHOTTED, tuple(sorted(executors))
             self.ledger.save(op)
         if op.phase == StopStartPhase.SNAPSHOTTED:
+            pus: dict[int, list[str]] = {}
             for name in op.fragments:
                 for pu in self.ledger.placements[name].parallel_units:
-                    path = store_path(self.ledger.dir, name, pu)
-                    if path.exists():
-                        with open_store(self.backend, path) as store:
-                            for vnode in list(store.vnode_stats()):
-                                store.drop_vnode(vnode)
-            op.phase = StopStartPhase.CLEARED
+                    pus.setdefault(pu, []).append(name)
+            runs = clear_stores(
+                self.spark,
+                pipeline_dir=self.ledger.dir,
+                backend=self.backend,
+                pus={pu: tuple(names) for pu, names in pus.items()},
+            )
+            executors |= {r.executor for r in runs}
+            op.phase, op.executors = StopStartPhase.CLEARED, tuple(sorted(executors))
             self.ledger.save(op)
         if op.phase == StopStartPhase.CLEARED:
+            manifest = location.manifest(pipeline, "latest")
+            targets = {
+                name: VnodeMapping(
+                    name, tuple(change.parallel_units_after), tuple(change.mapping_after)
+                )
+                for name, change in op.fragments.items()
+            }
+            runs = restore_stores(
+                self.spark,
+                location=location,
+                manifest=manifest,
+                pipeline_dir=self.ledger.dir,
+                backend=self.backend,
+                placements=targets,
+            )
+            executors |= {r.executor for r in runs}
             vnodes = keys = moved_bytes = 0
             for name, change in op.fragments.items():
-                mapping = list(change.mapping_after)
                 # the placement changes below, after the restore: a crash before it resumes
                 # here with the old mapping still in place, and counts the same again
                 before = self.ledger.placements[name].mapping
-                restored = self._restore(op_dir, name, mapping)
-                for vnode, owner in enumerate(mapping):
+                held = {
+                    v: run for s in manifest.fragments[name].segments for v, run in s.vnodes.items()
+                }
+                for vnode, owner in enumerate(change.mapping_after):
                     if owner != before[vnode]:
-                        n, size = restored.get(vnode, (0, 0))
-                        vnodes, keys, moved_bytes = vnodes + 1, keys + n, moved_bytes + size
-                self.ledger.set_placement(name, list(change.parallel_units_after), mapping)
+                        run = held.get(vnode)
+                        vnodes += 1
+                        keys += run.keys if run else 0
+                        moved_bytes += run.bytes if run else 0
+                self.ledger.set_placement(
+                    name, list(change.parallel_units_after), list(change.mapping_after)
+                )
             op.restored_moves = (vnodes, keys, moved_bytes)
+            op.executors = tuple(sorted(executors))
             op.phase = StopStartPhase.RESTORED
             op.status, op.finished_epoch = OperationStatus.COMPLETED, epoch
             self.ledger.save(op)
-            for name in op.fragments:
-                shutil.rmtree(op_dir / "snapshot" / name, ignore_errors=True)
+            shutil.rmtree(op_dir / "snapshot", ignore_errors=True)
         log.info(
-            "stop-start %s done at epoch %d in %.3fs",
+            "stop-start %s done at epoch %d in %.3fs (tasks on %s)",
             op.operation_id,
             epoch,
             time.perf_counter() - started,
+            ", ".join(op.executors) or "the driver",
         )
+
+    def _snapshot(
+        self, location: RecoveryLocation, pipeline: str, op: OperationState, epoch: int
+    ) -> SnapshotManifest:
+        """The fragments' stores as of the previous epoch, written by one task per PU."""
+        taken_at = time.time()
+        stores: dict[int, list[tuple[str, str]]] = {}
+        for name in op.fragments:
+            for pu in self.ledger.placements[name].parallel_units:
+                path = store_path(self.ledger.dir, name, pu)
+                if Path(path).exists():
+                    stores.setdefault(pu, []).append((name, str(path)))
+        partitions = recovery_partitions(self.ledger.dir, DEFAULT_PARTITIONS)
+        sid = snapshot_id(taken_at, max(epoch - 1, 0))
+        runs, segments = snapshot_stores(
+            self.spark,
+            location=location,
+            pipeline=pipeline,
+            snapshot=sid,
+            partitions=partitions,
+            backend=self.backend,
+            stores=stores,
+            state_root=self.ledger.dir,
+        )
+        manifest = SnapshotManifest(
+            snapshot_id=sid,
+            pipeline=pipeline,
+            epoch=epoch - 1,
+            partitions=partitions,
+            backend=self.backend,
+            taken_at=taken_at,
+            duration_s=round(time.time() - taken_at, 3),
+            trigger="stop-start",
+            requested_by=op.operation_id,
+            source_offset={},
+            checkpoint={},
+            files={},
+            fragments={
+                name: FragmentSnapshot(
+                    self.ledger.placements[name].vnodes,
+                    self.ledger.placements[name].version,
+                    self.ledger.placements[name].parallel_units,
+                    tuple(s for s in segments if s.fragment == name),
+                )
+                for name in op.fragments
+            },
+            tasks=runs,
+        )
+        location.commit(manifest)
+        return manifest
 
     def apply_placement(self, op: OperationState) -> None:
         """A completed operation's placements, as it recorded them (idempotent)."""
@@ -88,38 +178,3 @@ class StopStart:
                 self.ledger.set_placement(
                     name, list(change.parallel_units_after), list(change.mapping_after)
                 )
-
-    def _snapshot(self, op_dir: Path, name: str) -> None:
-        parts: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
-        for pu in self.ledger.placements[name].parallel_units:
-            path = store_path(self.ledger.dir, name, pu)
-            if not path.exists():
-                continue
-            with open_store(self.backend, path, readonly=True) as store:
-                for key, value in store.scan():
-                    vnode, _ = decode_key(key)
-                    parts[transfer.recovery_partition(vnode)].append((key, value))
-        for part in range(transfer.RECOVERY_PARTITIONS):
-            transfer.write_partition(
-                transfer.snapshot_path(op_dir, name, part), parts.get(part, [])
-            )
-
-    def _restore(self, op_dir: Path, name: str, mapping: list[int]) -> dict[int, tuple[int, int]]:
-        """Every snapshot entry into its new owner's store; returns vnode -> (keys, bytes)."""
-        by_owner: dict[int, dict[int, list[tuple[bytes, bytes]]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-        for part in range(transfer.RECOVERY_PARTITIONS):
-            for key, value in transfer.read_partition(transfer.snapshot_path(op_dir, name, part)):
-                vnode, _ = decode_key(key)
-                by_owner[mapping[vnode]][vnode].append((key, value))
-        for pu in sorted(set(mapping)):
-            with open_store(self.backend, store_path(self.ledger.dir, name, pu)) as store:
-                for vnode, items in sorted(by_owner.get(pu, {}).items()):
-                    items.sort()
-                    store.ingest(VnodeExport(vnode, items, len(items), checksum_items(items)))
-        return {
-            vnode: (len(items), sum(len(k) + len(v) for k, v in items))
-            for owned in by_owner.values()
-            for vnode, items in owned.items()
-        }

@@ -1,4 +1,5 @@
-"""Files that carry state and records between PUs: vnode exports, hold queues, recovery partitions.
+"""Files that carry state and records between PUs: vnode exports and hold queues (recovery
+partitions are :mod:`workers.recovery`).
 
 Every file is written under a temporary name, fsynced and renamed into place, so a reader sees a
 whole file or none, and writing the same file twice (a re-run) is harmless. They live under the
@@ -16,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers.state.base import VnodeExport, checksum_items
+from workers.state.base import VnodeExport
 
 ITEMS_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 
@@ -106,40 +107,3 @@ def read_hold(paths: Iterable[Path], vnodes: set[int]) -> pa.Table | None:
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="default")
-
-
-# -- recovery partitions (stop-start) ------------------------------------------------------------
-RECOVERY_PARTITIONS = 16
-
-
-def recovery_partition(vnode: int, partitions: int = RECOVERY_PARTITIONS) -> int:
-    """A fixed number of partitions, independent of the cluster size (vnodes are hash-spread)."""
-    return vnode % partitions
-
-
-def snapshot_path(op_dir: Path, fragment: str, partition: int) -> Path:
-    return Path(op_dir) / "snapshot" / fragment / f"part-{partition:03d}.arrow"
-
-
-def write_partition(path: Path, items: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-    items = sorted(items)
-    table = pa.Table.from_arrays(
-        [
-            pa.array([k for k, _ in items], pa.binary()),
-            pa.array([v for _, v in items], pa.binary()),
-        ],
-        schema=ITEMS_SCHEMA,
-    )
-    manifest = {"keys": len(items), "checksum": checksum_items(items)}
-    write_table(path, table.replace_schema_metadata({"manifest": json.dumps(manifest)}))
-    return manifest
-
-
-def read_partition(path: Path) -> list[tuple[bytes, bytes]]:
-    """A recovery partition's entries, verified against its manifest."""
-    table = _read_table(path)
-    manifest = json.loads(table.schema.metadata[b"manifest"])
-    items = list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
-    if len(items) != manifest["keys"] or checksum_items(items) != manifest["checksum"]:
-        raise ValueError(f"recovery partition {path} does not match its manifest")
-    return items

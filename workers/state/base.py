@@ -223,3 +223,10 @@ class StateStore(ABC):
     @abstractmethod
     def drop_vnode(self, vnode: int) -> int:
         """Delete the vnode's range, its stats and its seal atomically; returns keys deleted."""
+
+    @abstractmethod
+    def checkpoint(self, dest: Path) -> None:
+        """A consistent point-in-time copy of the whole store at ``dest`` (which must not exist),
+        readable by a readonly open of the same backend. The store keeps serving meanwhile:
+        LMDB copies from one read transaction, RocksDB hard-links its immutable files.
+        """

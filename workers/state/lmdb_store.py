@@ -353,6 +353,17 @@ class LmdbStore(StateStore):
             txn.delete(key, db=e.dbs["sealed"])
         return deleted
 
+    def checkpoint(self, dest: Path) -> None:
+        dest = Path(dest)
+        if dest.exists():
+            raise StateStoreError(f"checkpoint destination {dest} already exists")
+        dest.mkdir(parents=True)
+        try:
+            # one read transaction: the copy is the store as of its last commit, compacted
+            self._env().env.copy(str(dest), compact=True)
+        except lmdb.Error as exc:
+            raise StateStoreError(f"LMDB store {self.path}: checkpoint to {dest}: {exc}") from exc
+
 
 def _delete_range(txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | None) -> int:
     cursor = txn.cursor(db=db)

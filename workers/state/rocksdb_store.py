@@ -23,6 +23,7 @@ from rocksdict import (
     AccessType,
     BlockBasedOptions,
     Cache,
+    Checkpoint,
     ColumnFamily,
     Options,
     Rdict,
@@ -330,6 +331,20 @@ class RocksStore(StateStore):
             batch.delete(key, self._cfh["sealed"])
             self._write(db, batch)
             return deleted
+
+    def checkpoint(self, dest: Path) -> None:
+        dest = Path(dest)
+        if dest.exists():
+            raise StateStoreError(f"checkpoint destination {dest} already exists")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            try:
+                # hard links of the immutable SST files plus a copy of the live WAL tail
+                Checkpoint(self._rdict()).create_checkpoint(str(dest))
+            except Exception as exc:  # rocksdict raises bare Exception
+                raise StateStoreError(
+                    f"RocksDB store {self.path}: checkpoint to {dest}: {exc}"
+                ) from exc
 
     def _delete_vnode_into(self, batch: WriteBatch, vnode: int) -> int:
         """Add the deletion of the vnode's entries to ``batch``; returns how many there are.

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from rescaler.cluster.control import OrmControl
-from workers.cli import add_run_arguments, config_from_args, run_with_signals
+from workers.cli import add_run_arguments, config_from_args, run_with_signals, start_errors
 from workers.config import ConfigError
 
 
@@ -32,5 +32,8 @@ class Command(BaseCommand):
             )
         except ConfigError as exc:
             raise CommandError(str(exc)) from exc
-        last = run_with_signals(config, OrmControl())
+        try:
+            last = run_with_signals(config, OrmControl())
+        except start_errors() as exc:  # the message says what to do
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"stopped after epoch {last}")

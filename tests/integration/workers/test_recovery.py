@@ -1,0 +1,163 @@
+"""Snapshots that last, on real Spark (local mode): a job snapshotted periodically loses its
+whole state directory and checkpoint, and comes back from a snapshot at another size, exact
+against the oracle key by key; the snapshot and restore ran as Spark tasks, one per PU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.integration.workers.fixtures import assert_matches_oracle, start_runner
+from workers.oracle import expected_from_generator
+from workers.pipeline.placement import PlacementStore
+from workers.recovery.location import RecoveryLocation
+from workers.sources.generator import GeneratorConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROWS = 4_000
+KEYS = 3_000
+PIPELINE = "wordcount"
+
+
+def _args(epochs: int) -> tuple[str, ...]:
+    return ("--rows-per-epoch", str(ROWS), "--key-space", str(KEYS), "--epochs", str(epochs))
+
+
+def _expected(epochs: int) -> object:
+    config = GeneratorConfig(kind="lines", key_space=KEYS)
+    return expected_from_generator(PIPELINE, config, epochs * ROWS)
+
+
+def test_wiped_job_comes_back_from_a_snapshot_at_4_then_1_pus(tmp_path: Path) -> None:
+    recovery = tmp_path / "recovery"
+    env = {"RESCALER_RECOVERY_DIR": str(recovery), "RESCALER_PARALLEL_UNITS": "4"}
+    state = tmp_path / "state"
+
+    first = start_runner(state, PIPELINE, *_args(8), "--snapshot-every", "3", env=env)
+    first.wait_exit()
+    location = RecoveryLocation(recovery)
+    ids = location.snapshot_ids(PIPELINE)
+    manifests = [location.manifest(PIPELINE, i) for i in ids]
+    assert [m.epoch for m in manifests] == [0, 3, 6], ids  # every 3 epochs, the last 3 kept
+    latest = manifests[-1]
+    assert latest.trigger == "periodic" and latest.partitions == 16
+    assert latest.source_offset == {"offset": 7 * ROWS}, latest.source_offset
+    assert sorted(t.pu for t in latest.tasks) == [0, 1], "one snapshot task per source PU"
+    assert latest.keys == sum(1 for _ in _expected(7).state["word_count"])  # type: ignore[attr-defined]
+
+    # the machine is lost: state directory, checkpoint and sink files all gone
+    shutil.rmtree(state)
+    second = start_runner(
+        state,
+        PIPELINE,
+        *_args(10),
+        "--restore-from",
+        "latest",
+        "--initial-pus",
+        "4",
+        env=env,
+        log_name="restore-4",
+    )
+    second.wait_exit()
+    assert [e["epoch"] for e in second.epochs()] == [7, 8, 9], "resumed after the snapshot's epoch"
+    placements = PlacementStore(state / PIPELINE).load()
+    assert placements is not None
+    assert placements["word_count"].parallel_units == (0, 1, 2, 3)
+    assert (
+        placements["word_count"].version
+        == manifests[-1].fragments["word_count"].mapping_version + 1
+    )
+    restored = json.loads((state / PIPELINE / "restored.json").read_text("utf-8"))
+    assert restored["snapshot_id"] == ids[-1]
+    assert sorted(t["pu"] for t in restored["tasks"]) == [0, 1, 2, 3], "one restore task per PU"
+    assert_matches_oracle(state, PIPELINE, _expected(10))  # type: ignore[arg-type]
+
+    # again, from the snapshot of epoch 3, onto one PU
+    shutil.rmtree(state)
+    third = start_runner(
+        state,
+        PIPELINE,
+        *_args(6),
+        "--restore-from",
+        ids[1],
+        "--initial-pus",
+        "1",
+        env=env,
+        log_name="restore-1",
+    )
+    third.wait_exit()
+    assert [e["epoch"] for e in third.epochs()] == [4, 5]
+    assert_matches_oracle(state, PIPELINE, _expected(6))  # type: ignore[arg-type]
+
+
+def test_restore_refuses_a_state_directory_in_use(tmp_path: Path) -> None:
+    recovery = tmp_path / "recovery"
+    env = {"RESCALER_RECOVERY_DIR": str(recovery)}
+    state = tmp_path / "state"
+    start_runner(state, PIPELINE, *_args(2), "--snapshot-every", "1", env=env).wait_exit()
+    refused = start_runner(
+        state, PIPELINE, *_args(4), "--restore-from", "latest", env=env, log_name="refused"
+    )
+    code = refused.proc.wait(timeout=120)
+    assert code != 0
+    assert "already holds a running job's state" in refused.log_tail(), refused.log_tail()
+
+
+def test_kill_9_during_a_snapshot_and_during_a_restore(tmp_path: Path) -> None:
+    """A runner killed while writing a snapshot leaves no snapshot (no manifest), runs on after
+    a restart, and the next snapshot is whole; a runner killed while restoring leaves a state
+    directory that refuses a plain start and finishes with the same --restore-from."""
+    recovery = tmp_path / "recovery"
+    env = {"RESCALER_RECOVERY_DIR": str(recovery), "RESCALER_PARALLEL_UNITS": "3"}
+    state = tmp_path / "state"
+    crash = {**env, "RESCALER_FAULT_CRASH_DURING": "snapshot"}
+    first = start_runner(state, PIPELINE, *_args(6), "--snapshot-every", "2", env=crash)
+    code = first.proc.wait(timeout=240)
+    assert code != 0 and (state / PIPELINE / "fault-crashed-during-snapshot").exists()
+    location = RecoveryLocation(recovery)
+    assert location.snapshot_ids(PIPELINE) == [], "a snapshot without its manifest does not exist"
+    assert location.incomplete_ids(PIPELINE), "the killed writer left part of its files"
+
+    start_runner(
+        state, PIPELINE, *_args(6), "--snapshot-every", "2", env=env, log_name="after"
+    ).wait_exit()
+    ids = location.snapshot_ids(PIPELINE)
+    assert ids and location.incomplete_ids(PIPELINE) == [], "the partial snapshot was pruned"
+    assert_matches_oracle(state, PIPELINE, _expected(6))  # type: ignore[arg-type]
+    epoch = location.manifest(PIPELINE, "latest").epoch
+
+    shutil.rmtree(state)
+    crash = {**env, "RESCALER_FAULT_CRASH_DURING": "restore"}
+    restoring = start_runner(
+        state,
+        PIPELINE,
+        *_args(8),
+        "--restore-from",
+        "latest",
+        "--initial-pus",
+        "3",
+        env=crash,
+        log_name="restore-killed",
+    )
+    assert restoring.proc.wait(timeout=240) != 0
+    plain = start_runner(state, PIPELINE, *_args(8), env=env, log_name="plain")
+    assert plain.proc.wait(timeout=120) != 0
+    assert "half-restored from snapshot" in plain.log_tail(), plain.log_tail()
+    again = start_runner(
+        state,
+        PIPELINE,
+        *_args(8),
+        "--restore-from",
+        ids[-1],
+        "--initial-pus",
+        "3",
+        env=env,
+        log_name="restore-again",
+    )
+    again.wait_exit()
+    assert [e["epoch"] for e in again.epochs()] == list(range(epoch + 1, 8))
+    assert_matches_oracle(state, PIPELINE, _expected(8))  # type: ignore[arg-type]

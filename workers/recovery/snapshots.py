@@ -1,0 +1,518 @@
+"""The driver's side of snapshots and restores: when to take one, the Spark jobs, the manifest.
+
+Taking a snapshot never stops the stream. At the barrier of a due epoch the runner marks the
+epoch's plan; every PU task copies its store as of that epoch right after its commit
+(:meth:`~workers.state.base.StateStore.checkpoint`). Once the epoch is committed, a background
+thread runs the write job (one task per source PU, :func:`workers.recovery.tasks.
+write_snapshot_segments`) beside the following epochs, waits for Spark's commit of the epoch,
+writes the manifest (the snapshot now exists), prunes old snapshots and drops the copies.
+
+A snapshot is not taken while a live operation has vnodes in transit (their state is in export
+files and their records in hold queues, not in the stores): a due snapshot waits for the first
+barrier without one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from workers.pipeline.placement import VnodeMapping
+from workers.recovery.format import (
+    FragmentSnapshot,
+    Segment,
+    SnapshotError,
+    SnapshotManifest,
+    TaskRun,
+)
+from workers.recovery.location import RecoveryLocation, snapshot_id
+from workers.recovery.tasks import (
+    ClearTask,
+    RestoreTask,
+    SnapshotTask,
+    clear_pu,
+    drop_staging,
+    restore_pu,
+    staging_path,
+    write_snapshot_segments,
+)
+
+log = logging.getLogger("workers.recovery")
+
+DEFAULT_PARTITIONS = 16
+DEFAULT_KEPT = 3
+#: pipeline-directory files a snapshot carries with the state, restored as they were
+#: (the watermark; a directory source's file list, which its offsets index; the control stream's
+#: tick counter, which its offsets hold and must keep growing past)
+CARRIED_FILES = ("watermark.json", "source-manifest.txt", "barrier-ticks")
+RESTORE_PENDING = "restore-pending.json"
+SETTINGS_FILE = "recovery.json"
+
+
+class RestoreRefused(SnapshotError):
+    """A restore cannot start here; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class SnapshotEvery:
+    """RESCALER_SNAPSHOT_EVERY: ``N`` (or ``Ne``) epochs, or ``Ts`` / ``Tm`` / ``Th``; "" is off."""
+
+    epochs: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> SnapshotEvery:
+        raw = text.strip().lower().replace(" ", "")
+        if raw in ("", "0", "off", "never"):
+            return cls()
+        found = re.fullmatch(r"(\d+(?:\.\d+)?)(e|epochs?|s|m|h)?", raw)
+        if not found:
+            raise ValueError(
+                f"snapshot interval {text!r}: give epochs (20 or 20e) or a time (90s, 5m, 1h)"
+            )
+        number, unit = float(found.group(1)), found.group(2) or "e"
+        if number <= 0:
+            raise ValueError(f"snapshot interval {text!r} must be above 0")
+        if unit.startswith("e"):
+            if number != int(number):
+                raise ValueError(f"snapshot interval {text!r}: epochs are whole numbers")
+            return cls(epochs=int(number))
+        return cls(seconds=number * {"s": 1, "m": 60, "h": 3600}[unit])
+
+    @property
+    def enabled(self) -> bool:
+        return self.epochs is not None or self.seconds is not None
+
+    def describe(self) -> str:
+        if self.epochs is not None:
+            return f"every {self.epochs} epochs"
+        if self.seconds is not None:
+            return f"every {self.seconds:g} s"
+        return "off"
+
+
+def recovery_partitions(pipeline_dir: Path, wanted: int) -> int:
+    """P, fixed when the pipeline's state is created: the first start records it, later ones
+    read it (a different RESCALER_RECOVERY_PARTITIONS is ignored with a warning)."""
+    path = Path(pipeline_dir) / SETTINGS_FILE
+    if path.exists():
+        recorded = int(json.loads(path.read_text("utf-8"))["partitions"])
+        if recorded != wanted:
+            log.warning(
+                "recovery partitions: this state was created with %d, not %d; keeping %d",
+                recorded,
+                wanted,
+                recorded,
+            )
+        return recorded
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"partitions": wanted}), "utf-8")
+    return wanted
+
+
+def _where() -> tuple[str, str]:
+    from workers.epoch import task_location
+
+    return task_location()
+
+
+def _snapshot_task(task: SnapshotTask) -> dict[str, Any]:
+    run, segments = write_snapshot_segments(task, _where())
+    return {"run": run.to_json(), "segments": [s.to_json() for s in segments]}
+
+
+def _restore_task(task: RestoreTask) -> dict[str, Any]:
+    return restore_pu(task, _where()).to_json()
+
+
+def _clear_task(task: ClearTask) -> dict[str, Any]:
+    return clear_pu(task, _where()).to_json()
+
+
+def run_tasks(
+    spark: Any, tasks: list[Any], fn: Callable[[Any], Any], description: str
+) -> list[Any]:
+    """One Spark task per item, on the executors; their results, in order. Without a Spark
+    session (simulations, the rescale unit tests), the same tasks run here, one after another."""
+    if spark is None:
+        return [fn(task) for task in tasks]
+    sc = spark.sparkContext
+    sc.setJobDescription(description)
+    try:
+        items = list(enumerate(tasks))
+        done = sc.parallelize(items, len(items)).map(lambda it: (it[0], fn(it[1]))).collect()
+        return [result for _, result in sorted(done, key=lambda pair: pair[0])]
+    finally:
+        sc.setJobDescription(None)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A snapshot whose stores were copied at ``epoch``'s barrier, not yet written out."""
+
+    snapshot_id: str
+    epoch: int
+    taken_at: float
+    trigger: str
+    requested_by: str
+    placements: dict[str, VnodeMapping]
+
+
+class Snapshots:
+    """Decides when a snapshot is due, and writes it beside the stream."""
+
+    def __init__(
+        self,
+        *,
+        spark: Any,
+        pipeline: str,
+        pipeline_dir: Path,
+        location: RecoveryLocation,
+        every: SnapshotEvery,
+        partitions: int,
+        keep: int,
+        backend: str,
+        on_written: Callable[[SnapshotManifest], None] | None = None,
+        commit_wait_s: float = 120.0,
+    ) -> None:
+        self.spark = spark
+        self.pipeline = pipeline
+        self.pipeline_dir = Path(pipeline_dir)
+        self.location = location
+        self.every = every
+        self.partitions = partitions
+        self.keep = max(keep, 1)
+        self.backend = backend
+        self.on_written = on_written
+        self.commit_wait_s = commit_wait_s
+        self._requests: list[str] = []  # who asked for a snapshot now
+        self._lock = threading.Lock()
+        self._writer: threading.Thread | None = None
+        self._last_epoch: int | None = None
+        self._last_time = time.monotonic()
+        self.last_error: str | None = None
+        self.written: list[SnapshotManifest] = []
+        drop_staging(self.pipeline_dir)  # copies a crash left behind belong to no snapshot
+
+    def request(self, requested_by: str) -> None:
+        """Snapshot now: at the next barrier where none is in flight."""
+        with self._lock:
+            self._requests.append(requested_by or "unknown")
+
+    @property
+    def in_flight(self) -> bool:
+        return self._writer is not None and self._writer.is_alive()
+
+    def due(self, epoch: int, *, busy: bool) -> Pending | None:
+        """At the barrier: whether this epoch's tasks copy their stores. Never while one is
+        still being written, nor while a live operation has vnodes in transit."""
+        if busy or self.in_flight:
+            return None
+        with self._lock:
+            manual = self._requests[:1]
+        if manual:
+            trigger, by = "manual", manual[0]
+        elif self._periodic_due(epoch):
+            trigger, by = "periodic", "rescaler"
+        else:
+            return None
+        now = time.time()
+        return Pending(snapshot_id(now, epoch), epoch, now, trigger, by, {})
+
+    def _periodic_due(self, epoch: int) -> bool:
+        if self.every.epochs is not None:
+            return self._last_epoch is None or epoch - self._last_epoch >= self.every.epochs
+        if self.every.seconds is not None:
+            return time.monotonic() - self._last_time >= self.every.seconds
+        return False
+
+    def epoch_committed(self, pending: Pending, placements: dict[str, VnodeMapping]) -> None:
+        """The epoch whose stores were copied is done: write the snapshot beside the stream."""
+        with self._lock:
+            if pending.trigger == "manual" and self._requests:
+                self._requests.pop(0)
+        self._last_epoch, self._last_time = pending.epoch, time.monotonic()
+        pending = replace(pending, placements=dict(placements))
+        self._writer = threading.Thread(
+            target=self._write_logged, args=(pending,), name="snapshot-writer", daemon=True
+        )
+        self._writer.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the snapshot being written (if any) is done (tests, a clean stop)."""
+        writer = self._writer
+        if writer is not None:
+            writer.join(timeout)
+
+    def _write_logged(self, pending: Pending) -> None:
+        try:
+            manifest = self.write(pending)
+        except Exception as exc:  # the stream goes on; the next due epoch tries again
+            self.last_error = f"snapshot {pending.snapshot_id}: {exc}"
+            log.exception("snapshot %s failed", pending.snapshot_id)
+            return
+        self.last_error = None
+        self.written.append(manifest)
+        if self.on_written is not None:
+            try:
+                self.on_written(manifest)
+            except Exception:  # reporting must not lose a written snapshot
+                log.exception("reporting snapshot %s failed", manifest.snapshot_id)
+
+    def write(self, pending: Pending) -> SnapshotManifest:
+        """The write job, then the manifest; returns it."""
+        by_pu: dict[int, list[tuple[str, str]]] = {}
+        for name, placement in sorted(pending.placements.items()):
+            for pu in placement.parallel_units:
+                path = staging_path(self.pipeline_dir, pending.snapshot_id, name, pu)
+                if not path.exists():
+                    raise SnapshotError(f"PU {pu} of {name} made no copy at epoch {pending.epoch}")
+                by_pu.setdefault(pu, []).append((name, str(path)))
+        runs, segments = snapshot_stores(
+            self.spark,
+            location=self.location,
+            pipeline=self.pipeline,
+            snapshot=pending.snapshot_id,
+            partitions=self.partitions,
+            backend=self.backend,
+            stores=by_pu,
+            state_root=self.pipeline_dir,
+        )
+        checkpoint = self._checkpoint_files(pending.epoch)
+        files = {
+            name: (self.pipeline_dir / name).read_text("utf-8")
+            for name in CARRIED_FILES
+            if (self.pipeline_dir / name).exists()
+        }
+        manifest = SnapshotManifest(
+            snapshot_id=pending.snapshot_id,
+            pipeline=self.pipeline,
+            epoch=pending.epoch,
+            partitions=self.partitions,
+            backend=self.backend,
+            taken_at=pending.taken_at,
+            duration_s=round(time.time() - pending.taken_at, 3),
+            trigger=pending.trigger,
+            requested_by=pending.requested_by,
+            source_offset=_source_offset(checkpoint["offsets"]),
+            checkpoint=checkpoint,
+            files=files,
+            fragments={
+                name: FragmentSnapshot(
+                    placement.vnodes,
+                    placement.version,
+                    placement.parallel_units,
+                    tuple(s for s in segments if s.fragment == name),
+                )
+                for name, placement in sorted(pending.placements.items())
+            },
+            tasks=runs,
+        )
+        self.location.commit(manifest)
+        drop_staging(self.pipeline_dir, pending.snapshot_id)
+        pruned = self.location.prune(self.pipeline, self.keep)
+        log.info(
+            "snapshot %s of epoch %d: %d keys, %d bytes, %d PU tasks on %s, %.2fs%s",
+            manifest.snapshot_id,
+            manifest.epoch,
+            manifest.keys,
+            manifest.bytes,
+            len(runs),
+            ", ".join(sorted({r.executor for r in runs})),
+            manifest.duration_s,
+            f"; pruned {', '.join(pruned)}" if pruned else "",
+        )
+        return manifest
+
+    def _checkpoint_files(self, epoch: int) -> dict[str, str]:
+        """Spark's metadata, offset and commit entries of ``epoch``: the commit is written after
+        the epoch's foreachBatch returns, so it is waited for."""
+        checkpoint = self.pipeline_dir / "checkpoint"
+        commit = checkpoint / "commits" / str(epoch)
+        deadline = time.monotonic() + self.commit_wait_s
+        while not commit.exists():
+            if time.monotonic() > deadline:
+                raise SnapshotError(f"Spark did not commit epoch {epoch} in {self.commit_wait_s}s")
+            time.sleep(0.05)
+        return {
+            "metadata": (checkpoint / "metadata").read_text("utf-8"),
+            "offsets": (checkpoint / "offsets" / str(epoch)).read_text("utf-8"),
+            "commits": commit.read_text("utf-8"),
+        }
+
+
+def _source_offset(offsets: str) -> dict[str, Any]:
+    """The pipeline source's offset from an offset-log entry (version, metadata, sources...)."""
+    lines = offsets.splitlines()
+    try:
+        parsed: dict[str, Any] = json.loads(lines[2])
+        return parsed
+    except (IndexError, ValueError):
+        return {}
+
+
+def snapshot_stores(
+    spark: Any,
+    *,
+    location: RecoveryLocation,
+    pipeline: str,
+    snapshot: str,
+    partitions: int,
+    backend: str,
+    stores: dict[int, list[tuple[str, str]]],
+    state_root: Path | str = "",
+) -> tuple[tuple[TaskRun, ...], list[Segment]]:
+    """The write job: one task per source PU writes its stores (PU -> [(fragment, path)]) into
+    the recovery partitions; returns where each task ran and every segment written."""
+    tasks = [
+        SnapshotTask(
+            location.uri,
+            pipeline,
+            snapshot,
+            partitions,
+            backend,
+            pu,
+            tuple(staged),
+            str(state_root),
+        )
+        for pu, staged in sorted(stores.items())
+    ]
+    results = run_tasks(
+        spark, tasks, _snapshot_task, f"rescaler snapshot {snapshot} ({len(tasks)} PU tasks)"
+    )
+    runs = tuple(TaskRun.from_json(r["run"]) for r in results)
+    return runs, [Segment.from_json(s) for r in results for s in r["segments"]]
+
+
+def clear_stores(
+    spark: Any, *, pipeline_dir: Path, backend: str, pus: dict[int, tuple[str, ...]]
+) -> list[TaskRun]:
+    """One task per PU drops every vnode of its stores (PU -> fragments)."""
+    tasks = [ClearTask(str(pipeline_dir), backend, pu, frags) for pu, frags in sorted(pus.items())]
+    results = run_tasks(spark, tasks, _clear_task, f"rescaler clear ({len(tasks)} PU tasks)")
+    return [TaskRun.from_json(r) for r in results]
+
+
+# -- restore ---------------------------------------------------------------------------------
+def check_restorable(
+    pipeline_dir: Path, manifest: SnapshotManifest, fragments: dict[str, int]
+) -> None:
+    """Refuse, before anything is written, a restore into a state directory that holds state,
+    or of a snapshot of another topology."""
+    commits = Path(pipeline_dir) / "checkpoint" / "commits"
+    pending = Path(pipeline_dir) / RESTORE_PENDING
+    if (
+        commits.is_dir()
+        and any(p.name.isdigit() for p in commits.iterdir())
+        and not pending.exists()
+    ):
+        raise RestoreRefused(
+            f"{pipeline_dir} already holds a running job's state: a restore starts from an empty "
+            f"state directory (move it away, or start without --restore-from)"
+        )
+    if set(manifest.fragments) != set(fragments):
+        raise RestoreRefused(
+            f"snapshot {manifest.snapshot_id} holds fragments {sorted(manifest.fragments)}, the "
+            f"pipeline has {sorted(fragments)}"
+        )
+    for name, vnodes in fragments.items():
+        if manifest.fragments[name].vnodes != vnodes:
+            raise RestoreRefused(
+                f"snapshot {manifest.snapshot_id}: fragment {name} has "
+                f"{manifest.fragments[name].vnodes} vnodes, the pipeline {vnodes}; the vnode "
+                f"count is fixed for the life of the state"
+            )
+
+
+def restore_placements(manifest: SnapshotManifest, pus: list[int]) -> dict[str, VnodeMapping]:
+    """The mappings the job restarts with: even ranges over ``pus``, one version past the
+    snapshot's, so the control plane sees a new placement, never an old one again."""
+    return {
+        name: replace(
+            VnodeMapping.initial(name, frag.vnodes, pus), version=frag.mapping_version + 1
+        )
+        for name, frag in manifest.fragments.items()
+    }
+
+
+def begin_restore(pipeline_dir: Path, manifest: SnapshotManifest, location: str) -> None:
+    """Mark the state directory as being restored: a start without --restore-from refuses it
+    until the restore finished (a half-restored state must never run as if it were whole)."""
+    Path(pipeline_dir).mkdir(parents=True, exist_ok=True)
+    (Path(pipeline_dir) / RESTORE_PENDING).write_text(
+        json.dumps({"snapshot_id": manifest.snapshot_id, "location": location}), "utf-8"
+    )
+
+
+def restore_stores(
+    spark: Any,
+    *,
+    location: RecoveryLocation,
+    manifest: SnapshotManifest,
+    pipeline_dir: Path,
+    backend: str,
+    placements: dict[str, VnodeMapping],
+) -> list[TaskRun]:
+    """The restore job: one task per target PU fills its stores."""
+    pus = sorted({pu for p in placements.values() for pu in p.parallel_units})
+    tasks = [
+        RestoreTask(
+            location.uri,
+            manifest,
+            str(pipeline_dir),
+            backend,
+            pu,
+            tuple((name, tuple(p.vnodes_of(pu))) for name, p in sorted(placements.items())),
+        )
+        for pu in pus
+    ]
+    results = run_tasks(
+        spark,
+        tasks,
+        _restore_task,
+        f"rescaler restore {manifest.snapshot_id} onto {len(pus)} PUs",
+    )
+    return [TaskRun.from_json(r) for r in results]
+
+
+def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[TaskRun]) -> None:
+    """The stores are whole: put back the pipeline's files and Spark's log entries of the
+    snapshot's epoch (the query resumes after it, from its offsets), then clear the mark."""
+    root = Path(pipeline_dir)
+    for name, text in manifest.files.items():
+        (root / name).write_text(text, "utf-8")
+    checkpoint = root / "checkpoint"
+    for sub in ("offsets", "commits"):
+        (checkpoint / sub).mkdir(parents=True, exist_ok=True)
+    (checkpoint / "metadata").write_text(manifest.checkpoint["metadata"], "utf-8")
+    (checkpoint / "offsets" / str(manifest.epoch)).write_text(
+        manifest.checkpoint["offsets"], "utf-8"
+    )
+    (checkpoint / "commits" / str(manifest.epoch)).write_text(
+        manifest.checkpoint["commits"], "utf-8"
+    )
+    record = {
+        "snapshot_id": manifest.snapshot_id,
+        "epoch": manifest.epoch,
+        "restored_at": time.time(),
+        "keys": sum(r.keys for r in runs),
+        "bytes": sum(r.bytes for r in runs),
+        "tasks": [r.to_json() for r in runs],
+    }
+    (root / "restored.json").write_text(json.dumps(record, indent=1), "utf-8")
+    (root / RESTORE_PENDING).unlink(missing_ok=True)
+
+
+def pending_restore(pipeline_dir: Path) -> dict[str, Any] | None:
+    path = Path(pipeline_dir) / RESTORE_PENDING
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    return data

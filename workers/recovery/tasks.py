@@ -1,0 +1,235 @@
+"""What a snapshot or restore task does on an executor (plain Python: tested without Spark).
+
+A snapshot task takes one source PU's point-in-time store copies (one per fragment, made by the
+PU's epoch task at the barrier) and writes each recovery partition's part of them as one sorted
+segment. A restore task takes one target PU: for every fragment, the vnodes it owns under the
+new mapping, read from the segments that hold them, verified and ingested into its new store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from workers.layout import store_path
+from workers.recovery.format import (
+    Segment,
+    SnapshotCorrupt,
+    SnapshotManifest,
+    TaskRun,
+    VnodeRun,
+    file_checksum,
+    recovery_partition,
+    segment_path,
+)
+from workers.recovery.location import RecoveryLocation
+from workers.state import open_store
+from workers.state.base import IngestMismatch, VnodeExport, checksum_items
+
+SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
+
+
+def staging_path(state_root: Path, snapshot: str, fragment: str, pu: int) -> Path:
+    """Where a PU's epoch task copies its store for a snapshot (inside ``STATE_DIR``)."""
+    return Path(state_root) / "snapshot-staging" / snapshot / fragment / f"pu-{pu}"
+
+
+@dataclass(frozen=True)
+class SnapshotTask:
+    """One source PU's share of a snapshot: its staged copy of each fragment's store."""
+
+    location: str
+    pipeline: str
+    snapshot: str
+    partitions: int
+    backend: str
+    pu: int
+    staged: tuple[tuple[str, str], ...]  # (fragment, staged store path)
+    state_root: str = ""  # the pipeline's directory (the fault marker of the crash tests)
+
+
+@dataclass(frozen=True)
+class RestoreTask:
+    """One target PU's share of a restore."""
+
+    location: str
+    manifest: SnapshotManifest
+    state_root: str
+    backend: str
+    pu: int
+    owned: tuple[tuple[str, tuple[int, ...]], ...]  # (fragment, vnodes this PU owns)
+
+
+def _ipc(keys: list[bytes], values: list[bytes]) -> bytes:
+    table = pa.Table.from_arrays(
+        [pa.array(keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, SCHEMA) as writer:
+        writer.write_table(table)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def write_snapshot_segments(
+    task: SnapshotTask, where: tuple[str, str]
+) -> tuple[TaskRun, list[Segment]]:
+    """Write the PU's segments; returns where it ran and what it wrote. Safe to run twice (a
+    re-run rewrites the same files whole)."""
+    started = time.perf_counter()
+    location = RecoveryLocation(task.location)
+    segments: list[Segment] = []
+    for fragment, staged in task.staged:
+        with open_store(task.backend, Path(staged), readonly=True) as store:
+            vnodes = sorted(store.vnode_stats())
+            by_partition: dict[int, list[int]] = {}
+            for vnode in vnodes:
+                by_partition.setdefault(recovery_partition(vnode, task.partitions), []).append(
+                    vnode
+                )
+            for partition, members in sorted(by_partition.items()):
+                keys: list[bytes] = []
+                values: list[bytes] = []
+                runs: dict[int, VnodeRun] = {}
+                for vnode in members:  # ascending: the segment stays in key order
+                    items = list(store.scan_vnode(vnode))
+                    if not items:
+                        continue
+                    size = sum(len(k) + len(v) for k, v in items)
+                    runs[vnode] = VnodeRun(len(keys), len(items), size, checksum_items(items))
+                    for k, v in items:
+                        keys.append(k)
+                        values.append(v)
+                if not runs:
+                    continue
+                data = _ipc(keys, values)
+                rel = segment_path(fragment, partition, task.pu)
+                location.write_bytes(f"{task.pipeline}/{task.snapshot}/{rel}", data)
+                _fault("snapshot", task.state_root)
+                segments.append(
+                    Segment(fragment, partition, task.pu, rel, file_checksum(data), runs)
+                )
+    run = TaskRun(
+        task.pu,
+        where[0],
+        where[1],
+        sum(s.keys for s in segments),
+        sum(s.bytes for s in segments),
+        round(time.perf_counter() - started, 4),
+    )
+    return run, segments
+
+
+def read_segment(
+    location: RecoveryLocation, manifest: SnapshotManifest, segment: Segment
+) -> pa.Table:
+    """A segment's rows, after its file's checksum matched the manifest's."""
+    rel = f"{manifest.pipeline}/{manifest.snapshot_id}/{segment.path}"
+    data = location.read_bytes(rel)
+    if file_checksum(data) != segment.checksum:
+        raise SnapshotCorrupt(
+            f"snapshot {manifest.snapshot_id}: {location.path(rel)} does not match its manifest "
+            f"(checksum {file_checksum(data)}, recorded {segment.checksum})"
+        )
+    try:
+        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    except pa.ArrowException as exc:
+        raise SnapshotCorrupt(
+            f"snapshot {manifest.snapshot_id}: {location.path(rel)} is not a readable segment: {exc}"
+        ) from exc
+
+
+def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
+    """Fill the PU's new stores with its vnodes from the snapshot and mark them at the
+    snapshot's epoch. Each vnode's ingest verifies its count and checksum, and replaces what the
+    vnode held, so a restore that crashed half-way is simply run again."""
+    started = time.perf_counter()
+    manifest = task.manifest
+    location = RecoveryLocation(task.location)
+    keys = size = 0
+    for fragment, owned in task.owned:
+        wanted = set(owned)
+        path = store_path(Path(task.state_root), fragment, task.pu)
+        with open_store(task.backend, path) as store:
+            for segment in manifest.fragments[fragment].segments:
+                vnodes = sorted(wanted & set(segment.vnodes))
+                if not vnodes:
+                    continue
+                table = read_segment(location, manifest, segment)
+                key_col, value_col = table.column("key"), table.column("value")
+                for vnode in vnodes:
+                    run = segment.vnodes[vnode]
+                    items = list(
+                        zip(
+                            key_col.slice(run.start, run.keys).to_pylist(),
+                            value_col.slice(run.start, run.keys).to_pylist(),
+                        )
+                    )
+                    try:
+                        store.ingest(VnodeExport(vnode, items, run.keys, run.checksum))
+                    except IngestMismatch as exc:
+                        raise SnapshotCorrupt(
+                            f"snapshot {manifest.snapshot_id}: {segment.path}, vnode {vnode}: {exc}"
+                        ) from exc
+                    keys += run.keys
+                    size += run.bytes
+                    _fault("restore", task.state_root)
+            if manifest.epoch >= 0:  # a stop-start before the first epoch restores no marker
+                store.commit_epoch(manifest.epoch, [])
+    return TaskRun(task.pu, where[0], where[1], keys, size, round(time.perf_counter() - started, 4))
+
+
+@dataclass(frozen=True)
+class ClearTask:
+    """One PU whose stores lose every vnode (a stop-start, before its restore)."""
+
+    state_root: str
+    backend: str
+    pu: int
+    fragments: tuple[str, ...]
+
+
+def clear_pu(task: ClearTask, where: tuple[str, str]) -> TaskRun:
+    """Drop every vnode of the PU's stores (each drop atomic; a re-run drops what is left)."""
+    started = time.perf_counter()
+    keys = 0
+    for fragment in task.fragments:
+        path = store_path(Path(task.state_root), fragment, task.pu)
+        if not path.exists():
+            continue
+        with open_store(task.backend, path) as store:
+            for vnode in sorted(store.vnode_stats()):
+                keys += store.drop_vnode(vnode)
+    return TaskRun(task.pu, where[0], where[1], keys, 0, round(time.perf_counter() - started, 4))
+
+
+#: fault injection for the crash tests: "snapshot" or "restore" kills the runner's whole process
+#: group (RESCALER_RUNNER_PID's) right after the first segment written or vnode ingested, once
+#: per state directory (a marker file remembers it)
+CRASH_DURING = "RESCALER_FAULT_CRASH_DURING"
+
+
+def _fault(kind: str, state_root: str) -> None:
+    if os.environ.get(CRASH_DURING) != kind or not state_root:
+        return
+    from workers.epoch import RUNNER_PID
+
+    marker = Path(state_root) / f"fault-crashed-during-{kind}"
+    try:
+        with open(marker, "x", encoding="ascii") as fh:
+            fh.write(kind)
+    except FileExistsError:
+        return
+    os.killpg(os.getpgid(int(os.environ[RUNNER_PID])), signal.SIGKILL)
+
+
+def drop_staging(state_root: Path, snapshot: str | None = None) -> None:
+    """Remove one snapshot's staged copies, or all of them (a start clears what a crash left)."""
+    base = Path(state_root) / "snapshot-staging"
+    shutil.rmtree(base / snapshot if snapshot else base, ignore_errors=True)
