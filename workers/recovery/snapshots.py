@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -502,12 +503,27 @@ def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[Ta
         "snapshot_id": manifest.snapshot_id,
         "epoch": manifest.epoch,
         "restored_at": time.time(),
+        "restored_by": restored_by(),
+        "pus": sorted(r.pu for r in runs),
         "keys": sum(r.keys for r in runs),
         "bytes": sum(r.bytes for r in runs),
         "tasks": [r.to_json() for r in runs],
     }
     (root / "restored.json").write_text(json.dumps(record, indent=1), "utf-8")
     (root / RESTORE_PENDING).unlink(missing_ok=True)
+
+
+def restored_by() -> str:
+    """Who restored: RESCALER_ACTOR (a platform's user or job name), else the OS user."""
+    import getpass
+
+    actor = os.environ.get("RESCALER_ACTOR", "").strip()
+    if actor:
+        return actor
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def pending_restore(pipeline_dir: Path) -> dict[str, Any] | None:
