@@ -152,6 +152,11 @@ class ControlInterface(Protocol):
         worker joins, is bootstrapped or disappears. A worker missing from ``workers`` (or with
         ``alive`` false) has no executor any more."""
 
+    def mapping_versions(self, pipeline: str) -> dict[str, int]:
+        """The newest mapping version the control plane has recorded per fragment ({} when it
+        knows none): a restore numbers its placement past them, so a version is never reused
+        for another mapping."""
+
 
 class PatientControl:
     """A :class:`ControlInterface` that waits out control-plane outages.
@@ -221,6 +226,9 @@ class PatientControl:
 
     def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
         self._call("report workers", lambda: self.inner.report_workers(pipeline, epoch, workers))
+
+    def mapping_versions(self, pipeline: str) -> dict[str, int]:
+        return self._call("mapping versions", lambda: self.inner.mapping_versions(pipeline))
 
 
 class LocalControl:
@@ -295,6 +303,17 @@ class LocalControl:
         record = {"epoch": epoch, "workers": [w.to_json() for w in workers]}
         self._write_atomic("workers.json", record)
         self._append("workers.jsonl", {"at": time.time(), **record})
+
+    def mapping_versions(self, pipeline: str) -> dict[str, int]:
+        """The file-backed control keeps its record inside the state directory: after a restore
+        into an empty one there is nothing to number past."""
+        if self.topology is None:
+            return {}
+        return {
+            name: int(info["version"])
+            for name, info in self.topology.fragments.items()
+            if "version" in info
+        }
 
     def workers(self) -> list[WorkerInfo]:
         path = self.dir / "workers.json"

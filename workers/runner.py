@@ -217,7 +217,8 @@ class PipelineRunner:
         (cfg.pipeline_dir / "recovery.json").write_text(
             json.dumps({"partitions": manifest.partitions}), "utf-8"
         )
-        placements = restore_placements(manifest, list(range(cfg.initial_pus)))
+        seen = self.control.mapping_versions(self.pipeline.name)
+        placements = restore_placements(manifest, list(range(cfg.initial_pus)), seen)
         self.placements_store.save(placements)
         log.info(
             "restoring snapshot %s (epoch %d, %d keys) onto %d PUs",

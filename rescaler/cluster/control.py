@@ -10,7 +10,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 from rescaler.cluster import services
 from rescaler.cluster import workers as _workers
-from rescaler.cluster.models import RunnerCommand
+from rescaler.cluster.models import Fragment, RunnerCommand
 from rescaler.operations.progress import operation_progress_record
 from workers.control import Command, ControlUnavailable, EpochReport, Topology, WorkerInfo
 
@@ -37,6 +37,14 @@ class OrmControl:
     def register(self, topology: Topology) -> None:
         with _database():
             services.topology_register(topology=topology)
+
+    def mapping_versions(self, pipeline: str) -> dict[str, int]:
+        with _database():
+            return dict(
+                Fragment.objects.filter(pipeline__name=pipeline).values_list(
+                    "name", "mapping_version"
+                )
+            )
 
     def poll_commands(self, pipeline: str) -> list[Command]:
         with _database():

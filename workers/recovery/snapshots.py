@@ -432,12 +432,17 @@ def check_restorable(
             )
 
 
-def restore_placements(manifest: SnapshotManifest, pus: list[int]) -> dict[str, VnodeMapping]:
-    """The mappings the job restarts with: even ranges over ``pus``, one version past the
-    snapshot's, so the control plane sees a new placement, never an old one again."""
+def restore_placements(
+    manifest: SnapshotManifest, pus: list[int], seen: dict[str, int] | None = None
+) -> dict[str, VnodeMapping]:
+    """The mappings the job restarts with: even ranges over ``pus``, one version past both the
+    snapshot's and the newest the control plane has ``seen`` (the lost job may have rescaled
+    after the snapshot), so no version number ever names two mappings."""
+    seen = seen or {}
     return {
         name: replace(
-            VnodeMapping.initial(name, frag.vnodes, pus), version=frag.mapping_version + 1
+            VnodeMapping.initial(name, frag.vnodes, pus),
+            version=max(frag.mapping_version, seen.get(name, 0)) + 1,
         )
         for name, frag in manifest.fragments.items()
     }

@@ -301,3 +301,12 @@ def test_snapshot_every_reads_epochs_or_time(
 def test_snapshot_every_refuses_nonsense(text: str) -> None:
     with pytest.raises(ValueError, match="snapshot interval"):
         SnapshotEvery.parse(text)
+
+
+def test_a_restored_placement_numbers_past_every_version_seen(tmp_path: Path) -> None:
+    mapping = VnodeMapping("counts", (0, 1), tuple(v % 2 for v in range(VNODES)), version=4)
+    _take(tmp_path, "lmdb", mapping, epoch=1)
+    manifest = RecoveryLocation(tmp_path / "recovery").manifest("p", "latest")
+    assert restore_placements(manifest, [0, 1, 2])["counts"].version == 5
+    # the lost job rescaled twice after the snapshot: the control plane saw version 6
+    assert restore_placements(manifest, [0], {"counts": 6})["counts"].version == 7
