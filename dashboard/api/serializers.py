@@ -17,7 +17,14 @@ from rest_framework import serializers
 from dashboard.api import selectors
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
 from rescaler.cluster.workers import CORES_MAX, CORES_MIN, cores_parse
-from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep, choices
+from rescaler.operations.models import (
+    PLAN_ID_CHARS,
+    AuditEvent,
+    RescaleOperation,
+    RescaleStep,
+    choices,
+)
+from rescaler.operations.plans import plan_id_parse
 from rescaler.operations.waiting import WaitingFor, operation_waiting
 from workers.rescale import errors
 from workers.rescale.protocol import (
@@ -128,9 +135,21 @@ class OperationRequestSerializer(serializers.Serializer):
         max_length=REASON_MAX_CHARS,
         help_text="Why the operator asks: kept with the operation and in the audit trail.",
     )
+    plan_id = serializers.RegexField(
+        regex=f"^[0-9a-f]{{{PLAN_ID_CHARS}}}$",
+        required=False,
+        help_text="Start exactly the plan of this dry run (its answer's plan_id), with the "
+        "same body but dry_run: refused with 409 plan_stale when it expired, was used, the body "
+        "differs or a fragment's mapping moved since. Absent: plan now and start that.",
+    )
 
     def to_internal_value(self, data: Any) -> Any:
-        return OperationRequest.parse(data)
+        """``{"request": OperationRequest, "plan_id": str | None}``."""
+        plan_id = None
+        if isinstance(data, dict) and "plan_id" in data:
+            data = dict(data)
+            plan_id = plan_id_parse(data.pop("plan_id"))
+        return {"request": OperationRequest.parse(data), "plan_id": plan_id}
 
 
 # -- the plan (dry run; stored on each operation) -----------------------------------------------
@@ -193,6 +212,28 @@ class PlanSerializer(serializers.Serializer):
     fragments = serializers.DictField(child=FragmentPlanSerializer())
     steps = StepSpecSerializer(many=True)
     estimated_duration_s = serializers.FloatField()
+
+
+class DryRunSerializer(PlanSerializer):
+    """A dry run's answer: the plan, and the ``plan_id`` that starts exactly it."""
+
+    plan_id = serializers.CharField(
+        help_text="Send it with the same body (without dry_run) to start exactly this plan."
+    )
+    expires_at = serializers.DateTimeField(help_text="The plan_id starts nothing after this.")
+    mapping_versions = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Per fragment, the mapping version the plan was computed from: the plan is "
+        "stale once one moves.",
+    )
+
+    def to_representation(self, instance: Any) -> Any:
+        return {
+            **instance.plan,
+            "plan_id": instance.plan_id,
+            "expires_at": serializers.DateTimeField().to_representation(instance.expires_at),
+            "mapping_versions": instance.mapping_versions,
+        }
 
 
 @extend_schema_field(GranularitySerializer)

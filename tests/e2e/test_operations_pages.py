@@ -7,11 +7,17 @@ from typing import Any
 
 import pytest
 
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation
 from rescaler.operations.requests import operation_request
 from tests.e2e.conftest import screenshot, sign_in
 from tests.e2e.test_cluster_page import as_the_runner
-from tests.unit.api.fixtures import FRAGMENT, make_user, register_cluster, request_body
+from tests.unit.api.fixtures import (
+    FRAGMENT,
+    make_user,
+    move_the_mapping,
+    register_cluster,
+    request_body,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -54,10 +60,26 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
     assert RescaleOperation.objects.count() == 0, "a preview creates nothing"
     screenshot(page, "rescale-plan")
 
+    # the placement moves after the preview: Start is refused, never a plan the page did not show
+    as_the_runner(move_the_mapping)
+    page.get_by_role("button", name="Start rescale").click()
+    refusal = page.locator("#form-error")
+    refusal.wait_for()
+    assert "plan_stale" in refusal.inner_text() and "version 1 to 2" in refusal.inner_text()
+    assert page.get_by_role("button", name="Start rescale").is_disabled()
+    assert RescaleOperation.objects.count() == 0
+
+    # previewed again, against the new placement, the plan shown is the plan started
+    page.get_by_role("button", name="Preview plan").click()
+    page.get_by_text("Check the plan, then start it").wait_for()
+    shown = OperationPlan.objects.order_by("-created_at").first()
+    assert shown is not None and shown.mapping_versions == {FRAGMENT: 2}
     page.get_by_role("button", name="Start rescale").click()
     page.wait_for_url(f"{live_url}/operations/*/")
     op = RescaleOperation.objects.get()
     assert page.url.endswith(f"/operations/{op.operation_id}/")
+    shown.refresh_from_db()
+    assert shown.operation == op, "Start sent the plan_id of the plan it showed"
     requested = AuditEvent.objects.get(action="operation.requested")
     assert requested.actor_name == "operator"
     assert (requested.after or {}).get("reason") == "e2e: more room for the evening peak"
