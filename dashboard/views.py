@@ -18,6 +18,7 @@ from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_get, operation_list
 from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
+from dashboard.format import moved_figures
 from rescaler.cluster.workers import CORES_MAX, CORES_MIN
 from rescaler.health import down_components, public_components, system_health
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
@@ -145,6 +146,7 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
         "dashboard/operation.html",
         {
             "op": op,
+            "moved": moved_figures(op),
             "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
             "key_fragments": op.fragments,
             "key_fragment": op.fragments[0] if op.fragments else None,

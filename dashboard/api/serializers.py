@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dashboard.api import selectors
+from dashboard.format import moved_figures
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
 from rescaler.cluster.workers import CORES_MAX, CORES_MIN, cores_parse
 from rescaler.operations.models import (
@@ -349,6 +350,24 @@ class WaitingSerializer(serializers.Serializer):
     )
 
 
+class MovedSerializer(serializers.Serializer):
+    planned = serializers.IntegerField(help_text="As the plan counted them at the start.")
+    moved = serializers.IntegerField(help_text="Moved so far, arrivals included.")
+    arrived = serializers.IntegerField(
+        help_text="Of moved, those that arrived in a vnode while it moved (beyond the plan)."
+    )
+    share = serializers.FloatField(
+        allow_null=True, help_text="Of the plan done (0..1, never over 1); null: nothing planned."
+    )
+    text = serializers.CharField(help_text="The same in words, as the console prints it.")
+
+
+class OperationMovedSerializer(serializers.Serializer):
+    keys = MovedSerializer()
+    bytes = MovedSerializer()
+    vnodes = MovedSerializer()
+
+
 class OperationDetailSerializer(OperationSerializer):
     plan = PlanField(read_only=True)
     progress = serializers.JSONField(read_only=True, help_text="The runner's last report.")
@@ -356,13 +375,18 @@ class OperationDetailSerializer(OperationSerializer):
     vnodes = serializers.SerializerMethodField()
     events = serializers.SerializerMethodField()
     waiting = serializers.SerializerMethodField()
+    moved = serializers.SerializerMethodField()
 
     class Meta(OperationSerializer.Meta):
         fields = [
-            *OperationSerializer.Meta.fields, "waiting", "plan", "progress", "steps", "vnodes",
-            "events",
+            *OperationSerializer.Meta.fields, "waiting", "moved", "plan", "progress", "steps",
+            "vnodes", "events",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(OperationMovedSerializer)
+    def get_moved(self, op: RescaleOperation) -> dict[str, Any]:
+        return moved_figures(op)
 
     @extend_schema_field(WaitingSerializer(allow_null=True))
     def get_waiting(self, op: RescaleOperation) -> dict[str, Any] | None:
