@@ -9,7 +9,8 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -209,6 +210,16 @@ def history_page(request: HttpRequest) -> HttpResponse:
             "strategies": [s.value for s in Strategy],
         },
     )
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on pages that name no icon (the admin, the API
+    docs): the console's icon, where the static files serve it (a temporary redirect: its
+    hashed name changes with each release)."""
+    response = redirect(static("dashboard/favicon.svg"))
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 # -- errors outside any view: JSON under /api/, Django's pages elsewhere ------------------------

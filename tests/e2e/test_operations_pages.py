@@ -149,3 +149,39 @@ def test_a_viewer_sees_no_enabled_action(browser: Any, live_url: str, cluster: N
     page.goto(f"{live_url}/operations/{made[0].operation_id}/")
     page.locator("#live-state:text('live')").wait_for()
     assert page.get_by_role("button", name="Cancel operation").count() == 0
+
+
+@pytest.mark.parametrize("path", ["operation", "/rescale/", "/operations/", "/"])
+def test_pages_fit_a_phone_without_scrolling_sideways(
+    browser: Any, live_url: str, cluster: None, path: str
+) -> None:
+    """At 390 px (a phone), no page is wider than the screen: wide tables scroll in their own
+    box, long words and codes wrap."""
+    made: list[RescaleOperation] = []
+
+    def request() -> None:
+        operator = make_user("phone-operator", rescale=True)
+        body = {**request_body(added_parallel_units=[2, 3]), "reason": "x" * 120}
+        op = operation_request(user=operator, body=body)
+        assert isinstance(op, RescaleOperation)
+        made.append(op)
+
+    as_the_runner(request)
+    page = sign_in(browser, live_url, "phone", perms=("rescale",))
+    page.set_viewport_size({"width": 390, "height": 844})
+    failed: list[str] = []  # a missing favicon, script or style would be one
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    url = f"/operations/{made[0].operation_id}/" if path == "operation" else path
+    page.goto(f"{live_url}{url}")
+    if path == "operation":
+        page.locator("#live-state:text('live')").wait_for()
+        page.locator("#steps tr").first.wait_for()
+    widths = page.evaluate(
+        "({doc: document.documentElement.scrollWidth, view: window.innerWidth,"
+        " wide: [...document.querySelectorAll('body *')].filter((e) =>"
+        " e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest('.matrix-wrap'))"
+        ".slice(0, 5).map((e) => e.tagName + '#' + e.id + '.' + e.className)})"
+    )
+    screenshot(page, f"phone-{path.strip('/') or 'cluster'}")
+    assert widths["doc"] <= widths["view"], widths
+    assert failed == []
