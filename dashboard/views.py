@@ -22,6 +22,7 @@ from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
 from dashboard.format import moved_figures
 from rescaler.cluster.workers import CORES_MAX, CORES_MIN
 from rescaler.health import down_components, public_components, system_health
+from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
 
@@ -176,6 +177,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
         {
             "fragments": [f for f in cluster["fragments"] if f["kind"] == "stateful"],
             "parallel_units": matrix.columns,
+            "open_pus": parallel_units_open_to_vnodes(),
             "can_rescale": request.user.has_perm(RESCALE_PERMISSION),
         },
     )

@@ -59,6 +59,16 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
     )
 
 
+def parallel_units_open_to_vnodes() -> frozenset[int]:
+    """The PUs new vnodes may go to, in every pipeline: as ``ClusterView.open_to_vnodes``
+    decides (the rule validation and the planner apply), for the pages to offer only those."""
+    found: set[int] = set()
+    for pipeline in Pipeline.objects.all():
+        view = cluster_view(pipeline)
+        found.update(pu for pu in view.pu_worker if view.open_to_vnodes(pu))
+    return frozenset(found)
+
+
 def measured_rates(pipeline: Pipeline) -> dict[str, float]:
     """Transfer rate of recent live operations and the recent epoch duration, for estimates."""
     epoch_s = (

@@ -10,8 +10,10 @@ from django.test import Client
 
 from dashboard.api.selectors import cluster_info
 from dashboard.console import cluster_matrix, skew
+from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
+from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from tests.unit.api.fixtures import make_user, register_cluster, request_body
 
 pytestmark = pytest.mark.django_db
@@ -107,3 +109,30 @@ def test_history_shows_the_reason_and_numbers_as_the_other_pages_print_them(
     csv = signed_in.get("/api/v1/operations", {"format": "csv"})
     text = b"".join(csv.streaming_content).decode()
     assert ",34467,2936012," in text
+
+
+def _add_box(page: str, pu: int) -> str:
+    start = page.index(f'<input type="checkbox" name="add" value="{pu}"')
+    return page[start : page.index(">", start) + 1]
+
+
+def test_the_rescale_page_offers_only_the_pus_the_cluster_view_opens_to_vnodes(
+    client: Client,
+) -> None:
+    """Which PU may take vnodes is ClusterView.open_to_vnodes alone: the page disables the
+    others (a cordoned or draining worker's, a lost PU), as validation would refuse them."""
+    register_cluster(
+        vnodes=16,
+        initial_pus=(0, 1),
+        workers={"w1": [0, 1], "w2": [2], "w3": [3], "w4": [4], "w5": [5]},
+    )
+    Worker.objects.filter(name="w2").update(status="cordoned")
+    Worker.objects.filter(name="w4").update(status="draining")
+    ParallelUnit.objects.filter(number=5).update(status="lost")
+    assert parallel_units_open_to_vnodes() == {0, 1, 3}
+    client.force_login(make_user("someone", rescale=True))
+    page = client.get("/rescale/").content.decode()
+    for pu in (2, 4, 5):
+        assert "disabled" in _add_box(page, pu), pu
+    for pu in (0, 1, 3):
+        assert "disabled" not in _add_box(page, pu), pu
