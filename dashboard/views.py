@@ -9,7 +9,8 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -18,8 +19,10 @@ from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_get, operation_list
 from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
+from dashboard.format import moved_figures
 from rescaler.cluster.workers import CORES_MAX, CORES_MIN
 from rescaler.health import down_components, public_components, system_health
+from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
 
@@ -145,6 +148,7 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
         "dashboard/operation.html",
         {
             "op": op,
+            "moved": moved_figures(op),
             "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
             "key_fragments": op.fragments,
             "key_fragment": op.fragments[0] if op.fragments else None,
@@ -173,6 +177,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
         {
             "fragments": [f for f in cluster["fragments"] if f["kind"] == "stateful"],
             "parallel_units": matrix.columns,
+            "open_pus": parallel_units_open_to_vnodes(),
             "can_rescale": request.user.has_perm(RESCALE_PERMISSION),
         },
     )
@@ -207,6 +212,16 @@ def history_page(request: HttpRequest) -> HttpResponse:
             "strategies": [s.value for s in Strategy],
         },
     )
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on pages that name no icon (the admin, the API
+    docs): the console's icon, where the static files serve it (a temporary redirect: its
+    hashed name changes with each release)."""
+    response = redirect(static("dashboard/favicon.svg"))
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 # -- errors outside any view: JSON under /api/, Django's pages elsewhere ------------------------

@@ -14,6 +14,7 @@ from rescaler.metrics import metrics_view
 urlpatterns = [
     path("healthz", dashboard_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    path("favicon.ico", dashboard_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

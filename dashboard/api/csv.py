@@ -25,9 +25,12 @@ OPERATION_COLUMNS = (
 )  # fmt: skip
 # rows read from Postgres per round trip: any number of rows in bounded memory
 CHUNK_ROWS = 2000
-# A cell starting with one of these is a formula to a spreadsheet (CSV injection); such a cell is
-# written with a leading apostrophe, which spreadsheets show as text and do not display.
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# A text cell starting with one of these is a formula to a spreadsheet (CSV injection), also
+# after leading blanks (some spreadsheets strip them) and in the full-width forms some read as
+# the ASCII ones; such a cell is written with a leading apostrophe, which spreadsheets show as
+# text and do not display. Numbers are written as they are (-3 is a number, not a formula).
+FORMULA_STARTS = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+BLANKS = " \t\r\n"
 
 
 class _Echo:
@@ -38,10 +41,14 @@ class _Echo:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)  # raw: a spreadsheet reads it as the number it is
     if isinstance(value, dict | list):
         value = json.dumps(value, sort_keys=True, separators=(",", ":"))
     text = str(value)
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    if text.startswith(tuple(BLANKS)) or text.lstrip(BLANKS).startswith(FORMULA_STARTS):
+        return "'" + text
+    return text
 
 
 def csv_lines(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> Iterator[str]:

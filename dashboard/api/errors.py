@@ -21,6 +21,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from rescaler.operations.plans import PlanError
 from workers.rescale import errors as rescale_errors
 
 # A refusal's HTTP status by its code; every other RescaleError code is a 400 (the request
@@ -33,6 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "worker_status_conflict": status.HTTP_409_CONFLICT,
     "drain_empties_fragment": status.HTTP_409_CONFLICT,
     "worker_provider_refused": status.HTTP_409_CONFLICT,
+    "plan_stale": status.HTTP_409_CONFLICT,
 }
 
 # DRF's own codes renamed to the API's words.
@@ -68,7 +70,10 @@ def _flatten(detail: Any) -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's ``EXCEPTION_HANDLER``: the error body of every refusal, whatever raised it."""
     if isinstance(exc, rescale_errors.RescaleError):
-        return Response({"code": exc.code, "detail": str(exc)}, status=status_for(exc))
+        body: dict[str, Any] = {"code": exc.code, "detail": str(exc)}
+        if isinstance(exc, PlanError):
+            body.update(exc.details())
+        return Response(body, status=status_for(exc))
     if isinstance(exc, RequestDataTooBig):
         # Django's own refusal (a SuspiciousOperation), which it would answer with an HTML 400
         exc = ApiError(
@@ -84,7 +89,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response is None or not isinstance(exc, exceptions.APIException):
         return response  # not a refusal: a bug, left for Django to report as one
     if isinstance(exc, ApiError):
-        body: dict[str, Any] = {"code": exc.error_code, "detail": str(exc.detail)}
+        body = {"code": exc.error_code, "detail": str(exc.detail)}
     elif isinstance(exc, exceptions.ValidationError):
         errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
         body = {"code": "invalid_parameters", "detail": _flatten(exc.detail), "errors": errors}
@@ -107,6 +112,17 @@ class ErrorSerializer(serializers.Serializer):
         child=serializers.ListField(child=serializers.CharField()),
         help_text="Only with code invalid_parameters: the messages per parameter.",
     )
+    field = serializers.CharField(
+        required=False,
+        help_text="The request field the refusal concerns, when it is one field (plan_id).",
+    )
+    changed = serializers.ListField(
+        required=False,
+        child=serializers.DictField(),
+        help_text="Only with code plan_stale: what changed since the dry run, each with its "
+        "`what` (used, expired, body, mapping_version, parallel_units) and the planned value "
+        "against the one now (or sent).",
+    )
 
 
 _DESCRIPTIONS = {
@@ -116,7 +132,7 @@ _DESCRIPTIONS = {
     404: "No such object, or a ?format= this endpoint does not offer.",
     406: "No representation in the accepted media type.",
     409: "Conflicts with the state of the cluster (fragment_busy, operation_final, "
-    "worker_status_conflict, drain_empties_fragment, worker_provider_refused).",
+    "worker_status_conflict, drain_empties_fragment, worker_provider_refused, plan_stale).",
     413: "The body is larger than the API takes (request_too_large).",
     415: "Request body media type not supported (send application/json).",
 }

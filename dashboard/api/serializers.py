@@ -15,9 +15,17 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dashboard.api import selectors
+from dashboard.format import moved_figures
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
 from rescaler.cluster.workers import CORES_MAX, CORES_MIN, cores_parse
-from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep, choices
+from rescaler.operations.models import (
+    PLAN_ID_CHARS,
+    AuditEvent,
+    RescaleOperation,
+    RescaleStep,
+    choices,
+)
+from rescaler.operations.plans import plan_id_parse
 from rescaler.operations.waiting import WaitingFor, operation_waiting
 from workers.rescale import errors
 from workers.rescale.protocol import (
@@ -128,9 +136,21 @@ class OperationRequestSerializer(serializers.Serializer):
         max_length=REASON_MAX_CHARS,
         help_text="Why the operator asks: kept with the operation and in the audit trail.",
     )
+    plan_id = serializers.RegexField(
+        regex=f"^[0-9a-f]{{{PLAN_ID_CHARS}}}$",
+        required=False,
+        help_text="Start exactly the plan of this dry run (its answer's plan_id), with the "
+        "same body but dry_run: refused with 409 plan_stale when it expired, was used, the body "
+        "differs or a fragment's mapping moved since. Absent: plan now and start that.",
+    )
 
     def to_internal_value(self, data: Any) -> Any:
-        return OperationRequest.parse(data)
+        """``{"request": OperationRequest, "plan_id": str | None}``."""
+        plan_id = None
+        if isinstance(data, dict) and "plan_id" in data:
+            data = dict(data)
+            plan_id = plan_id_parse(data.pop("plan_id"))
+        return {"request": OperationRequest.parse(data), "plan_id": plan_id}
 
 
 # -- the plan (dry run; stored on each operation) -----------------------------------------------
@@ -193,6 +213,28 @@ class PlanSerializer(serializers.Serializer):
     fragments = serializers.DictField(child=FragmentPlanSerializer())
     steps = StepSpecSerializer(many=True)
     estimated_duration_s = serializers.FloatField()
+
+
+class DryRunSerializer(PlanSerializer):
+    """A dry run's answer: the plan, and the ``plan_id`` that starts exactly it."""
+
+    plan_id = serializers.CharField(
+        help_text="Send it with the same body (without dry_run) to start exactly this plan."
+    )
+    expires_at = serializers.DateTimeField(help_text="The plan_id starts nothing after this.")
+    mapping_versions = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Per fragment, the mapping version the plan was computed from: the plan is "
+        "stale once one moves.",
+    )
+
+    def to_representation(self, instance: Any) -> Any:
+        return {
+            **instance.plan,
+            "plan_id": instance.plan_id,
+            "expires_at": serializers.DateTimeField().to_representation(instance.expires_at),
+            "mapping_versions": instance.mapping_versions,
+        }
 
 
 @extend_schema_field(GranularitySerializer)
@@ -308,6 +350,24 @@ class WaitingSerializer(serializers.Serializer):
     )
 
 
+class MovedSerializer(serializers.Serializer):
+    planned = serializers.IntegerField(help_text="As the plan counted them at the start.")
+    moved = serializers.IntegerField(help_text="Moved so far, arrivals included.")
+    arrived = serializers.IntegerField(
+        help_text="Of moved, those that arrived in a vnode while it moved (beyond the plan)."
+    )
+    share = serializers.FloatField(
+        allow_null=True, help_text="Of the plan done (0..1, never over 1); null: nothing planned."
+    )
+    text = serializers.CharField(help_text="The same in words, as the console prints it.")
+
+
+class OperationMovedSerializer(serializers.Serializer):
+    keys = MovedSerializer()
+    bytes = MovedSerializer()
+    vnodes = MovedSerializer()
+
+
 class OperationDetailSerializer(OperationSerializer):
     plan = PlanField(read_only=True)
     progress = serializers.JSONField(read_only=True, help_text="The runner's last report.")
@@ -315,13 +375,18 @@ class OperationDetailSerializer(OperationSerializer):
     vnodes = serializers.SerializerMethodField()
     events = serializers.SerializerMethodField()
     waiting = serializers.SerializerMethodField()
+    moved = serializers.SerializerMethodField()
 
     class Meta(OperationSerializer.Meta):
         fields = [
-            *OperationSerializer.Meta.fields, "waiting", "plan", "progress", "steps", "vnodes",
-            "events",
+            *OperationSerializer.Meta.fields, "waiting", "moved", "plan", "progress", "steps",
+            "vnodes", "events",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(OperationMovedSerializer)
+    def get_moved(self, op: RescaleOperation) -> dict[str, Any]:
+        return moved_figures(op)
 
     @extend_schema_field(WaitingSerializer(allow_null=True))
     def get_waiting(self, op: RescaleOperation) -> dict[str, Any] | None:

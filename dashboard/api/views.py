@@ -42,12 +42,12 @@ from dashboard.api.serializers import (
     AuditEventSerializer,
     ClusterQuerySerializer,
     ClusterSerializer,
+    DryRunSerializer,
     KeyQuerySerializer,
     KeyStateSerializer,
     OperationDetailSerializer,
     OperationRequestSerializer,
     OperationSerializer,
-    PlanSerializer,
     WorkerAddedSerializer,
     WorkerAddSerializer,
     WorkerDrainedSerializer,
@@ -118,6 +118,16 @@ REQUEST_EXAMPLES = [
         },
         request_only=True,
     ),
+    OpenApiExample(
+        "start the plan a dry run answered",
+        value={
+            "changes": {"word_count": {"added_parallel_units": [2, 3]}},
+            "strategy": "live",
+            "granularity": "fluid",
+            "plan_id": "5f0c4a1e9b7d4c2a8e6f1b3d5a7c9e0f",
+        },
+        request_only=True,
+    ),
 ]
 
 
@@ -162,11 +172,17 @@ class OperationListView(CSVListView):
         summary="Request a rescale (or plan one with dry_run)",
         description="Scale out, scale in or migrate PUs of one or more stateful fragments. "
         "Everything is checked before anything moves. Needs the operations.rescale "
-        "permission. A dry run answers 200 with the plan; otherwise 202 with the operation.",
+        "permission. A dry run answers 200 with the plan and its plan_id; otherwise 202 with "
+        "the operation. With plan_id (and the dry run's body, without dry_run) the operation "
+        "is exactly that plan: 409 plan_stale, with what changed, when it expired, was used "
+        "already, the body differs or a fragment's mapping moved since; 400 unknown_plan for "
+        "a plan_id that is not one of the user's plans.",
         request=OperationRequestSerializer,
         examples=REQUEST_EXAMPLES,
         responses={
-            200: OpenApiResponse(PlanSerializer, description="A dry run: the plan."),
+            200: OpenApiResponse(
+                DryRunSerializer, description="A dry run: the plan, and its plan_id."
+            ),
             202: OpenApiResponse(
                 OperationDetailSerializer,
                 description="Accepted: the operation, queued for the orchestrator. The Location "
@@ -178,9 +194,13 @@ class OperationListView(CSVListView):
     def post(self, request: Request) -> Response:
         body = OperationRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        result = operation_request(user=request.user, body=body.validated_data)
+        result = operation_request(
+            user=request.user,
+            body=body.validated_data["request"],
+            plan_id=body.validated_data["plan_id"],
+        )
         if not isinstance(result, RescaleOperation):
-            return Response(result.to_json(), status=status.HTTP_200_OK)
+            return Response(DryRunSerializer(result).data, status=status.HTTP_200_OK)
         op = selectors.operation_get(operation_id=result.operation_id)
         location = api_reverse(
             "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request

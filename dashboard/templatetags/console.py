@@ -6,7 +6,21 @@ from typing import Any
 
 from django import template
 
+from dashboard import format as console_format
+
 register = template.Library()
+
+
+@register.filter
+def count(value: int | float | None) -> str:
+    """A count with thousands separators, as the pages' scripts print it ("34,033")."""
+    return console_format.count(value)
+
+
+@register.filter
+def size(value: int | float | None) -> str:
+    """Bytes in the largest unit under 1024 of it, as the pages' scripts print it ("2.7 MB")."""
+    return console_format.size(value)
 
 
 @register.filter

@@ -29,6 +29,7 @@ from rescaler.events import CLUSTER_GROUP, publish
 from rescaler.operations.audit import audit_record
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
+from rescaler.operations.selectors import cluster_view
 from workers.control import WorkerInfo, WorkerStatus
 from workers.provider import ProviderError, provider_from_env
 from workers.rescale import errors
@@ -463,11 +464,8 @@ def drain_request(
         .prefetch_related("parallel_units")
         .order_by("position")
     )
-    open_workers = set(
-        Worker.objects.filter(
-            pipeline_id=worker.pipeline_id, status=WorkerStatus.ACTIVE
-        ).values_list("id", flat=True)
-    )
+    # whether a PU may take the vnodes is the cluster view's one rule (ClusterView.open_to_vnodes)
+    cluster = cluster_view(worker.pipeline)
     for frag in fragments:
         pus = list(frag.parallel_units.all())
         on_it = sorted(pu.number for pu in pus if pu.worker_id == worker.id)
@@ -477,10 +475,7 @@ def drain_request(
                 f"cannot drain worker {worker.name!r}: fragment {frag.name!r} runs only on its "
                 f"parallel units {on_it}; add a PU of another worker to {frag.name!r} first"
             )
-        if not any(
-            pu.worker_id in open_workers and pu.status == ParallelUnit.Status.ACTIVE
-            for pu in others
-        ):
+        if not any(cluster.open_to_vnodes(pu.number) for pu in others):
             raise DrainEmptiesFragment(
                 f"cannot drain worker {worker.name!r}: the other parallel units of fragment "
                 f"{frag.name!r} ({sorted(pu.number for pu in others)}) take no new vnodes (their "

@@ -12,7 +12,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from rescaler.cluster.admin import ReadOnlyAdmin
-from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
+from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation, RescaleStep
 
 
 class StepInline(admin.TabularInline):
@@ -61,3 +61,10 @@ class RescaleOperationAdmin(ReadOnlyAdmin):
 class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["at", "actor_name", "action", "object_type", "object_id"]
     list_filter = ["action", "object_type"]
+
+
+@admin.register(OperationPlan)
+class OperationPlanAdmin(ReadOnlyAdmin):
+    """Dry runs' plans: a plan edited here would start something no dry run showed."""
+
+    list_display = ["plan_id", "pipeline", "requested_by", "created_at", "expires_at", "used_at"]

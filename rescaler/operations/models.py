@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import secrets
 import uuid
 from typing import Any
 
@@ -24,6 +25,13 @@ from workers.rescale.protocol import (
 
 def new_operation_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+PLAN_ID_CHARS = 32  # hex characters of a plan_id (128 random bits: not guessable)
+
+
+def new_plan_id() -> str:
+    return secrets.token_hex(PLAN_ID_CHARS // 2)
 
 
 def choices(values: type[enum.StrEnum]) -> list[tuple[str, str]]:
@@ -208,6 +216,50 @@ class RescaleStep(models.Model):
 
 def _number(spec: StepSpec) -> int:
     return spec.step
+
+
+class OperationPlan(models.Model):
+    """A dry run's plan, kept so that starting it starts exactly it (docs/api.md, "A binding
+    dry run"): bound to the request it answered and to the mapping versions of the fragments it
+    was computed from, used once, and only until it expires. ``rescaler.operations.plans``
+    decides whether it may still start."""
+
+    plan_id = models.CharField(
+        max_length=PLAN_ID_CHARS, unique=True, default=new_plan_id, editable=False
+    )
+    pipeline = models.ForeignKey("cluster.Pipeline", on_delete=models.CASCADE, related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    request = models.JSONField()  # OperationRequest.to_json() as planned, dry_run false
+    plan = models.JSONField()  # Plan.to_json(): what the dry run answered
+    mapping_versions = models.JSONField()  # fragment -> the mapping version planned against
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    # the operation it started: a plan starts one operation at most
+    operation = models.OneToOneField(
+        RescaleOperation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="started_from",
+    )
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["expires_at"])]
+
+    def __str__(self) -> str:
+        return f"plan {self.plan_id}" + (" (used)" if self.used_at else "")
+
+    def request_record(self) -> OperationRequest:
+        return OperationRequest.parse(self.request)
+
+    def plan_record(self) -> Plan:
+        """The plan exactly as the dry run answered it."""
+        steps = [StepSpec.from_json(s) for s in self.plan["steps"]]
+        return Plan.from_stored(self.request_record(), self.plan, steps)
 
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):

@@ -9,12 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from rescaler.cluster.models import Fragment, Pipeline
 from rescaler.cluster.services import command_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
+from rescaler.operations import plans
 from rescaler.operations.audit import audit_record, operation_summary
-from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
+from rescaler.operations.models import (
+    OperationFragment,
+    OperationPlan,
+    RescaleOperation,
+    RescaleStep,
+)
 from rescaler.operations.selectors import cluster_view, measured_rates
 from workers.rescale import errors
 from workers.rescale.planner import plan_request
@@ -56,67 +63,139 @@ def _pipeline_for(request: OperationRequest) -> Pipeline:
     return pipeline  # none of the fragments is known: validate says so, listing its fragments
 
 
-def operation_plan(*, body: OperationRequest | Any) -> tuple[Pipeline, OperationRequest, Plan]:
-    """Parse, validate and plan a request; raises a RescaleError subclass with its reason."""
+def operation_plan(
+    *, body: OperationRequest | Any
+) -> tuple[Pipeline, OperationRequest, Plan, dict[str, int]]:
+    """Parse, validate and plan a request; raises a RescaleError subclass with its reason. Also
+    answers the mapping versions the plan was computed from, read before the mappings: a
+    version that moves meanwhile makes the plan look stale, never fresh."""
     request = body if isinstance(body, OperationRequest) else OperationRequest.parse(body)
     pipeline = _pipeline_for(request)
+    versions = plans.mapping_versions(pipeline, list(request.changes))
     cluster = cluster_view(pipeline)
     validate(request, cluster)
     rates = measured_rates(pipeline)
-    return pipeline, request, plan_request(request, cluster, **rates)
+    return pipeline, request, plan_request(request, cluster, **rates), versions
 
 
-def operation_request(*, user: Any, body: Any) -> RescaleOperation | Plan:
-    """A dry run returns the plan; otherwise the operation, queued for the orchestrator."""
-    pipeline, request, plan = operation_plan(body=body)
+def operation_request(
+    *, user: Any, body: Any, plan_id: str | None = None
+) -> RescaleOperation | OperationPlan:
+    """A dry run keeps its plan and returns it (with its ``plan_id``); otherwise the
+    operation, queued for the orchestrator: the plan of ``plan_id`` exactly, when given (the
+    body must then be the planned one), else a plan made now."""
+    if plan_id is not None:
+        return _operation_start_planned(user=user, body=body, plan_id=plan_id)
+    pipeline, request, plan, versions = operation_plan(body=body)
     if request.dry_run:
-        return plan
+        return plans.plan_store(
+            user=user, pipeline=pipeline, request=request, plan=plan, versions=versions
+        )
     with transaction.atomic():
-        op = RescaleOperation.objects.create(
-            pipeline=pipeline,
-            requested_by=user if user is not None and user.is_authenticated else None,
-            changes={name: c.to_json() for name, c in request.changes.items()},
-            weighted=request.weighted,
-            reason=request.reason,
-            strategy=request.strategy,
-            granularity=request.granularity.to_json(),
-            plan=plan.stored_json(),
-            fragments=sorted(request.changes),
-        )
-        try:
-            with transaction.atomic():
-                for fragment in Fragment.objects.filter(
-                    pipeline=pipeline, name__in=request.changes
-                ):
-                    OperationFragment.objects.create(operation=op, fragment=fragment)
-        except IntegrityError:
-            busy = (
-                OperationFragment.objects.filter(
-                    active=True, fragment__pipeline=pipeline, fragment__name__in=request.changes
-                )
-                .select_related("operation", "fragment")
-                .first()
-            )
-            # another request won the race between validate and this insert: the same refusal
-            raise (
-                fragment_busy(busy.fragment.name, busy.operation.operation_id)
-                if busy
-                else errors.FragmentBusy("a fragment of the request is busy; try again")
-            ) from None
-        RescaleStep.objects.bulk_create(RescaleStep.planned(op, s) for s in plan.steps)
-        audit_record(
-            actor=user,
-            action="operation.requested",
-            obj=(AuditObject.OPERATION, op.operation_id),
-            after={
-                "request": request.to_json(),
-                "reason": request.reason,
-                "steps": len(plan.steps),
-                "estimated_duration_s": op.plan.get("estimated_duration_s"),
-            },
-        )
-        transaction.on_commit(lambda: _enqueue_drive(op.id))
+        op = _operation_create(user=user, pipeline=pipeline, request=request, plan=plan)
     publish(CLUSTER_GROUP, Event.OPERATION_REQUESTED, operation_summary(op))
+    return op
+
+
+def _operation_start_planned(*, user: Any, body: Any, plan_id: str) -> RescaleOperation:
+    """Start the stored plan of ``plan_id`` as it was answered, if nothing it was bound to
+    changed (else 409 plan_stale saying what did) and the request still validates now."""
+    request = body if isinstance(body, OperationRequest) else OperationRequest.parse(body)
+    if request.dry_run:
+        raise errors.MalformedRequest(
+            "'plan_id' starts a planned operation: send it without dry_run (a dry run plans anew)"
+        )
+    with transaction.atomic():
+        stored = plans.plan_locked(user=user, plan_id=plan_id)
+        pipeline = stored.pipeline
+        # the fragments' rows, locked: their mapping cannot move between this check and the
+        # operation's insert (the runner records a new mapping on the same rows)
+        list(
+            Fragment.objects.select_for_update()
+            .filter(pipeline=pipeline, name__in=list(stored.mapping_versions))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        cluster = cluster_view(pipeline)
+        now = timezone.now()
+        changed = plans.plan_changes(
+            stored,
+            request=request,
+            cluster=cluster,
+            versions=plans.mapping_versions(pipeline, list(stored.mapping_versions)),
+            now=now,
+        )
+        if changed:
+            raise plans.plan_stale(plan_id, changed)
+        validate(request, cluster)  # whatever else changed: a worker cordoned, a fragment busy
+        op = _operation_create(
+            user=user,
+            pipeline=pipeline,
+            request=request,
+            plan=stored.plan_record(),
+            plan_id=plan_id,
+        )
+        plans.plan_use(stored, operation=op, now=now)
+    publish(CLUSTER_GROUP, Event.OPERATION_REQUESTED, operation_summary(op))
+    return op
+
+
+def _operation_create(
+    *,
+    user: Any,
+    pipeline: Pipeline,
+    request: OperationRequest,
+    plan: Plan,
+    plan_id: str | None = None,
+) -> RescaleOperation:
+    """The operation of a validated request and its plan, its fragments held, its steps
+    stored, audited and queued for the orchestrator once committed (in the caller's
+    transaction)."""
+    op = RescaleOperation.objects.create(
+        pipeline=pipeline,
+        requested_by=user if user is not None and user.is_authenticated else None,
+        changes={name: c.to_json() for name, c in request.changes.items()},
+        weighted=request.weighted,
+        reason=request.reason,
+        strategy=request.strategy,
+        granularity=request.granularity.to_json(),
+        plan=plan.stored_json(),
+        fragments=sorted(request.changes),
+    )
+    try:
+        with transaction.atomic():
+            for fragment in Fragment.objects.filter(pipeline=pipeline, name__in=request.changes):
+                OperationFragment.objects.create(operation=op, fragment=fragment)
+    except IntegrityError:
+        busy = (
+            OperationFragment.objects.filter(
+                active=True, fragment__pipeline=pipeline, fragment__name__in=request.changes
+            )
+            .select_related("operation", "fragment")
+            .first()
+        )
+        # another request won the race between validate and this insert: the same refusal
+        raise (
+            fragment_busy(busy.fragment.name, busy.operation.operation_id)
+            if busy
+            else errors.FragmentBusy("a fragment of the request is busy; try again")
+        ) from None
+    RescaleStep.objects.bulk_create(RescaleStep.planned(op, s) for s in plan.steps)
+    after: dict[str, Any] = {
+        "request": request.to_json(),
+        "reason": request.reason,
+        "steps": len(plan.steps),
+        "estimated_duration_s": op.plan.get("estimated_duration_s"),
+    }
+    if plan_id is not None:
+        after["plan_id"] = plan_id
+    audit_record(
+        actor=user,
+        action="operation.requested",
+        obj=(AuditObject.OPERATION, op.operation_id),
+        after=after,
+    )
+    transaction.on_commit(lambda: _enqueue_drive(op.id))
     return op
 
 

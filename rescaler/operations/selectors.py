@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.db.models import Avg
 from django.utils import timezone
@@ -57,6 +59,16 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
     )
 
 
+def parallel_units_open_to_vnodes() -> frozenset[int]:
+    """The PUs new vnodes may go to, in every pipeline: as ``ClusterView.open_to_vnodes``
+    decides (the rule validation and the planner apply), for the pages to offer only those."""
+    found: set[int] = set()
+    for pipeline in Pipeline.objects.all():
+        view = cluster_view(pipeline)
+        found.update(pu for pu in view.pu_worker if view.open_to_vnodes(pu))
+    return frozenset(found)
+
+
 def measured_rates(pipeline: Pipeline) -> dict[str, float]:
     """Transfer rate of recent live operations and the recent epoch duration, for estimates."""
     epoch_s = (
@@ -78,3 +90,45 @@ def measured_rates(pipeline: Pipeline) -> dict[str, float]:
         "bytes_per_s": sum(rates) / len(rates) if rates else DEFAULT_TRANSFER_BYTES_PER_S,
         "epoch_s": epoch_s or DEFAULT_EPOCH_S,
     }
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One measure of an operation (keys, bytes or vnodes): what the plan counted at the start
+    against what moved. Keys that arrive in a vnode while it moves move with it, so ``moved``
+    may pass ``planned``; those are ``arrived``, never a share of the plan over 100 %."""
+
+    planned: int
+    moved: int
+    arrived: int = 0
+
+    @property
+    def of_plan(self) -> int:
+        """What moved of what was planned (the arrivals left out)."""
+        return min(self.moved - self.arrived, self.planned)
+
+    @property
+    def share(self) -> float | None:
+        """``of_plan`` over ``planned`` (0..1); None when nothing was planned."""
+        return self.of_plan / self.planned if self.planned else None
+
+
+MOVED_MEASURES = ("keys", "bytes", "vnodes")
+
+
+def operation_moved(op: RescaleOperation) -> dict[str, Moved]:
+    """Keys, bytes and vnodes of the operation, planned against moved. A step that moved more
+    than planned carried new arrivals; one that moved less lost some on the way (a key deleted
+    meanwhile): only the surplus counts as arrived."""
+    fragments = (op.plan or {}).get("fragments", {}).values()
+    planned = {m: sum(int(f.get(f"{m}_moved", 0)) for f in fragments) for m in MOVED_MEASURES}
+    moved = {"keys": op.keys_moved, "bytes": op.bytes_moved, "vnodes": op.vnodes_moved}
+    surplus = {"keys": 0, "bytes": 0}
+    for step in op.steps.all():
+        surplus["keys"] += max(step.keys_moved - step.keys, 0)
+        surplus["bytes"] += max(step.bytes_moved - step.bytes, 0)
+    result = {}
+    for measure in MOVED_MEASURES:
+        over = max(surplus.get(measure, 0), moved[measure] - planned[measure], 0)
+        result[measure] = Moved(planned[measure], moved[measure], min(over, moved[measure]))
+    return result

@@ -52,6 +52,8 @@ RESCALER_STEP_TIMEOUT_S = env_float("RESCALER_STEP_TIMEOUT_S", 300.0)
 # unacknowledged for long); its lease lets another worker take over once it expires.
 RESCALER_DRIVE_BUDGET_S = env_float("RESCALER_DRIVE_BUDGET_S", 60.0)
 RESCALER_LEASE_S = env_float("RESCALER_LEASE_S", 15.0)
+# A dry run's plan_id starts its plan for this long (docs/api.md, "A binding dry run").
+RESCALER_PLAN_TTL_S = env_float("RESCALER_PLAN_TTL_S", 900.0)
 
 # --- Django -------------------------------------------------------------------------------------
 INSTALLED_APPS = [

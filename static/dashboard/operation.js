@@ -19,20 +19,12 @@
 
 
   // --- rendering ---------------------------------------------------------------------------
-  function totals(op) {
-    const frags = Object.values((op.plan && op.plan.fragments) || {});
-    return {
-      keys: frags.reduce((n, f) => n + (f.keys_moved || 0), 0),
-      bytes: frags.reduce((n, f) => n + (f.bytes_moved || 0), 0),
-      vnodes: frags.reduce((n, f) => n + (f.vnodes_moved || 0), 0),
-    };
-  }
-
-  function bar(id, value, max, text) {
+  // moved against planned, as the server words it (op.moved: never a share over 100 %)
+  function bar(id, figures) {
     const b = $(`${id}-bar`);
-    b.max = Math.max(max, 1);
-    b.value = Math.min(value, b.max);
-    $(`${id}-text`).textContent = text;
+    b.max = 1;
+    b.value = figures.share || 0;
+    $(`${id}-text`).textContent = figures.text;
   }
 
   function renderHeader(op) {
@@ -46,11 +38,10 @@
     outcome.hidden = !op.outcome;
     outcome.textContent = op.outcome ? `Outcome: ${op.outcome}${op.error_code ? ` (${op.error_code})` : ""}` : "";
 
-    const t = totals(op);
-    const pct = (v, m) => (m ? ` (${Math.round((100 * v) / m)} %)` : "");
-    bar("keys", op.keys_moved, t.keys, `${number(op.keys_moved)} of ${number(t.keys)}${pct(op.keys_moved, t.keys)}`);
-    bar("bytes", op.bytes_moved, t.bytes, `${bytes(op.bytes_moved)} of ${bytes(t.bytes)}${pct(op.bytes_moved, t.bytes)}`);
-    bar("vnodes", op.vnodes_moved, t.vnodes, `${number(op.vnodes_moved)} of ${number(t.vnodes)}${pct(op.vnodes_moved, t.vnodes)}`);
+    bar("keys", op.moved.keys);
+    bar("bytes", op.moved.bytes);
+    bar("vnodes", op.moved.vnodes);
+    const keys = op.moved.keys;
     const started = op.started_at ? Date.parse(op.started_at) : null;
     const ended = op.finished_at ? Date.parse(op.finished_at) : Date.now();
     const elapsed = started ? (ended - started) / 1000 : null;
@@ -59,7 +50,7 @@
       $("rate-text").textContent = `${number(Math.round(rate))} keys/s`;
       $("eta-text").textContent = FINAL.has(op.status)
         ? `took ${duration(elapsed)}`
-        : `ETA ${duration(Math.max(t.keys - op.keys_moved, 0) / rate)}`;
+        : `ETA ${duration(Math.max(keys.planned - keys.moved + keys.arrived, 0) / rate)}`;
     } else {
       $("rate-text").textContent = "–";
       $("eta-text").textContent = elapsed ? `${FINAL.has(op.status) ? "took" : "running for"} ${duration(elapsed)}` : "not started";

@@ -1,7 +1,8 @@
 // Rescaler console: the rescale form. It speaks to the REST API itself (POST
 // /api/v1/operations, first with dry_run), so the page and automation share one path: the same
 // parser, validation, refusals and audit. The plan is drawn against the current placement
-// before anything moves; a refusal is shown next to the field it concerns.
+// before anything moves; Start sends the dry run's plan_id, so the operation is exactly the
+// plan shown (or refused with plan_stale); a refusal is shown next to the field it concerns.
 (function () {
   "use strict";
 
@@ -23,7 +24,7 @@
   const number = (v) => window.rescalerFormat.number(v || 0);
 
   let form;
-  let previewed = null; // the body whose dry run is shown; Start sends exactly it
+  let previewed = null; // the body whose dry run is shown, with its plan_id: Start sends it
 
   function fragmentPus() {
     const option = $("fragment").selectedOptions[0];
@@ -94,11 +95,18 @@
     $("form-error").hidden = true;
   }
 
-  function showError(code, detail) {
-    let field = FIELD_OF_CODE[code];
-    if (!field && /granularity/.test(detail || "")) field = "granularity";
-    if (!field && /reason/.test(detail || "")) field = "reason";
-    if (!field && /strategy/.test(detail || "")) field = "strategy";
+  function fieldOf(code, detail, about) {
+    // a refusal about the plan_id (plan_stale, unknown_plan) concerns no field of the form
+    if (about === "plan_id") return null;
+    if (FIELD_OF_CODE[code]) return FIELD_OF_CODE[code];
+    if (/granularity/.test(detail || "")) return "granularity";
+    if (/reason/.test(detail || "")) return "reason";
+    if (/strategy/.test(detail || "")) return "strategy";
+    return null;
+  }
+
+  function showError(code, detail, about) {
+    const field = fieldOf(code, detail, about);
     const box = field && form.querySelector(`.field[data-field="${field}"]`);
     const text = `${code}: ${detail}`;
     if (box) {
@@ -116,6 +124,7 @@
 
   function invalidate() {
     previewed = null;
+    $("plan-card").classList.remove("stale");
     $("start").disabled = true;
     $("form-state").textContent = "";
   }
@@ -197,14 +206,16 @@
     const { ok, data } = await post(payload);
     $("form-state").textContent = "";
     if (!ok) {
-      showError(data.code, data.detail);
+      showError(data.code, data.detail, data.field);
       $("plan-card").hidden = true;
       return;
     }
     renderPlan(data);
-    previewed = { ...payload, dry_run: false };
+    $("plan-card").classList.remove("stale");
+    previewed = { ...payload, dry_run: false, plan_id: data.plan_id };
     $("start").disabled = false;
-    $("form-state").textContent = "Check the plan, then start it.";
+    const until = new Date(data.expires_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    $("form-state").textContent = `Check the plan, then start it (this plan can be started until ${until}).`;
   }
 
   async function start() {
@@ -215,7 +226,13 @@
     const { ok, data } = await post(previewed);
     if (!ok) {
       $("form-state").textContent = "";
-      showError(data.code, data.detail);
+      if (data.code === "plan_stale") {
+        // the plan shown is not what would run: never start another one behind its back
+        invalidate();
+        $("plan-card").classList.add("stale");
+        $("form-state").textContent = "Preview the plan again.";
+      }
+      showError(data.code, data.detail, data.field);
       return;
     }
     window.location.assign(`/operations/${encodeURIComponent(data.operation_id)}/`);

@@ -33,7 +33,13 @@ pytestmark = [
     pytest.mark.timeout(1500),
 ]
 
-LATENCY_JSON = REPO / "bench" / "results" / "console_latency.json"
+# Tests write only under var/: a run of the suite on a loaded machine must not replace the
+# committed figure (bench/results/console_latency.json), which is refreshed on purpose, on a
+# quiet machine, by pointing this variable at it (README, "Benchmarks").
+LATENCY_JSON = Path(
+    os.environ.get("RESCALER_CONSOLE_LATENCY_JSON")
+    or REPO / "var" / "test-results" / "console_latency.json"
+)
 
 
 def request_from_page(page: Any, live_url: str, target: int, preset: str, reason: str) -> str:

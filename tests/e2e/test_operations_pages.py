@@ -7,11 +7,17 @@ from typing import Any
 
 import pytest
 
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation
 from rescaler.operations.requests import operation_request
 from tests.e2e.conftest import screenshot, sign_in
 from tests.e2e.test_cluster_page import as_the_runner
-from tests.unit.api.fixtures import FRAGMENT, make_user, register_cluster, request_body
+from tests.unit.api.fixtures import (
+    FRAGMENT,
+    make_user,
+    move_the_mapping,
+    register_cluster,
+    request_body,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -54,10 +60,26 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
     assert RescaleOperation.objects.count() == 0, "a preview creates nothing"
     screenshot(page, "rescale-plan")
 
+    # the placement moves after the preview: Start is refused, never a plan the page did not show
+    as_the_runner(move_the_mapping)
+    page.get_by_role("button", name="Start rescale").click()
+    refusal = page.locator("#form-error")
+    refusal.wait_for()
+    assert "plan_stale" in refusal.inner_text() and "version 1 to 2" in refusal.inner_text()
+    assert page.get_by_role("button", name="Start rescale").is_disabled()
+    assert RescaleOperation.objects.count() == 0
+
+    # previewed again, against the new placement, the plan shown is the plan started
+    page.get_by_role("button", name="Preview plan").click()
+    page.get_by_text("Check the plan, then start it").wait_for()
+    shown = OperationPlan.objects.order_by("-created_at").first()
+    assert shown is not None and shown.mapping_versions == {FRAGMENT: 2}
     page.get_by_role("button", name="Start rescale").click()
     page.wait_for_url(f"{live_url}/operations/*/")
     op = RescaleOperation.objects.get()
     assert page.url.endswith(f"/operations/{op.operation_id}/")
+    shown.refresh_from_db()
+    assert shown.operation == op, "Start sent the plan_id of the plan it showed"
     requested = AuditEvent.objects.get(action="operation.requested")
     assert requested.actor_name == "operator"
     assert (requested.after or {}).get("reason") == "e2e: more room for the evening peak"
@@ -127,3 +149,39 @@ def test_a_viewer_sees_no_enabled_action(browser: Any, live_url: str, cluster: N
     page.goto(f"{live_url}/operations/{made[0].operation_id}/")
     page.locator("#live-state:text('live')").wait_for()
     assert page.get_by_role("button", name="Cancel operation").count() == 0
+
+
+@pytest.mark.parametrize("path", ["operation", "/rescale/", "/operations/", "/"])
+def test_pages_fit_a_phone_without_scrolling_sideways(
+    browser: Any, live_url: str, cluster: None, path: str
+) -> None:
+    """At 390 px (a phone), no page is wider than the screen: wide tables scroll in their own
+    box, long words and codes wrap."""
+    made: list[RescaleOperation] = []
+
+    def request() -> None:
+        operator = make_user("phone-operator", rescale=True)
+        body = {**request_body(added_parallel_units=[2, 3]), "reason": "x" * 120}
+        op = operation_request(user=operator, body=body)
+        assert isinstance(op, RescaleOperation)
+        made.append(op)
+
+    as_the_runner(request)
+    page = sign_in(browser, live_url, "phone", perms=("rescale",))
+    page.set_viewport_size({"width": 390, "height": 844})
+    failed: list[str] = []  # a missing favicon, script or style would be one
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    url = f"/operations/{made[0].operation_id}/" if path == "operation" else path
+    page.goto(f"{live_url}{url}")
+    if path == "operation":
+        page.locator("#live-state:text('live')").wait_for()
+        page.locator("#steps tr").first.wait_for()
+    widths = page.evaluate(
+        "({doc: document.documentElement.scrollWidth, view: window.innerWidth,"
+        " wide: [...document.querySelectorAll('body *')].filter((e) =>"
+        " e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest('.matrix-wrap'))"
+        ".slice(0, 5).map((e) => e.tagName + '#' + e.id + '.' + e.className)})"
+    )
+    screenshot(page, f"phone-{path.strip('/') or 'cluster'}")
+    assert widths["doc"] <= widths["view"], widths
+    assert failed == []

@@ -10,8 +10,10 @@ from django.test import Client
 
 from dashboard.api.selectors import cluster_info
 from dashboard.console import cluster_matrix, skew
+from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
+from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from tests.unit.api.fixtures import make_user, register_cluster, request_body
 
 pytestmark = pytest.mark.django_db
@@ -72,3 +74,65 @@ def test_the_matrix_counts_vnodes_per_pu_and_its_skew(signed_in: Client) -> None
     page = signed_in.get("/partials/matrix").content.decode()
     assert "reads" in page and "JetStream stream WORDS" in page and "table counts" in page
     assert skew([]) is None and skew([0, 0]) is None and skew([3, 1]) == 1.5
+
+
+@pytest.mark.parametrize("url", ["/", "/rescale/", "/operations/", "/accounts/login/"])
+def test_every_page_names_its_icon_and_favicon_ico_is_served(client: Client, url: str) -> None:
+    if url != "/accounts/login/":
+        register_cluster(vnodes=16, initial_pus=(0, 1))
+        client.force_login(make_user("someone"))
+    page = client.get(url).content.decode()
+    assert '<link rel="icon" href="/static/dashboard/favicon.svg" type="image/svg+xml">' in page
+    icon = client.get("/static/dashboard/favicon.svg")
+    assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in b"".join(icon.streaming_content)
+    # pages that name no icon (the admin, the API docs) make browsers ask for /favicon.ico
+    legacy = client.get("/favicon.ico")
+    assert legacy.status_code == 302 and legacy["Location"] == "/static/dashboard/favicon.svg"
+
+
+def test_history_shows_the_reason_and_numbers_as_the_other_pages_print_them(
+    signed_in: Client,
+) -> None:
+    user: Any = signed_in.get("/").wsgi_request.user
+    body = {**request_body(added_parallel_units=[2]), "reason": "evening <peak> & sale"}
+    op = operation_request(user=user, body=body)
+    assert isinstance(op, RescaleOperation)
+    RescaleOperation.objects.filter(pk=op.pk).update(
+        vnodes_moved=4, keys_moved=34467, bytes_moved=2_936_012
+    )
+    page = signed_in.get("/operations/").content.decode()
+    assert "<th>Reason</th>" in page
+    assert '<td class="reason">evening &lt;peak&gt; &amp; sale</td>' in page
+    assert '<td class="num">34,467</td>' in page and '<td class="num">2.8 MB</td>' in page
+    # the CSV keeps raw numbers
+    csv = signed_in.get("/api/v1/operations", {"format": "csv"})
+    text = b"".join(csv.streaming_content).decode()
+    assert ",34467,2936012," in text
+
+
+def _add_box(page: str, pu: int) -> str:
+    start = page.index(f'<input type="checkbox" name="add" value="{pu}"')
+    return page[start : page.index(">", start) + 1]
+
+
+def test_the_rescale_page_offers_only_the_pus_the_cluster_view_opens_to_vnodes(
+    client: Client,
+) -> None:
+    """Which PU may take vnodes is ClusterView.open_to_vnodes alone: the page disables the
+    others (a cordoned or draining worker's, a lost PU), as validation would refuse them."""
+    register_cluster(
+        vnodes=16,
+        initial_pus=(0, 1),
+        workers={"w1": [0, 1], "w2": [2], "w3": [3], "w4": [4], "w5": [5]},
+    )
+    Worker.objects.filter(name="w2").update(status="cordoned")
+    Worker.objects.filter(name="w4").update(status="draining")
+    ParallelUnit.objects.filter(number=5).update(status="lost")
+    assert parallel_units_open_to_vnodes() == {0, 1, 3}
+    client.force_login(make_user("someone", rescale=True))
+    page = client.get("/rescale/").content.decode()
+    for pu in (2, 4, 5):
+        assert "disabled" in _add_box(page, pu), pu
+    for pu in (0, 1, 3):
+        assert "disabled" not in _add_box(page, pu), pu

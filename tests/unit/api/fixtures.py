@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from rescaler.cluster import services as cluster_services
-from rescaler.cluster.models import Pipeline
+from rescaler.cluster.models import Fragment, Pipeline
 from workers.control import EpochReport, PuLoad, Topology
 from workers.pipeline.placement import VnodeMapping
 
@@ -84,6 +84,14 @@ def register_cluster(
         pipeline=PIPELINE, epoch=max(epochs - 1, 0), status="running", spark={"alive": True}
     )
     return Pipeline.objects.get(pk=pipeline.pk)
+
+
+def move_the_mapping(version: int = 2) -> None:
+    """The runner records a new mapping of word_count (as after another operation): half of
+    the vnodes change PU, each of PUs 0 and 1 keeps 8 of 16."""
+    fragment = Fragment.objects.get(pipeline__name=PIPELINE, name=FRAGMENT)
+    mapping = [1] * (fragment.vnodes // 2) + [0] * (fragment.vnodes - fragment.vnodes // 2)
+    cluster_services.mapping_record(fragment=fragment, version=version, mapping=mapping)
 
 
 def make_user(username: str, *, rescale: bool = False) -> Any:

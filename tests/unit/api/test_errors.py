@@ -7,6 +7,7 @@ from django.http import Http404
 from rest_framework import exceptions
 
 from dashboard.api.errors import STATUS_BY_CODE, ApiError, exception_handler
+from rescaler.operations.plans import PlanError, PlanStale
 from rescaler.operations.requests import OperationFinal
 from workers.rescale import errors
 
@@ -25,9 +26,11 @@ def _refusals() -> list[type[errors.RescaleError]]:
 
 @pytest.mark.parametrize("cls", _refusals(), ids=lambda c: c.__name__)
 def test_every_rescale_error_has_its_code_and_a_4xx(cls: type[errors.RescaleError]) -> None:
-    response = exception_handler(cls("why"), CONTEXT)
+    exc = cls("why")
+    response = exception_handler(exc, CONTEXT)
     assert response is not None
-    assert response.data == {"code": cls.code, "detail": "why"}
+    extra = exc.details() if isinstance(exc, PlanError) else {}
+    assert response.data == {"code": cls.code, "detail": "why", **extra}
     assert response.status_code == STATUS_BY_CODE.get(cls.code, 400)
 
 
@@ -36,6 +39,15 @@ def test_conflicts_and_not_found() -> None:
     assert exception_handler(OperationFinal("x"), CONTEXT).status_code == 409
     assert exception_handler(errors.UnknownOperation("x"), CONTEXT).status_code == 404
     assert exception_handler(errors.UnknownFragment("x"), CONTEXT).status_code == 400
+
+
+def test_a_plan_refusal_names_its_field_and_what_changed() -> None:
+    changed = [{"what": "mapping_version", "fragment": "f", "planned": 1, "now": 2}]
+    response = exception_handler(PlanStale("stale", changed), CONTEXT)
+    assert response is not None and response.status_code == 409
+    assert response.data == {
+        "code": "plan_stale", "detail": "stale", "field": "plan_id", "changed": changed,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

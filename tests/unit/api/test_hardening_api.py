@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from dashboard.api.csv import csv_lines
 from rescaler.cluster.models import Pipeline
 from rescaler.operations.models import RescaleOperation
 from tests.unit.api.fixtures import FRAGMENT
@@ -331,3 +332,28 @@ def test_the_schema_offers_operations_as_csv(viewer_client: APIClient) -> None:
     schema = viewer_client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     content = schema.json()["paths"]["/api/v1/operations"]["get"]["responses"]["200"]["content"]
     assert set(content) == {"application/json", "text/csv"}
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        ("=HYPERLINK(1)", "'=HYPERLINK(1)"),
+        ("+1", "'+1"),
+        ("-2+3", "'-2+3"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("  =1+1", "'  =1+1"),  # leading blanks that a spreadsheet may strip
+        ("\t=1", "'\t=1"),
+        ("\r\n=1", "'\r\n=1"),
+        ("\uff1d1+1", "'\uff1d1+1"),  # a full-width equals sign
+        ("more room", "more room"),
+        ("a=b", "a=b"),
+        (-3, "-3"),  # numbers stay raw
+        (12345, "12345"),
+        (-0.5, "-0.5"),
+        (None, ""),
+        (["-x"], '["-x"]'),
+    ],
+)
+def test_csv_text_cells_never_start_a_formula_and_numbers_stay_raw(value: Any, cell: str) -> None:
+    rows = list(csv.reader(io.StringIO("".join(csv_lines(["c"], [[value]])))))
+    assert rows == [["c"], [cell]]

@@ -14,7 +14,13 @@ from rescaler.cluster.models import Pipeline, RunnerCommand
 from rescaler.operations import drive
 from rescaler.operations import requests as operation_requests
 from rescaler.operations.audit import audit_record
-from rescaler.operations.models import AuditEvent, OperationFragment, RescaleOperation, RescaleStep
+from rescaler.operations.models import (
+    AuditEvent,
+    OperationFragment,
+    OperationPlan,
+    RescaleOperation,
+    RescaleStep,
+)
 from rescaler.operations.progress import operation_progress_record
 from rescaler.operations.requests import OperationFinal, operation_cancel, operation_request
 from workers.control import Topology
@@ -79,8 +85,13 @@ def body(**change: Any) -> dict[str, Any]:
 
 
 def test_dry_run_returns_the_plan_and_creates_nothing(cluster: Pipeline, user: Any) -> None:
-    plan = operation_request(user=user, body={**body(added_parallel_units=[2, 3]), "dry_run": True})
-    assert isinstance(plan, Plan)
+    stored = operation_request(
+        user=user, body={**body(added_parallel_units=[2, 3]), "dry_run": True}
+    )
+    assert isinstance(stored, OperationPlan), "a dry run keeps its plan under a plan_id"
+    assert stored.requested_by == user and stored.mapping_versions == {"word_count": 1}
+    plan = stored.plan_record()
+    assert isinstance(plan, Plan) and plan.to_json() == stored.plan
     data = plan.to_json()["fragments"]["word_count"]
     assert data["vnodes_moved"] == 8
     assert data["balance_after"]["vnodes_per_pu"] == {"0": 4, "1": 4, "2": 4, "3": 4}
@@ -269,4 +280,4 @@ def test_re_registering_the_topology_keeps_the_runner_alive(cluster: Pipeline, u
     cluster_services.topology_register(topology=topology)
     assert Pipeline.objects.get(pk=cluster.pk).status == "running"
     plan = operation_request(user=user, body={**body(added_parallel_units=[3]), "dry_run": True})
-    assert isinstance(plan, Plan)
+    assert isinstance(plan, OperationPlan)

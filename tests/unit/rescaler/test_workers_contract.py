@@ -16,6 +16,7 @@ from rescaler.cluster.control import OrmControl
 from rescaler.cluster.models import ParallelUnit, RunnerCommand, Worker
 from rescaler.operations import drive
 from rescaler.operations import requests as operation_requests
+from rescaler.operations.models import OperationPlan
 from rescaler.operations.requests import operation_request
 from workers.control import Topology
 from workers.membership import ExecutorSeen, Membership
@@ -84,7 +85,8 @@ def test_join_drain_decommission_and_loss(
         user=user,
         body={"changes": {"word_count": {"added_parallel_units": [4]}}, "dry_run": True},
     )
-    assert plan.to_json()["fragments"]["word_count"]["parallel_units_after"] == [0, 1, 2, 3, 4]
+    assert isinstance(plan, OperationPlan)
+    assert plan.plan["fragments"]["word_count"]["parallel_units_after"] == [0, 1, 2, 3, 4]
 
     # drain w2: one operation removes PUs 2 and 3; the runner moves the vnodes (simulated)
     drain = worker_services.worker_drain(user=user, name="w2", reason="scale down")

@@ -1,0 +1,254 @@
+"""A binding dry run: POST /api/v1/operations with the plan_id of a dry run starts exactly that
+plan, or answers 409 plan_stale with what changed (docs/api.md, "A binding dry run")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from rescaler.cluster import services as cluster_services
+from rescaler.cluster.models import Fragment, ParallelUnit, Pipeline, Worker
+from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation
+from tests.unit.api.fixtures import (
+    FRAGMENT,
+    PIPELINE,
+    make_user,
+    move_the_mapping,
+    request_body,
+    token_client,
+)
+from workers.control import EpochReport, PuLoad
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/operations"
+
+
+def dry_run(client: APIClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(URL, {**body, "dry_run": True}, format="json")
+    assert response.status_code == 200, response.content
+    return dict(response.json())
+
+
+def start(client: APIClient, body: dict[str, Any], plan_id: str) -> Any:
+    return client.post(URL, {**body, "plan_id": plan_id}, format="json")
+
+
+def skew_the_load(vnodes: int = 16) -> None:
+    """A new epoch whose per-vnode load differs from the one planned against (the mapping does
+    not move): a plan made now would differ from the dry run's."""
+    cluster_services.epoch_record(
+        report=EpochReport(
+            pipeline=PIPELINE,
+            epoch=5,
+            rows=10,
+            malformed=0,
+            duration_s=0.2,
+            committed_at=time.time(),
+            source_offset={"offset": 99},
+            per_pu=[PuLoad(FRAGMENT, pu, rows=5, keys=1, bytes=1) for pu in (0, 1)],
+            per_vnode={FRAGMENT: {v: (1000 * (v + 1), 50_000 * (v + 1)) for v in range(vnodes)}},
+            mapping_versions={FRAGMENT: 1},
+        )
+    )
+
+
+def stale(response: Any) -> list[dict[str, Any]]:
+    assert response.status_code == 409, response.content
+    error = response.json()
+    assert error["code"] == "plan_stale" and error["field"] == "plan_id", error
+    assert "Plan again" in error["detail"]
+    return list(error["changed"])
+
+
+def test_a_dry_run_answers_a_plan_id_bound_to_its_mapping_versions(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    plan = dry_run(operator_client, request_body(added_parallel_units=[2, 3]))
+    assert len(plan["plan_id"]) == 32
+    assert plan["mapping_versions"] == {FRAGMENT: 1}
+    expires = dt.datetime.fromisoformat(plan["expires_at"])
+    assert dt.timedelta(minutes=14) < expires - timezone.now() <= dt.timedelta(minutes=15)
+    stored = OperationPlan.objects.get(plan_id=plan["plan_id"])
+    assert stored.requested_by.username == "operator" and stored.used_at is None
+    assert stored.request["dry_run"] is False
+    assert not RescaleOperation.objects.exists()
+    assert not AuditEvent.objects.exists(), "a dry run still changes nothing in the cluster"
+
+
+def test_plan_id_starts_exactly_the_plan_shown_not_a_new_one(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    body = {**request_body(added_parallel_units=[2, 3]), "weighted": True, "reason": "peak"}
+    shown = dry_run(operator_client, body)
+    skew_the_load()
+    replanned = dry_run(operator_client, body)
+    assert replanned["steps"] != shown["steps"], "the new load makes a different plan"
+
+    response = start(operator_client, body, shown["plan_id"])
+    assert response.status_code == 202, response.content
+    op = response.json()
+    assert [{k: s[k] for k in shown["steps"][0]} for s in op["steps"]] == shown["steps"]
+    assert op["plan"]["fragments"] == shown["fragments"]
+    assert op["plan"]["estimated_duration_s"] == shown["estimated_duration_s"]
+    stored = OperationPlan.objects.get(plan_id=shown["plan_id"])
+    assert stored.used_at is not None and stored.operation.operation_id == op["operation_id"]
+    requested = AuditEvent.objects.get(action="operation.requested")
+    assert requested.after["plan_id"] == shown["plan_id"]
+    assert requested.after["reason"] == "peak"
+
+
+def test_a_plan_is_stale_once_its_fragments_mapping_moved(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    body = request_body(added_parallel_units=[2, 3])
+    plan = dry_run(operator_client, body)
+    move_the_mapping(version=2)
+    changed = stale(start(operator_client, body, plan["plan_id"]))
+    assert changed == [
+        {"what": "mapping_version", "fragment": FRAGMENT, "planned": 1, "now": 2},
+    ]
+    assert not RescaleOperation.objects.exists() and not AuditEvent.objects.exists()
+    assert OperationPlan.objects.get(plan_id=plan["plan_id"]).used_at is None
+    # a new dry run binds to the new version and starts
+    fresh = dry_run(operator_client, body)
+    assert fresh["mapping_versions"] == {FRAGMENT: 2}
+    assert start(operator_client, body, fresh["plan_id"]).status_code == 202
+
+
+def test_a_plan_is_stale_once_its_fragments_parallel_units_changed(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    body = request_body(added_parallel_units=[2])
+    plan = dry_run(operator_client, body)
+    Fragment.objects.get(name=FRAGMENT).parallel_units.remove(ParallelUnit.objects.get(number=1))
+    assert stale(start(operator_client, body, plan["plan_id"])) == [
+        {"what": "parallel_units", "fragment": FRAGMENT, "planned": [0, 1], "now": [0]},
+    ]
+
+
+def test_an_expired_plan_is_stale(
+    operator_client: APIClient, cluster: Pipeline, settings: Any
+) -> None:
+    body = request_body(added_parallel_units=[2])
+    plan = dry_run(operator_client, body)
+    gone = timezone.now() - dt.timedelta(seconds=1)
+    OperationPlan.objects.filter(plan_id=plan["plan_id"]).update(expires_at=gone)
+    (change,) = stale(start(operator_client, body, plan["plan_id"]))
+    assert change == {"what": "expired", "at": gone.isoformat()}
+    # the time to live is a setting
+    settings.RESCALER_PLAN_TTL_S = 60
+    short = dry_run(operator_client, body)
+    left = dt.datetime.fromisoformat(short["expires_at"]) - timezone.now()
+    assert dt.timedelta(seconds=50) < left <= dt.timedelta(seconds=60)
+
+
+def test_a_plan_starts_once(operator_client: APIClient, cluster: Pipeline) -> None:
+    body = request_body(added_parallel_units=[2])
+    plan = dry_run(operator_client, body)
+    first = start(operator_client, body, plan["plan_id"])
+    assert first.status_code == 202
+    operation_id = first.json()["operation_id"]
+    changed = stale(start(operator_client, body, plan["plan_id"]))
+    assert changed[0]["what"] == "used" and changed[0]["operation_id"] == operation_id
+    assert RescaleOperation.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ({"changes": {FRAGMENT: {"added_parallel_units": [3]}}}, "changes"),
+        ({"granularity": "all_at_once"}, "granularity"),
+        ({"strategy": "stop_start"}, "strategy"),
+        ({"weighted": True}, "weighted"),
+        ({"reason": "another reason"}, "reason"),
+    ],
+)
+def test_a_body_that_is_not_the_planned_one_is_stale(
+    operator_client: APIClient, cluster: Pipeline, edit: dict[str, Any], field: str
+) -> None:
+    body = {**request_body(added_parallel_units=[2]), "reason": "planned"}
+    plan = dry_run(operator_client, body)
+    (change,) = stale(start(operator_client, {**body, **edit}, plan["plan_id"]))
+    assert change["what"] == "body" and change["field"] == field
+    assert change["planned"] != change["sent"]
+    assert not RescaleOperation.objects.exists()
+
+
+def test_the_same_request_written_differently_is_the_planned_one(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    """The body is compared as parsed: a preset and its object, a default and its absence."""
+    body = {"changes": {FRAGMENT: {"added_parallel_units": [2]}}, "granularity": "batched"}
+    plan = dry_run(operator_client, body)
+    spelled_out = {
+        "changes": {FRAGMENT: {"added_parallel_units": [2], "removed_parallel_units": []}},
+        "granularity": {"vnodes_per_step": 8, "steps_in_flight": 2},
+        "strategy": "live",
+        "weighted": False,
+        "dry_run": False,
+    }
+    assert start(operator_client, spelled_out, plan["plan_id"]).status_code == 202
+
+
+@pytest.mark.parametrize("plan_id", ["0" * 32, "f" * 32])
+def test_an_unknown_plan_id_is_refused(
+    operator_client: APIClient, cluster: Pipeline, plan_id: str
+) -> None:
+    response = start(operator_client, request_body(added_parallel_units=[2]), plan_id)
+    assert response.status_code == 400, response.content
+    error = response.json()
+    assert error["code"] == "unknown_plan" and error["field"] == "plan_id"
+    assert plan_id in error["detail"]
+
+
+def test_another_users_plan_is_unknown(operator_client: APIClient, cluster: Pipeline) -> None:
+    body = request_body(added_parallel_units=[2])
+    plan = dry_run(operator_client, body)
+    other = token_client(make_user("other", rescale=True))
+    assert start(other, body, plan["plan_id"]).json()["code"] == "unknown_plan"
+    assert start(operator_client, body, plan["plan_id"]).status_code == 202
+
+
+@pytest.mark.parametrize("plan_id", ["abc", "G" * 32, 12, None, "A" * 32, ["x"]])
+def test_a_malformed_plan_id_is_malformed(
+    operator_client: APIClient, cluster: Pipeline, plan_id: Any
+) -> None:
+    response = start(operator_client, request_body(added_parallel_units=[2]), plan_id)
+    assert response.status_code == 400
+    assert response.json()["code"] == "malformed_request"
+
+
+def test_plan_id_with_dry_run_is_malformed(operator_client: APIClient, cluster: Pipeline) -> None:
+    body = request_body(added_parallel_units=[2])
+    plan = dry_run(operator_client, body)
+    response = start(operator_client, {**body, "dry_run": True}, plan["plan_id"])
+    assert response.status_code == 400
+    assert response.json()["code"] == "malformed_request" and "plan_id" in response.json()["detail"]
+
+
+def test_a_fresh_plan_is_still_validated_when_it_starts(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    """What the plan is not bound to is checked as for any request: a target PU's worker
+    cordoned since the dry run is refused with its own code, and the plan stays unused."""
+    body = request_body(added_parallel_units=[2])
+    plan = dry_run(operator_client, body)
+    Worker.objects.filter(name="local-0").update(status="cordoned")
+    response = start(operator_client, body, plan["plan_id"])
+    assert response.status_code == 400 and response.json()["code"] == "worker_not_active"
+    assert OperationPlan.objects.get(plan_id=plan["plan_id"]).used_at is None
+
+
+def test_a_request_without_plan_id_plans_and_starts_as_before(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    response = operator_client.post(URL, request_body(added_parallel_units=[2]), format="json")
+    assert response.status_code == 202
+    assert "plan_id" not in AuditEvent.objects.get(action="operation.requested").after
+    assert not OperationPlan.objects.exists()
