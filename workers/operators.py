@@ -193,6 +193,14 @@ class Count(KeyedOperator):
         return self.form.pack(state)
 
 
+def canonical_nan(value: float) -> float:
+    """Every NaN as the one quiet NaN Python makes. IEEE 754 leaves the sign and payload of a
+    NaN produced by arithmetic (inf - inf) unspecified, and Arrow's SIMD sums produce either
+    sign from run to run: without this, a replayed or vectorised epoch could store other bytes
+    for the same value (the vectorised path does the same, ``workers.vectorised``)."""
+    return float("nan") if value != value else value
+
+
 class _ColumnAggregate(KeyedOperator):
     """Sum/min/max of one numeric column per key, combined in Arrow first."""
 
@@ -218,7 +226,7 @@ class _ColumnAggregate(KeyedOperator):
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         part = float(records[0][0])
-        new = part if state is None else self._fold(state, part)
+        new = canonical_nan(part if state is None else self._fold(state, part))
         return new, [(key, new)]
 
     def describe(self) -> str:
@@ -271,7 +279,8 @@ class Mean(KeyedOperator):
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         total, count = state or (0.0, 0)
-        total, count = total + float(records[0][0]), count + int(records[0][1])
+        total = canonical_nan(total + float(records[0][0]))
+        count = count + int(records[0][1])
         return [total, count], [(key, total / count)]
 
     def to_json(self, state: Any) -> Any:

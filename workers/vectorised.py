@@ -92,11 +92,17 @@ def _fold_count(
     return [new], [new]
 
 
+def _canonical_nan(values: np.ndarray) -> np.ndarray:
+    """NaNs as the one quiet NaN (``workers.operators.canonical_nan``: the per-key path)."""
+    nans = np.isnan(values)
+    return np.where(nans, np.float64(np.nan), values) if nans.any() else values
+
+
 def _fold_sum(
     op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     part = parts[0].astype(np.float64)
-    new = np.where(present, old[0] + part, part)
+    new = _canonical_nan(np.where(present, old[0] + part, part))
     return [new], [new]
 
 
@@ -105,7 +111,7 @@ def _fold_min(
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     part = parts[0].astype(np.float64)
     # min(state, part) keeps the state unless part < state (NaN included): not np.minimum
-    new = np.where(~present | (part < old[0]), part, old[0])
+    new = _canonical_nan(np.where(~present | (part < old[0]), part, old[0]))
     return [new], [new]
 
 
@@ -113,14 +119,14 @@ def _fold_max(
     op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     part = parts[0].astype(np.float64)
-    new = np.where(~present | (part > old[0]), part, old[0])
+    new = _canonical_nan(np.where(~present | (part > old[0]), part, old[0]))
     return [new], [new]
 
 
 def _fold_mean(
     op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    total = np.where(present, old[0], 0.0) + parts[0].astype(np.float64)
+    total = _canonical_nan(np.where(present, old[0], 0.0) + parts[0].astype(np.float64))
     count = np.where(present, old[1], 0) + parts[1]
     return [total, count], [total / count]
 

@@ -322,3 +322,17 @@ def test_an_unknown_state_version_is_refused_on_both_paths() -> None:
 
         with pytest.raises(StateVersionError, match="state version"):
             apply_batch(op, table, read)
+
+
+def test_a_nan_made_by_arithmetic_is_stored_as_the_one_quiet_nan() -> None:
+    """inf + -inf is a NaN whose sign IEEE 754 leaves open (x86 makes it negative, Arrow's SIMD
+    sums either): both paths store the same canonical bits, so a replay or the other path never
+    writes other bytes for the same value."""
+    from workers.operators import Sum
+    from workers.vectorised import _fold_sum
+
+    canonical = np.array([np.nan]).view(np.int64)[0]
+    state, _ = Sum("v").update("a", float("inf"), [(float("-inf"),)])
+    assert np.array([state]).view(np.int64)[0] == canonical
+    new, _ = _fold_sum(Sum("v"), np.array([True]), [np.array([np.inf])], [np.array([-np.inf])])
+    assert new[0].view(np.int64) == canonical
