@@ -342,11 +342,17 @@ class Snapshots:
             if time.monotonic() > deadline:
                 raise SnapshotError(f"Spark did not commit epoch {epoch} in {self.commit_wait_s}s")
             time.sleep(0.05)
-        return {
+        files = {
             "metadata": (checkpoint / "metadata").read_text("utf-8"),
             "offsets": (checkpoint / "offsets" / str(epoch)).read_text("utf-8"),
             "commits": commit.read_text("utf-8"),
         }
+        # a restart reads the entry before the last one too (the offsets it resumes from are
+        # the last, the ones already committed before it the previous)
+        previous = checkpoint / "offsets" / str(epoch - 1)
+        if epoch > 0:
+            files["previous_offsets"] = previous.read_text("utf-8")
+        return files
 
 
 def _source_offset(offsets: str) -> dict[str, Any]:
@@ -501,6 +507,10 @@ def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[Ta
     (checkpoint / "offsets" / str(manifest.epoch)).write_text(
         manifest.checkpoint["offsets"], "utf-8"
     )
+    if "previous_offsets" in manifest.checkpoint:
+        (checkpoint / "offsets" / str(manifest.epoch - 1)).write_text(
+            manifest.checkpoint["previous_offsets"], "utf-8"
+        )
     (checkpoint / "commits" / str(manifest.epoch)).write_text(
         manifest.checkpoint["commits"], "utf-8"
     )

@@ -49,6 +49,13 @@ def test_wiped_job_comes_back_from_a_snapshot_at_4_then_1_pus(tmp_path: Path) ->
     assert sorted(t.pu for t in latest.tasks) == [0, 1], "one snapshot task per source PU"
     assert latest.keys == sum(1 for _ in _expected(7).state["word_count"])  # type: ignore[attr-defined]
 
+    # a restore onto a job's state is refused before anything is written (before Spark)
+    refused = start_runner(
+        state, PIPELINE, *_args(10), "--restore-from", "latest", env=env, log_name="refused"
+    )
+    assert refused.proc.wait(timeout=120) != 0
+    assert "already holds a running job's state" in refused.log_tail(), refused.log_tail()
+
     # the machine is lost: state directory, checkpoint and sink files all gone
     shutil.rmtree(state)
     second = start_runner(
@@ -92,19 +99,6 @@ def test_wiped_job_comes_back_from_a_snapshot_at_4_then_1_pus(tmp_path: Path) ->
     third.wait_exit()
     assert [e["epoch"] for e in third.epochs()] == [4, 5]
     assert_matches_oracle(state, PIPELINE, _expected(6))  # type: ignore[arg-type]
-
-
-def test_restore_refuses_a_state_directory_in_use(tmp_path: Path) -> None:
-    recovery = tmp_path / "recovery"
-    env = {"RESCALER_RECOVERY_DIR": str(recovery)}
-    state = tmp_path / "state"
-    start_runner(state, PIPELINE, *_args(2), "--snapshot-every", "1", env=env).wait_exit()
-    refused = start_runner(
-        state, PIPELINE, *_args(4), "--restore-from", "latest", env=env, log_name="refused"
-    )
-    code = refused.proc.wait(timeout=120)
-    assert code != 0
-    assert "already holds a running job's state" in refused.log_tail(), refused.log_tail()
 
 
 def test_kill_9_during_a_snapshot_and_during_a_restore(tmp_path: Path) -> None:

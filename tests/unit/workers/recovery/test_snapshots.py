@@ -89,6 +89,7 @@ def _checkpoint_log(pipeline_dir: Path, epoch: int) -> None:
     (cp / "offsets").mkdir(parents=True)
     (cp / "commits").mkdir(parents=True)
     (cp / "metadata").write_text('{"id":"q"}', "utf-8")
+    (cp / "offsets" / str(epoch - 1)).write_text('v1\n{}\n{"rows": 1000}', "utf-8")
     (cp / "offsets" / str(epoch)).write_text(
         'v1\n{"batchWatermarkMs":0}\n{"rows": 1234}\n{"ticks": 3}', "utf-8"
     )
@@ -173,6 +174,8 @@ def test_snapshot_restores_at_any_size(tmp_path: Path, backend: str, target: int
         with open_store(backend, store_path(fresh, "counts", pu), readonly=True) as store:
             assert store.applied_epoch() == 7
     assert (fresh / "checkpoint" / "commits" / "7").exists()
+    # a restart reads the offsets before the last too (what was committed before it)
+    assert (fresh / "checkpoint" / "offsets" / "6").read_text("utf-8").endswith('{"rows": 1000}')
     assert (fresh / "watermark.json").read_text("utf-8") == '{"watermark_ms": 5}'
     assert pending_restore(fresh) is None
     assert json.loads((fresh / "restored.json").read_text("utf-8"))["keys"] == len(entries)
