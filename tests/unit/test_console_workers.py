@@ -14,12 +14,12 @@ from django.test import Client
 from dashboard.api.selectors import cluster_info
 from dashboard.console import PuColumn, WorkerRow, cluster_matrix, worker_rows
 from dashboard.templatetags.console import percent
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
-from rescaler.cluster import workers as worker_services
 from rescaler.cluster.models import Pipeline, Worker
-from rescaler.cluster.workers import worker_cordon, worker_drain, workers_record
 from rescaler.operations import requests as operation_requests
-from rescaler.operations.models import AuditEvent
+from rescaler.runner import workers as worker_services
+from rescaler.runner.workers import worker_cordon, worker_drain, workers_record
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster
 from workers.control import PuLoad, WorkerInfo
 

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from rescaler.cluster import workers as worker_services
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import Pipeline, RunnerCommand, Worker
-from rescaler.cluster.workers import workers_record
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import RescaleOperation
+from rescaler.runner import workers as worker_services
+from rescaler.runner.workers import workers_record
 from tests.unit.api.fixtures import PIPELINE, register_cluster
 from workers.control import WorkerInfo
 from workers.provider import ProviderError

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from rescaler.cluster import control
-from rescaler.cluster import workers as worker_services
-from rescaler.cluster.control import OrmControl
 from rescaler.cluster.models import ParallelUnit, RunnerCommand, Worker
 from rescaler.operations import drive
 from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import OperationPlan
 from rescaler.operations.requests import operation_request
+from rescaler.runner import control
+from rescaler.runner import workers as worker_services
+from rescaler.runner.control import OrmControl
 from workers.control import Topology
 from workers.membership import ExecutorSeen, Membership
 from workers.pipeline.placement import VnodeMapping

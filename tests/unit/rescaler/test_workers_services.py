@@ -1,4 +1,4 @@
-"""Elastic workers, the control plane's services (rescaler/cluster/workers.py), without HTTP,
+"""Elastic workers, the control plane's services (rescaler/runner/workers.py), without HTTP,
 Celery or Spark: what the runner's worker reports do, and what operators ask."""
 
 from __future__ import annotations
@@ -8,12 +8,17 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from rescaler.cluster import control
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
-from rescaler.cluster import workers as worker_services
-from rescaler.cluster.control import OrmControl
 from rescaler.cluster.models import ParallelUnit, Pipeline, RunnerCommand, Worker
-from rescaler.cluster.workers import (
+from rescaler.operations import drive
+from rescaler.operations import requests as operation_requests
+from rescaler.operations.models import RescaleOperation
+from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.runner import control
+from rescaler.runner import workers as worker_services
+from rescaler.runner.control import OrmControl
+from rescaler.runner.workers import (
     DrainEmptiesFragment,
     ProviderRefused,
     UnknownWorker,
@@ -25,10 +30,6 @@ from rescaler.cluster.workers import (
     worker_uncordon,
     workers_record,
 )
-from rescaler.operations import drive
-from rescaler.operations import requests as operation_requests
-from rescaler.operations.models import AuditEvent, RescaleOperation
-from rescaler.operations.requests import operation_cancel, operation_request
 from workers.control import Topology, WorkerInfo
 from workers.pipeline.placement import VnodeMapping
 from workers.provider import ProviderError

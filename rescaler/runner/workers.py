@@ -6,9 +6,10 @@ worker's status is audited (object type ``worker``) and published to the ``clust
 
 A drain is an ordinary rescale operation (``rescaler.operations.requests.operation_request``)
 that removes the worker's PUs from every stateful fragment running on them; when it ends,
-``worker_drain_settled`` (called where every operation reaches its final status,
-``rescaler.operations.drive._finalize``) queues ``worker.decommission`` for the runner, or puts
-the worker back to cordoned if the operation did not complete.
+``worker_drain_settled`` queues ``worker.decommission`` for the runner, or puts the worker back
+to cordoned if the operation did not complete. The operations app does not call it: it sends
+``operation_finished`` where every operation reaches its final status, and this app's receiver
+(``rescaler.runner.receivers``) calls it, so operations never import this app.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Fragment, ParallelUnit, Pipeline, RunnerCommand, Worker
 from rescaler.cluster.services import GONE, PipelineNotFound, command_submit
 from rescaler.events import CLUSTER_GROUP, publish
-from rescaler.operations.audit import audit_record
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import cluster_view
