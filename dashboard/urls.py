@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import views
+from dashboard import snapshots, views
 
 app_name = "dashboard"
 
@@ -11,4 +11,6 @@ urlpatterns = [
     path("rescale/", views.rescale_page, name="rescale"),
     path("operations/", views.history_page, name="history"),
     path("operations/<str:operation_id>/", views.operation_page, name="operation"),
+    path("snapshots/", snapshots.snapshots_page, name="snapshots"),
+    path("snapshots/<str:pipeline>/", snapshots.snapshots_page, name="pipeline-snapshots"),
 ]

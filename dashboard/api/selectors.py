@@ -27,8 +27,8 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
+from rescaler.cluster.selectors import runner_alive
 from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
-from rescaler.operations.selectors import runner_alive
 from workers.hashing import vnode_of
 from workers.pipeline.model import PipelineError
 from workers.readout import ReadoutError, read_key

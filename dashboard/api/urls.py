@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboard.api import views
+from dashboard.api import snapshots, views
 
 app_name = "api"
 
@@ -30,4 +30,9 @@ urlpatterns = [
     path("workers/<str:name>/cordon", views.WorkerCordonView.as_view(), name="worker-cordon"),
     path("workers/<str:name>/uncordon", views.WorkerUncordonView.as_view(), name="worker-uncordon"),
     path("workers/<str:name>/drain", views.WorkerDrainView.as_view(), name="worker-drain"),
+    path(
+        "pipelines/<str:name>/snapshots",
+        snapshots.PipelineSnapshotsView.as_view(),
+        name="pipeline-snapshots",
+    ),
 ]

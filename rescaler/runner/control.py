@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
-from rescaler.cluster import services
+from rescaler.cluster import services, snapshots
 from rescaler.cluster.models import Fragment, RunnerCommand
 from rescaler.operations.progress import operation_progress_record
 from rescaler.runner import workers as _workers
@@ -32,11 +33,17 @@ def _database() -> Iterator[None]:
 
 class OrmControl:
     """``workers.control.ControlInterface`` over Postgres. Safe to call from several threads:
-    the runner's heartbeat thread gets its own connection, as Django gives one per thread."""
+    the runner's heartbeat thread gets its own connection, as Django gives one per thread.
+    ``state_dir`` is the runner's (where a restore leaves ``restored.json``); None: STATE_DIR."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = state_dir
 
     def register(self, topology: Topology) -> None:
         with _database():
             services.topology_register(topology=topology)
+            # a runner that just restored registers as on every start: audit the restore once
+            snapshots.restore_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
 
     def mapping_versions(self, pipeline: str) -> dict[str, int]:
         with _database():

@@ -44,6 +44,9 @@ STATE_DIR = Path(env_str("STATE_DIR", str(VAR_DIR / "state")))
 # The state store backend (lmdb or rocksdb): the API reads keys with the backend the runner
 # writes them with, so both read this variable, and an empty one means the default for both.
 RESCALER_STATE_BACKEND = env_str("RESCALER_STATE_BACKEND", "") or DEFAULT_BACKEND
+# Where the runner writes snapshots (empty: "recovery" beside STATE_DIR, as the runner does);
+# the console and the API list them from there (rescaler/cluster/snapshots.py).
+RESCALER_RECOVERY_DIR = env_str("RESCALER_RECOVERY_DIR", "")
 # The runner is reported down when its last heartbeat is older than this.
 RESCALER_HEARTBEAT_STALE_S = env_float("RESCALER_HEARTBEAT_STALE_S", 30.0)
 # A step whose phase has not changed for this long makes the orchestrator cancel the operation.

@@ -13,8 +13,7 @@ from rescaler.cluster.models import Worker
 from rescaler.events import CLUSTER_GROUP, publish
 from rescaler.runner.workers.errors import UnknownWorker, WorkerStatusConflict
 from workers.control import WorkerStatus
-from workers.rescale import errors
-from workers.rescale.protocol import REASON_MAX_CHARS, AuditObject, Event
+from workers.rescale.protocol import AuditObject, Event
 
 
 def worker_summary(worker: Worker) -> dict[str, Any]:
@@ -46,17 +45,6 @@ def announce(event: Event, worker: Worker) -> None:
 
 def actor_of(user: Any) -> Any:
     return user if user is not None and user.is_authenticated else None
-
-
-def clean_reason(reason: Any) -> str:
-    """The operator's words, by the rule of an operation's reason (they end up in one)."""
-    if not isinstance(reason, str) or len(reason) > REASON_MAX_CHARS:
-        raise errors.MalformedRequest(
-            f"'reason' must be a text of at most {REASON_MAX_CHARS} characters"
-        )
-    if any((ord(c) < 32 and c not in "\t\n") or "\ud800" <= c <= "\udfff" for c in reason):
-        raise errors.MalformedRequest("'reason' may not hold control characters or lone surrogates")
-    return reason.strip()
 
 
 def worker_get(*, name: str) -> Worker:

@@ -7,7 +7,8 @@ from typing import Any
 from django.db import transaction
 
 from rescaler.cluster.models import Worker
-from rescaler.runner.workers.changes import clean_reason, conflict, locked, status_set
+from rescaler.cluster.reasons import clean_reason
+from rescaler.runner.workers.changes import conflict, locked, status_set
 from workers.control import WorkerStatus
 
 

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Fragment, Worker
+from rescaler.cluster.reasons import clean_reason
 from rescaler.cluster.services import command_submit
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
@@ -20,7 +21,6 @@ from rescaler.runner.workers.changes import (
     actor_of,
     announce,
     audit_object,
-    clean_reason,
     conflict,
     locked,
     status_set,

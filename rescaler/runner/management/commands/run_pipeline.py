@@ -33,7 +33,7 @@ class Command(BaseCommand):
         except ConfigError as exc:
             raise CommandError(str(exc)) from exc
         try:
-            last = run_with_signals(config, OrmControl())
+            last = run_with_signals(config, OrmControl(state_dir=config.state_dir))
         except start_errors() as exc:  # the message says what to do
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"stopped after epoch {last}")
