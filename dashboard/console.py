@@ -77,7 +77,7 @@ class PuColumn:
 class WorkerRow:
     """One worker in the console's workers table, and which actions its status allows.
 
-    The allowed actions mirror the services' rules (``rescaler.cluster.workers``): cordon an
+    The allowed actions mirror the services' rules (``rescaler.runner.workers``): cordon an
     active worker, uncordon a cordoned one, drain either. The page offers only those, so an
     operator is not invited to click into a certain 409; the service still decides.
     """

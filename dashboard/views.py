@@ -20,9 +20,9 @@ from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_get, operation_list
 from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
 from dashboard.format import moved_figures
-from rescaler.cluster.workers import CORES_MAX, CORES_MIN
 from rescaler.health import down_components, public_components, system_health
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
+from rescaler.runner.workers import CORES_MAX, CORES_MIN
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
 

@@ -47,8 +47,8 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
+from rescaler.cluster.selectors import runner_alive
 from rescaler.operations.models import RescaleOperation
-from rescaler.operations.selectors import runner_alive
 from workers.control import WorkerStatus
 from workers.rescale.protocol import FINAL
 

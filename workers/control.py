@@ -2,7 +2,7 @@
 
 The runner calls a :class:`ControlInterface` at every epoch boundary: it reads pending commands,
 acknowledges them, and reports the epoch, its heartbeat and (during a rescale) progress. The
-control plane implements it with the Django ORM (``rescaler.cluster.control.OrmControl``);
+control plane implements it with the Django ORM (``rescaler.runner.control.OrmControl``);
 :class:`LocalControl` implements it with JSON files under the state directory so the data plane
 runs on its own (``python -m workers run``) and in tests without Django.
 """

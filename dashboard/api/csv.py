@@ -15,7 +15,8 @@ from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRen
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.audit.models import AuditEvent
+from rescaler.operations.models import RescaleOperation
 
 AUDIT_COLUMNS = ("id", "at", "actor_name", "action", "object_type", "object_id", "before", "after")
 OPERATION_COLUMNS = (

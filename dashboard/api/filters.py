@@ -10,7 +10,8 @@ from django import forms
 from django.db.models import QuerySet
 from django_filters.fields import IsoDateTimeField
 
-from rescaler.operations.models import AuditEvent, RescaleOperation, choices
+from rescaler.audit.models import AuditEvent
+from rescaler.operations.models import RescaleOperation, choices
 from workers.rescale.protocol import AuditObject, OperationStatus, Strategy
 
 

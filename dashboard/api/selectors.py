@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from dashboard.api.errors import ApiError, not_found
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -26,13 +27,8 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
-from rescaler.operations.models import (
-    AuditEvent,
-    OperationFragment,
-    RescaleOperation,
-    RescaleStep,
-)
-from rescaler.operations.selectors import runner_alive
+from rescaler.cluster.selectors import runner_alive
+from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
 from workers.hashing import vnode_of
 from workers.pipeline.model import PipelineError
 from workers.readout import ReadoutError, read_key

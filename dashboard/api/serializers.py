@@ -16,17 +16,12 @@ from rest_framework import serializers
 
 from dashboard.api import selectors
 from dashboard.format import moved_figures
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
-from rescaler.cluster.workers import CORES_MAX, CORES_MIN, cores_parse
-from rescaler.operations.models import (
-    PLAN_ID_CHARS,
-    AuditEvent,
-    RescaleOperation,
-    RescaleStep,
-    choices,
-)
+from rescaler.operations.models import PLAN_ID_CHARS, RescaleOperation, RescaleStep, choices
 from rescaler.operations.plans import plan_id_parse
 from rescaler.operations.waiting import WaitingFor, operation_waiting
+from rescaler.runner.workers import CORES_MAX, CORES_MIN, cores_parse
 from workers.rescale import errors
 from workers.rescale.protocol import (
     FRAGMENT_NAME_MAX_CHARS,

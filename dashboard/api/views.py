@@ -55,9 +55,10 @@ from dashboard.api.serializers import (
     WorkerInfoSerializer,
     WorkerReasonSerializer,
 )
-from rescaler.cluster import workers as worker_services
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.audit.models import AuditEvent
+from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.runner import workers as worker_services
 
 
 def _path_text(value: str, what: str) -> str:

@@ -10,11 +10,9 @@ changes go through ``POST /api/v1/operations``, which checks them, moves the sta
 them with the requester as actor.
 """
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
+from rescaler.audit.admin import ReadOnlyAdmin
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -24,19 +22,6 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """View permission only: no add, change or delete (nor the bulk delete action)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Pipeline)

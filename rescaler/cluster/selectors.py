@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from rescaler.cluster.models import Pipeline
@@ -28,3 +29,10 @@ def runner_status(pipeline: str | None = None) -> dict[str, Any] | None:
         "status": row.status,
         "spark": row.spark or {"alive": False},
     }
+
+
+def runner_alive(pipeline: Pipeline) -> bool:
+    if pipeline.heartbeat_at is None or pipeline.status != Pipeline.Status.RUNNING:
+        return False
+    age = (timezone.now() - pipeline.heartbeat_at).total_seconds()
+    return age < settings.RESCALER_HEARTBEAT_STALE_S

@@ -29,12 +29,12 @@ from urllib.parse import urlsplit, urlunsplit
 from django.conf import settings
 from django.db import transaction
 
+from rescaler.audit.models import AuditEvent
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Pipeline, RunnerCommand
+from rescaler.cluster.reasons import clean_reason
+from rescaler.cluster.selectors import runner_alive
 from rescaler.cluster.services import command_submit
-from rescaler.cluster.workers import _clean_reason
-from rescaler.operations.audit import audit_record
-from rescaler.operations.models import AuditEvent
-from rescaler.operations.selectors import runner_alive
 from workers.config import RunnerConfig
 from workers.recovery.format import SnapshotError, SnapshotManifest
 from workers.recovery.location import RecoveryLocation
@@ -380,7 +380,7 @@ def snapshot_overview(*, pipeline: str) -> SnapshotOverview:
 def reason_clean(reason: Any) -> str:
     """The operator's reason: required (it goes to the audit trail), by the rule of every
     reason (at most REASON_MAX_CHARS characters, no control characters)."""
-    cleaned = _clean_reason(reason)
+    cleaned = clean_reason(reason)
     if not cleaned:
         raise ReasonRequired("a reason is required: say why (it goes to the audit trail)")
     return cleaned

@@ -1,9 +1,9 @@
-"""Operations and their audit trail in the admin: to read, never to forge or erase.
+"""Operations and their plans in the admin: to read, never to forge or erase.
 
 An operation is created, cancelled and finished only through the API and the orchestrator, each
 step audited; an operation added, edited or deleted here would have no audit event, or would
-orphan the events that name it. Audit events are append-only (``AuditEvent.save``/``delete``
-refuse too); the admin refuses first, so a superuser gets a 403 rather than an error page.
+orphan the events that name it. The admin refuses, so a superuser gets a 403 rather than an
+error page (the audit events' own admin is ``rescaler.audit.admin``).
 """
 
 from typing import Any
@@ -11,8 +11,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from rescaler.cluster.admin import ReadOnlyAdmin
-from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation, RescaleStep
+from rescaler.audit.admin import ReadOnlyAdmin
+from rescaler.operations.models import OperationPlan, RescaleOperation, RescaleStep
 
 
 class StepInline(admin.TabularInline):
@@ -55,12 +55,6 @@ class RescaleOperationAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["status", "strategy"]
     inlines = [StepInline]
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "actor_name", "action", "object_type", "object_id"]
-    list_filter = ["action", "object_type"]
 
 
 @admin.register(OperationPlan)

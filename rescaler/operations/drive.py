@@ -18,12 +18,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import RunnerCommand
-from rescaler.cluster.workers import worker_drain_settled
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
-from rescaler.operations.audit import audit_record, operation_summary
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_cancel
+from rescaler.operations.signals import operation_finished
+from rescaler.operations.summary import operation_summary
 from workers.rescale.orchestrator import Orchestrator
 from workers.rescale.protocol import (
     FINAL,
@@ -100,9 +101,9 @@ def _finalize(op: RescaleOperation, status: OperationStatus, outcome: str, code:
             before=before,
             after={**operation_summary(op), "outcome": outcome},
         )
-        # a drain's operation: its worker is decommissioned, or back to cordoned, in the same
-        # transaction, so no crash can leave a finished drain's worker draining for ever
-        worker_drain_settled(operation=op)
+        # in the same transaction, so no crash can leave a finished drain's worker draining for
+        # ever (the runner app's receiver decommissions it, or puts it back to cordoned)
+        operation_finished.send(sender=RescaleOperation, operation=op)
     summary = operation_summary(op)
     publish(CLUSTER_GROUP, Event.OPERATION_FINISHED, summary)
     publish(operation_group(op.operation_id), Event.OPERATION_FINISHED, summary)

@@ -1,6 +1,6 @@
 """Progress from the runner: recorded on the operation and its steps, audited, published.
 
-Called in the runner process through ``rescaler.cluster.control.OrmControl``; the drive loop reads
+Called in the runner process through ``rescaler.runner.control.OrmControl``; the drive loop reads
 what this records (``OrmChannel.progress``).
 """
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from django.db import transaction
 
+from rescaler.audit.services import audit_record
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
-from rescaler.operations.audit import audit_record
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from workers.rescale.protocol import AuditObject, Event, OperationProgress, StepPhase
 

@@ -11,11 +11,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Fragment, Pipeline
 from rescaler.cluster.services import command_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations import plans
-from rescaler.operations.audit import audit_record, operation_summary
 from rescaler.operations.models import (
     OperationFragment,
     OperationPlan,
@@ -23,6 +23,7 @@ from rescaler.operations.models import (
     RescaleStep,
 )
 from rescaler.operations.selectors import cluster_view, measured_rates
+from rescaler.operations.summary import operation_summary
 from workers.rescale import errors
 from workers.rescale.planner import plan_request
 from workers.rescale.protocol import (

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db.models import Avg
-from django.utils import timezone
 
 from rescaler.cluster.models import EpochMetric, Fragment, ParallelUnit, Pipeline, VnodeMapping
+from rescaler.cluster.selectors import runner_alive
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from workers.rescale.planner import DEFAULT_EPOCH_S, DEFAULT_TRANSFER_BYTES_PER_S
 from workers.rescale.protocol import OperationStatus, Strategy
 from workers.rescale.request import ClusterView, FragmentView
-
-
-def runner_alive(pipeline: Pipeline) -> bool:
-    if pipeline.heartbeat_at is None or pipeline.status != Pipeline.Status.RUNNING:
-        return False
-    age = (timezone.now() - pipeline.heartbeat_at).total_seconds()
-    return age < settings.RESCALER_HEARTBEAT_STALE_S
 
 
 def current_mapping(fragment: Fragment) -> list[int]:

@@ -78,8 +78,12 @@ INSTALLED_APPS = [
     "channels",
     # sign-in throttling (rescaler/signin.py): failed attempts are kept in the database
     "axes",
+    # the control plane's apps, bottom up: each imports only those above it in this list
+    # (tests/unit/test_layering.py)
+    "rescaler.audit",
     "rescaler.cluster",
     "rescaler.operations",
+    "rescaler.runner",
     "dashboard",
 ]
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation
+from rescaler.audit.models import AuditEvent
+from rescaler.operations.models import OperationPlan, RescaleOperation
 from rescaler.operations.requests import operation_request
 from tests.e2e.conftest import screenshot, sign_in
 from tests.e2e.test_cluster_page import as_the_runner

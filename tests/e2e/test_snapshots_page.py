@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import RunnerCommand
-from rescaler.operations.models import AuditEvent
 from tests.e2e.conftest import screenshot, sign_in
 from tests.e2e.test_cluster_page import as_the_runner
 from tests.integration.stack import Processes

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rescaler.cluster.workers import workers_record
+from rescaler.runner.workers import workers_record
 from tests.e2e.conftest import screenshot, sign_in
 from tests.e2e.test_cluster_page import as_the_runner
 from tests.unit.api.fixtures import PIPELINE, register_cluster

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from rescaler.operations.models import AuditEvent
+from rescaler.audit.models import AuditEvent
 from tests.e2e.conftest import browser, sign_in  # noqa: F401 - the browser fixture
 from tests.integration.services import PrivatePostgres, PrivateRedis
 from tests.integration.stack import (

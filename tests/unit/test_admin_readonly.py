@@ -15,6 +15,8 @@ from django.db.models import Model
 from django.test import Client
 from django.urls import reverse
 
+from rescaler.audit.models import AuditEvent
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -24,8 +26,7 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
-from rescaler.operations.audit import audit_record
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import RescaleOperation
 from tests.unit.api.fixtures import make_user, register_cluster, token_client
 
 pytestmark = pytest.mark.django_db

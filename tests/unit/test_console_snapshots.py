@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import Pipeline, RunnerCommand
-from rescaler.operations.models import AuditEvent
 from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster
 from tests.unit.api.snapshot_fixtures import restore, take_snapshot
 from workers.recovery.location import RecoveryLocation

@@ -14,12 +14,12 @@ from django.test import Client
 from dashboard.api.selectors import cluster_info
 from dashboard.console import PuColumn, WorkerRow, cluster_matrix, worker_rows
 from dashboard.templatetags.console import percent
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
-from rescaler.cluster import workers as worker_services
 from rescaler.cluster.models import Pipeline, Worker
-from rescaler.cluster.workers import worker_cordon, worker_drain, workers_record
 from rescaler.operations import requests as operation_requests
-from rescaler.operations.models import AuditEvent
+from rescaler.runner.workers import tasks as worker_tasks
+from rescaler.runner.workers import worker_cordon, worker_drain, workers_record
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster
 from workers.control import PuLoad, WorkerInfo
 
@@ -34,7 +34,7 @@ W3 = WorkerInfo("w3", "3", "host-c", 2, (4, 5), True, 7)
 def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     """No Celery for the drain's operation, no provider thread for a removed worker."""
     monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
-    monkeypatch.setattr(worker_services, "_release_later", lambda pk: None)
+    monkeypatch.setattr(worker_tasks, "release_later", lambda pk: None)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import InterfaceError, OperationalError
 
-from rescaler.cluster import control as orm
+from rescaler.runner import control as orm
 from workers.control import ControlUnavailable, EpochReport
 
 

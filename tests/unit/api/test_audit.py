@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from rescaler.operations.audit import audit_record
-from rescaler.operations.models import AuditEvent
+from rescaler.audit.models import AuditEvent
+from rescaler.audit.services import audit_record
 
 pytestmark = pytest.mark.django_db
 

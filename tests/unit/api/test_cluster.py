@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
 from rescaler.cluster.services import epoch_record
-from rescaler.cluster.workers import workers_record
 from rescaler.operations.requests import operation_request
+from rescaler.runner.workers import workers_record
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, register_cluster, request_body
 from workers.control import EpochReport, PuLoad, WorkerInfo
 

@@ -114,7 +114,7 @@ def test_public_by_default_and_authenticated_when_configured(settings: Any, view
 
 def test_worker_status_lost_pus_and_locality(db: None) -> None:
     from rescaler.cluster.services import epoch_record
-    from rescaler.cluster.workers import workers_record
+    from rescaler.runner.workers import workers_record
     from workers.control import EpochReport, PuLoad, WorkerInfo
 
     register_cluster(workers={"w1": [0, 1], "w2": [2, 3]}, initial_pus=(0, 1))

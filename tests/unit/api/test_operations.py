@@ -9,10 +9,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from rescaler.audit.models import AuditEvent
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
-from rescaler.operations.audit import audit_record
-from rescaler.operations.models import AuditEvent, RescaleOperation, RescaleStep
+from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import make_user, request_body, token_client
 

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import Pipeline
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import make_user, request_body, token_client
 

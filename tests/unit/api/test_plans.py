@@ -11,9 +11,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Fragment, ParallelUnit, Pipeline, Worker
-from rescaler.operations.models import AuditEvent, OperationPlan, RescaleOperation
+from rescaler.operations.models import OperationPlan, RescaleOperation
 from tests.unit.api.fixtures import (
     FRAGMENT,
     PIPELINE,

@@ -13,11 +13,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from rescaler.cluster import control
-from rescaler.cluster.control import OrmControl
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import Pipeline, RunnerCommand
 from rescaler.cluster.snapshots import recovery_location
-from rescaler.operations.models import AuditEvent
+from rescaler.runner import control
+from rescaler.runner.control import OrmControl
 from tests.unit.api.fixtures import PIPELINE, make_user, token_client
 from tests.unit.api.snapshot_fixtures import VNODES, restore, take_snapshot
 from workers.control import Topology

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from rescaler.cluster import workers as worker_services
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import Pipeline, RunnerCommand, Worker
-from rescaler.cluster.workers import workers_record
-from rescaler.operations.models import AuditEvent, RescaleOperation
+from rescaler.operations.models import RescaleOperation
+from rescaler.runner.workers import machines as worker_machines
+from rescaler.runner.workers import workers_record
 from tests.unit.api.fixtures import PIPELINE, register_cluster
 from workers.control import WorkerInfo
 from workers.provider import ProviderError
@@ -210,7 +211,7 @@ class FakeProvider:
 def test_add_asks_the_provider(
     operator_client: APIClient, operator: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker_services, "provider_from_env", lambda: FakeProvider())
+    monkeypatch.setattr(worker_machines, "provider_from_env", lambda: FakeProvider())
     response = operator_client.post(URL, {"cores": 2}, format="json")
     assert response.status_code == 202, response.content
     assert response.json() == {"provider": "fake", "cores": 2, "answer": "started a 2-core worker"}
@@ -223,7 +224,7 @@ def test_add_without_a_provider_is_409_with_the_reason(
     operator_client: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        worker_services, "provider_from_env", lambda: FakeProvider("no provider: local mode")
+        worker_machines, "provider_from_env", lambda: FakeProvider("no provider: local mode")
     )
     response = operator_client.post(URL, {"cores": 1}, format="json")
     assert response.status_code == 409
@@ -240,7 +241,7 @@ def test_add_without_a_provider_is_409_with_the_reason(
 def test_malformed_add_bodies_are_400(
     operator_client: APIClient, monkeypatch: pytest.MonkeyPatch, body: Any
 ) -> None:
-    monkeypatch.setattr(worker_services, "provider_from_env", lambda: FakeProvider())
+    monkeypatch.setattr(worker_machines, "provider_from_env", lambda: FakeProvider())
     response = operator_client.post(URL, body, format="json")
     assert response.status_code == 400
     assert response.json()["code"] == "malformed_request"

@@ -9,7 +9,7 @@ import pytest
 
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import ParallelUnit, Pipeline
-from rescaler.cluster.workers import workers_record
+from rescaler.runner.workers import workers_record
 from workers.control import EpochReport, PuLoad, Topology, WorkerInfo
 
 pytestmark = pytest.mark.django_db

@@ -9,13 +9,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from rescaler.audit.models import AuditEvent
+from rescaler.audit.services import audit_record
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline, RunnerCommand
 from rescaler.operations import drive
 from rescaler.operations import requests as operation_requests
-from rescaler.operations.audit import audit_record
 from rescaler.operations.models import (
-    AuditEvent,
     OperationFragment,
     OperationPlan,
     RescaleOperation,

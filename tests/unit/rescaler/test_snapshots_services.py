@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster import snapshots
 from rescaler.cluster.models import Pipeline, RunnerCommand
-from rescaler.operations.models import AuditEvent
 from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster
 from tests.unit.api.snapshot_fixtures import restore, take_snapshot
 from tests.unit.workers.recovery.test_snapshots import _take

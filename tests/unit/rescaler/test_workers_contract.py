@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from rescaler.cluster import control
-from rescaler.cluster import workers as worker_services
-from rescaler.cluster.control import OrmControl
 from rescaler.cluster.models import ParallelUnit, RunnerCommand, Worker
 from rescaler.operations import drive
 from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import OperationPlan
 from rescaler.operations.requests import operation_request
+from rescaler.runner import control
+from rescaler.runner import workers as worker_services
+from rescaler.runner.control import OrmControl
+from rescaler.runner.workers import tasks as worker_tasks
 from workers.control import Topology
 from workers.membership import ExecutorSeen, Membership
 from workers.pipeline.placement import VnodeMapping
@@ -34,7 +35,7 @@ def _quiet(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """No Celery, no thread, and the test's own database connection kept."""
     released: list[int] = []
     monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
-    monkeypatch.setattr(worker_services, "_release_later", released.append)
+    monkeypatch.setattr(worker_tasks, "release_later", released.append)
     monkeypatch.setattr(control, "close_old_connections", lambda: None)
     return released
 

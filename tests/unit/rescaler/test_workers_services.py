@@ -1,4 +1,4 @@
-"""Elastic workers, the control plane's services (rescaler/cluster/workers.py), without HTTP,
+"""Elastic workers, the control plane's services (rescaler/runner/workers/), without HTTP,
 Celery or Spark: what the runner's worker reports do, and what operators ask."""
 
 from __future__ import annotations
@@ -8,12 +8,16 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from rescaler.cluster import control
+from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
-from rescaler.cluster import workers as worker_services
-from rescaler.cluster.control import OrmControl
 from rescaler.cluster.models import ParallelUnit, Pipeline, RunnerCommand, Worker
-from rescaler.cluster.workers import (
+from rescaler.operations import drive
+from rescaler.operations import requests as operation_requests
+from rescaler.operations.models import RescaleOperation
+from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.runner import control
+from rescaler.runner.control import OrmControl
+from rescaler.runner.workers import (
     DrainEmptiesFragment,
     ProviderRefused,
     UnknownWorker,
@@ -25,10 +29,8 @@ from rescaler.cluster.workers import (
     worker_uncordon,
     workers_record,
 )
-from rescaler.operations import drive
-from rescaler.operations import requests as operation_requests
-from rescaler.operations.models import AuditEvent, RescaleOperation
-from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.runner.workers import machines as worker_machines
+from rescaler.runner.workers import tasks as worker_tasks
 from workers.control import Topology, WorkerInfo
 from workers.pipeline.placement import VnodeMapping
 from workers.provider import ProviderError
@@ -56,7 +58,7 @@ def _keep_the_test_connection(monkeypatch: pytest.MonkeyPatch) -> None:
 def released(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Releases are recorded, never run in a thread (the test's transaction is never committed)."""
     calls: list[int] = []
-    monkeypatch.setattr(worker_services, "_release_later", calls.append)
+    monkeypatch.setattr(worker_tasks, "release_later", calls.append)
     return calls
 
 
@@ -457,7 +459,7 @@ def test_add_asks_the_provider_and_audits_its_answer(
     monkeypatch: pytest.MonkeyPatch, user: Any
 ) -> None:
     provider = FakeProvider()
-    monkeypatch.setattr(worker_services, "provider_from_env", lambda: provider)
+    monkeypatch.setattr(worker_machines, "provider_from_env", lambda: provider)
     added = worker_add(user=user, cores=4)
     assert added.to_json() == {"provider": "fake", "cores": 4, "answer": "started a 4-core worker"}
     event = AuditEvent.objects.get(action="worker.add_requested")
@@ -467,7 +469,7 @@ def test_add_asks_the_provider_and_audits_its_answer(
 def test_a_provider_that_cannot_add_is_a_refusal_that_records_nothing(
     monkeypatch: pytest.MonkeyPatch, user: Any
 ) -> None:
-    monkeypatch.setattr(worker_services, "provider_from_env", lambda: FakeProvider(fail=True))
+    monkeypatch.setattr(worker_machines, "provider_from_env", lambda: FakeProvider(fail=True))
     with pytest.raises(ProviderRefused, match="no room on the cluster"):
         worker_add(user=user, cores=1)
     assert not AuditEvent.objects.exists()
@@ -493,7 +495,7 @@ def test_release_records_the_providers_answer_or_error_and_never_raises(
     cluster: Pipeline, monkeypatch: pytest.MonkeyPatch, fail: bool
 ) -> None:
     provider = FakeProvider(fail=fail)
-    monkeypatch.setattr(worker_services, "provider_from_env", lambda: provider)
+    monkeypatch.setattr(worker_machines, "provider_from_env", lambda: provider)
     w2 = worker("w2")
     answer = worker_release(worker_pk=w2.pk)
     ((_, seen),) = provider.calls

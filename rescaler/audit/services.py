@@ -1,11 +1,10 @@
-"""The audit trail of rescale operations: every mutation appends one event naming its actor."""
+"""Recording a change: every mutation appends one event naming its actor."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rescaler.operations.models import AuditEvent, RescaleOperation
-from workers.rescale.protocol import OperationStatus, OperationSummary, Strategy
+from rescaler.audit.models import AuditEvent
 
 
 def audit_record(
@@ -28,15 +27,3 @@ def audit_record(
         before=before,
         after=after,
     )
-
-
-def operation_summary(op: RescaleOperation) -> dict[str, Any]:
-    """What an event's before/after and a websocket message say of an operation."""
-    return OperationSummary(
-        operation_id=op.operation_id,
-        status=OperationStatus(op.status),
-        strategy=Strategy(op.strategy),
-        fragments=tuple(op.fragments),
-        vnodes_moved=op.vnodes_moved,
-        keys_moved=op.keys_moved,
-    ).to_json()

@@ -10,9 +10,9 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from rescaler.cluster import services, snapshots
-from rescaler.cluster import workers as _workers
 from rescaler.cluster.models import Fragment, RunnerCommand
 from rescaler.operations.progress import operation_progress_record
+from rescaler.runner import workers as _workers
 from workers.control import Command, ControlUnavailable, EpochReport, Topology, WorkerInfo
 
 

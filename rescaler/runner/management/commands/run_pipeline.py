@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from rescaler.cluster.control import OrmControl
+from rescaler.runner.control import OrmControl
 from workers.cli import add_run_arguments, config_from_args, run_with_signals, start_errors
 from workers.config import ConfigError
 
