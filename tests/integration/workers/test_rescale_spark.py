@@ -167,7 +167,9 @@ def test_cancel_keeps_finished_moves_and_one_owner_per_vnode(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(
     ("pipeline", "strategy"),
-    [("wordcount", "live"), ("clickstream", "live"), ("clickstream", "stop_start")],
+    # clickstream's two fragments (two shuffles, a chained operator) take every path
+    # wordcount's one would; wordcount's kill -9 mid-run is in test_pipeline_oracle.py
+    [("clickstream", "live"), ("clickstream", "stop_start")],
 )
 def test_kill_9_of_the_runner_mid_operation_then_restart(
     tmp_path: Path, pipeline: str, strategy: str
