@@ -29,6 +29,7 @@ from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import (
     FragmentSnapshot,
     Segment,
+    SnapshotCorrupt,
     SnapshotError,
     SnapshotManifest,
     TaskRun,
@@ -485,13 +486,34 @@ def restore_stores(
         )
         for pu in pus
     ]
-    results = run_tasks(
-        spark,
-        tasks,
-        _restore_task,
-        f"rescaler restore {manifest.snapshot_id} onto {len(pus)} PUs",
-    )
+    try:
+        results = run_tasks(
+            spark,
+            tasks,
+            _restore_task,
+            f"rescaler restore {manifest.snapshot_id} onto {len(pus)} PUs",
+        )
+    except Exception as exc:
+        detail = corruption_in(exc)
+        if detail is None:
+            raise
+        previous = location.previous(manifest.pipeline, manifest.snapshot_id)
+        offer = (
+            f"restore the snapshot before it instead: --restore-from {previous}"
+            if previous
+            else "no earlier snapshot is kept"
+        )
+        raise SnapshotCorrupt(f"{detail}; {offer}") from exc
     return [TaskRun.from_json(r) for r in results]
+
+
+def corruption_in(exc: BaseException) -> str | None:
+    """A corrupt snapshot's message, from the error itself or from the Spark task's error that
+    carries it (an executor's exception reaches the driver as text)."""
+    if isinstance(exc, SnapshotCorrupt):
+        return str(exc)
+    found = re.search(r"SnapshotCorrupt: (.+)", str(exc))
+    return found.group(1).strip() if found else None
 
 
 def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[TaskRun]) -> None:

@@ -214,7 +214,9 @@ def test_a_corrupt_segment_is_refused_and_the_previous_snapshot_offered(tmp_path
     path.write_bytes(bytes(data))
 
     fresh = tmp_path / "fresh" / "p"
-    with pytest.raises(SnapshotCorrupt, match="does not match its manifest"):
+    with pytest.raises(
+        SnapshotCorrupt, match=f"does not match its manifest.*--restore-from {first}"
+    ):
         restore_stores(
             InProcessSpark(),
             location=location,
@@ -313,3 +315,18 @@ def test_a_restored_placement_numbers_past_every_version_seen(tmp_path: Path) ->
     assert restore_placements(manifest, [0, 1, 2])["counts"].version == 5
     # the lost job rescaled twice after the snapshot: the control plane saw version 6
     assert restore_placements(manifest, [0], {"counts": 6})["counts"].version == 7
+
+
+def test_a_corrupt_snapshot_is_named_from_a_spark_task_s_error() -> None:
+    from workers.recovery.snapshots import corruption_in
+
+    text = (
+        "An exception was thrown from the Python worker:\nTraceback ...\n"
+        "workers.recovery.format.SnapshotCorrupt: snapshot s1: /r/p/s1/f/part-001/pu-0.arrow "
+        "does not match its manifest (checksum a, recorded b)\n\tat org.apache.spark..."
+    )
+    assert corruption_in(RuntimeError(text)) == (
+        "snapshot s1: /r/p/s1/f/part-001/pu-0.arrow does not match its manifest "
+        "(checksum a, recorded b)"
+    )
+    assert corruption_in(RuntimeError("the executor was lost")) is None
