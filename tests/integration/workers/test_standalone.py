@@ -37,6 +37,7 @@ from tests.integration.workers.test_idle_stream import (
 )
 from workers.control import LocalControl, WorkerInfo
 from workers.provider import LocalMaster, LocalProvider
+from workers.recovery.location import RecoveryLocation
 from workers.rescale import errors
 from workers.rescale.local import plan_local
 
@@ -96,7 +97,11 @@ def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
         f"dir:{inbox.dir}",
         "--initial-pus",
         "1",
-        env={"SPARK_MASTER": master.url, "RESCALER_VNODES": str(VNODES)},
+        env={
+            "SPARK_MASTER": master.url,
+            "RESCALER_VNODES": str(VNODES),
+            "RESCALER_RECOVERY_DIR": str(tmp_path / "recovery"),
+        },
     )
     rows = 0
 
@@ -111,6 +116,13 @@ def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
     w1 = workers(runner)["w1"]
     assert ready(w1) and w1.parallel_units == (0,) and w1.cores == 1
     assert {ex for _, ex in placed_on(runner, 0)} == {w1.executor_id}
+    # "Snapshot now": the stores' copies and the write tasks ran on the executor, not the driver
+    LocalControl(runner.control_dir).submit("snapshot", {"requested_by": "operator"})
+    location = RecoveryLocation(tmp_path / "recovery")
+    runner.wait_for(lambda: bool(location.snapshot_ids(PIPELINE)), 120, "the snapshot")
+    snapshot = location.manifest(PIPELINE, "latest")
+    assert (snapshot.trigger, snapshot.requested_by) == ("manual", "operator")
+    assert {t.executor for t in snapshot.tasks} == {w1.executor_id}, snapshot.tasks
 
     # 2. a worker joins: bootstrapped and reported by itself, on an idle stream
     joined_at = time.monotonic()
