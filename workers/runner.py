@@ -469,7 +469,9 @@ class PipelineRunner:
         started = time.perf_counter()
         try:
             plan = self.barrier.plan(epoch)
-            pending = self.snapshots.due(epoch, busy=bool(self.executor.running()))
+            pending = self.snapshots.due(
+                epoch, busy=bool(self.executor.running()), last=self._last_epoch_now(epoch)
+            )
             if pending is not None:
                 plan = dataclasses.replace(plan, snapshot=pending.snapshot_id)
             planned = time.perf_counter()
@@ -574,6 +576,11 @@ class PipelineRunner:
         except Exception:  # a missed heartbeat must never kill the pipeline
             log.exception("heartbeat failed")
 
+    def _last_epoch_now(self, epoch: int) -> bool:
+        """Whether the runner stops after ``epoch`` (--epochs reached, or a stop asked for)."""
+        cfg = self.config
+        return (cfg.epochs is not None and epoch >= cfg.epochs - 1) or self._stop.is_set()
+
     def _done(self) -> bool:
         cfg = self.config
         if cfg.epochs is not None and self.last_epoch >= cfg.epochs - 1:
@@ -663,6 +670,7 @@ class PipelineRunner:
                 # no epoch is in flight here (or the runner is failing): a batch that starts
                 # now sees the stop flag and changes nothing
                 self.query.stop()
+            self.snapshots.query_stopped()
             self.snapshots.wait(timeout=120.0)  # a snapshot being written is finished first
             self.status = "stopped"
             self._beat()

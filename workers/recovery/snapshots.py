@@ -201,6 +201,8 @@ class Snapshots:
         self._last_time = time.monotonic()
         self.last_error: str | None = None
         self.written: list[SnapshotManifest] = []
+        self._query_stopped = threading.Event()
+        self._query_stopped_at = 0.0
         drop_staging(self.pipeline_dir)  # copies a crash left behind belong to no snapshot
 
     def request(self, requested_by: str) -> None:
@@ -212,10 +214,12 @@ class Snapshots:
     def in_flight(self) -> bool:
         return self._writer is not None and self._writer.is_alive()
 
-    def due(self, epoch: int, *, busy: bool) -> Pending | None:
+    def due(self, epoch: int, *, busy: bool, last: bool = False) -> Pending | None:
         """At the barrier: whether this epoch's tasks copy their stores. Never while one is
-        still being written, nor while a live operation has vnodes in transit."""
-        if busy or self.in_flight:
+        still being written, nor while a live operation has vnodes in transit, nor at the
+        runner's ``last`` epoch (it stops after it, and Spark may not log that epoch's commit
+        before the query stops: the snapshot could not be finished)."""
+        if busy or last or self.in_flight:
             return None
         with self._lock:
             manual = self._requests[:1]
@@ -247,6 +251,12 @@ class Snapshots:
         )
         self._writer.start()
 
+    def query_stopped(self) -> None:
+        """The streaming query has stopped: a snapshot still waiting for its epoch's commit
+        gives up (it is dropped, whole) instead of waiting out ``commit_wait_s``."""
+        self._query_stopped_at = time.monotonic()
+        self._query_stopped.set()
+
     def wait(self, timeout: float | None = None) -> None:
         """Until the snapshot being written (if any) is done (tests, a clean stop)."""
         writer = self._writer
@@ -259,6 +269,12 @@ class Snapshots:
         except Exception as exc:  # the stream goes on; the next due epoch tries again
             self.last_error = f"snapshot {pending.snapshot_id}: {exc}"
             log.exception("snapshot %s failed", pending.snapshot_id)
+            # what it wrote is no snapshot (no manifest): leave nothing behind
+            drop_staging(self.pipeline_dir, pending.snapshot_id)
+            try:
+                self.location.delete(self.pipeline, pending.snapshot_id)
+            except OSError:
+                log.warning("could not delete the partial snapshot %s", pending.snapshot_id)
             return
         self.last_error = None
         self.written.append(manifest)
@@ -340,8 +356,10 @@ class Snapshots:
         commit = checkpoint / "commits" / str(epoch)
         deadline = time.monotonic() + self.commit_wait_s
         while not commit.exists():
+            if self._query_stopped.is_set():  # the query is gone: no commit will come now
+                deadline = min(deadline, self._query_stopped_at + 2.0)
             if time.monotonic() > deadline:
-                raise SnapshotError(f"Spark did not commit epoch {epoch} in {self.commit_wait_s}s")
+                raise SnapshotError(f"Spark did not commit epoch {epoch}: the snapshot is dropped")
             time.sleep(0.05)
         files = {
             "metadata": (checkpoint / "metadata").read_text("utf-8"),

@@ -276,6 +276,7 @@ def test_due_waits_for_transit_and_for_the_snapshot_being_written(tmp_path: Path
         backend="lmdb",
     )
     assert snapshots.due(0, busy=True) is None  # vnodes in transit: not now
+    assert snapshots.due(0, busy=False, last=True) is None  # the runner stops after it
     first = snapshots.due(1, busy=False)
     assert first is not None and first.trigger == "periodic"
     snapshots._last_epoch = 1  # as epoch_committed records it
@@ -330,3 +331,36 @@ def test_a_corrupt_snapshot_is_named_from_a_spark_task_s_error() -> None:
         "(checksum a, recorded b)"
     )
     assert corruption_in(RuntimeError("the executor was lost")) is None
+
+
+def test_a_snapshot_whose_epoch_never_commits_is_dropped_whole(tmp_path: Path) -> None:
+    """The query stopped before Spark logged the epoch's commit: the writer gives up at once
+    (not after commit_wait_s) and leaves no files and no copies behind."""
+    pipeline_dir = tmp_path / "state" / "p"
+    mapping = VnodeMapping.initial("counts", VNODES, [0, 1])
+    _fill(pipeline_dir, "lmdb", mapping, 5, 500)
+    (pipeline_dir / "checkpoint" / "offsets").mkdir(parents=True)
+    (pipeline_dir / "checkpoint" / "metadata").write_text("{}", "utf-8")
+    location = RecoveryLocation(tmp_path / "recovery")
+    snapshots = Snapshots(
+        spark=InProcessSpark(),
+        pipeline="p",
+        pipeline_dir=pipeline_dir,
+        location=location,
+        every=SnapshotEvery.parse("1"),
+        partitions=4,
+        keep=3,
+        backend="lmdb",
+        commit_wait_s=600.0,
+    )
+    pending = snapshots.due(5, busy=False)
+    assert pending is not None
+    for pu in (0, 1):
+        with open_store("lmdb", store_path(pipeline_dir, "counts", pu)) as store:
+            store.checkpoint(staging_path(pipeline_dir, pending.snapshot_id, "counts", pu))
+    snapshots.query_stopped()
+    snapshots.epoch_committed(pending, {"counts": mapping})
+    snapshots.wait(timeout=30)
+    assert snapshots.last_error is not None and "did not commit epoch 5" in snapshots.last_error
+    assert location.snapshot_ids("p") == [] and location.incomplete_ids("p") == []
+    assert not (pipeline_dir / "snapshot-staging" / pending.snapshot_id).exists()
