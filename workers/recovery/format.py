@@ -16,8 +16,11 @@ the restoring store verifies when it ingests the vnode.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from workers.pipeline.placement import VnodeMapping
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -145,6 +148,16 @@ class FragmentSnapshot:
     mapping_version: int
     parallel_units: tuple[int, ...]
     segments: tuple[Segment, ...]
+
+    @classmethod
+    def of(cls, placement: VnodeMapping, segments: Iterable[Segment]) -> FragmentSnapshot:
+        """The fragment's placement when taken, with its own segments out of a snapshot's."""
+        return cls(
+            placement.vnodes,
+            placement.version,
+            placement.parallel_units,
+            tuple(s for s in segments if s.fragment == placement.fragment),
+        )
 
     @property
     def keys(self) -> int:

@@ -101,10 +101,11 @@ class RecoveryLocation:
         infos = self.fs.get_file_info([self.path(pipeline, i, MANIFEST) for i in ids])
         return [i for i, info in zip(ids, infos) if info.type == pafs.FileType.File]
 
-    def incomplete_ids(self, pipeline: str) -> list[str]:
-        """Snapshots whose writing stopped before the manifest (a crash): pruned at next write."""
-        complete = set(self.snapshot_ids(pipeline))
-        return [i for i in self._children(pipeline) if SNAPSHOT_ID.match(i) and i not in complete]
+    def incomplete_ids(self, pipeline: str, complete: list[str] | None = None) -> list[str]:
+        """Snapshots whose writing stopped before the manifest (a crash): pruned at next write.
+        ``complete``: the complete ones, when the caller has just listed them."""
+        done = set(self.snapshot_ids(pipeline) if complete is None else complete)
+        return [i for i in self._children(pipeline) if SNAPSHOT_ID.match(i) and i not in done]
 
     def manifest(self, pipeline: str, snapshot: str) -> SnapshotManifest:
         """The manifest of ``snapshot`` (an id or ``latest``)."""
@@ -146,7 +147,7 @@ class RecoveryLocation:
         ids = self.snapshot_ids(pipeline)
         doomed = ids[: max(len(ids) - keep, 0)]
         newest = ids[-1] if ids else ""
-        doomed += [i for i in self.incomplete_ids(pipeline) if i < newest]
+        doomed += [i for i in self.incomplete_ids(pipeline, ids) if i < newest]
         for i in doomed:
             self.delete(pipeline, i)
         return doomed

@@ -323,12 +323,7 @@ class Snapshots:
             checkpoint=checkpoint,
             files=files,
             fragments={
-                name: FragmentSnapshot(
-                    placement.vnodes,
-                    placement.version,
-                    placement.parallel_units,
-                    tuple(s for s in segments if s.fragment == name),
-                )
+                name: FragmentSnapshot.of(placement, segments)
                 for name, placement in sorted(pending.placements.items())
             },
             tasks=runs,

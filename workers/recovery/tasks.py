@@ -66,7 +66,8 @@ class RestoreTask:
     owned: tuple[tuple[str, tuple[int, ...]], ...]  # (fragment, vnodes this PU owns)
 
 
-def _ipc(keys: list[bytes], values: list[bytes]) -> bytes:
+def segment_bytes(keys: list[bytes], values: list[bytes]) -> bytes:
+    """A segment file: (key, value) rows as one Arrow IPC file, in the order given."""
     table = pa.Table.from_arrays(
         [pa.array(keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA
     )
@@ -108,7 +109,7 @@ def write_snapshot_segments(
                         values.append(v)
                 if not runs:
                     continue
-                data = _ipc(keys, values)
+                data = segment_bytes(keys, values)
                 rel = segment_path(fragment, partition, task.pu)
                 location.write_bytes(f"{task.pipeline}/{task.snapshot}/{rel}", data)
                 _fault("snapshot", task.state_root)

@@ -158,12 +158,7 @@ class StopStart:
             checkpoint={},
             files={},
             fragments={
-                name: FragmentSnapshot(
-                    self.ledger.placements[name].vnodes,
-                    self.ledger.placements[name].version,
-                    self.ledger.placements[name].parallel_units,
-                    tuple(s for s in segments if s.fragment == name),
-                )
+                name: FragmentSnapshot.of(self.ledger.placements[name], segments)
                 for name in op.fragments
             },
             tasks=runs,

@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pyarrow as pa
-
 from workers.recovery.format import (
     FragmentSnapshot,
     Segment,
@@ -22,24 +20,12 @@ from workers.recovery.format import (
 )
 from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.recovery.snapshots import finish_restore
+from workers.recovery.tasks import segment_bytes
 from workers.state.base import checksum_items, encode_key
 
 FRAGMENT = "word_count"
 VNODES = 16
 PARTITIONS = 4
-SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
-
-
-def _segment_bytes(items: list[tuple[bytes, bytes]]) -> bytes:
-    keys, values = zip(*items, strict=True)
-    table = pa.Table.from_arrays(
-        [pa.array(keys, pa.binary()), pa.array(values, pa.binary())], schema=SCHEMA
-    )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, SCHEMA) as writer:
-        writer.write_table(table)
-    data: bytes = sink.getvalue().to_pybytes()
-    return data
 
 
 def take_snapshot(
@@ -78,7 +64,7 @@ def take_snapshot(
                 items += mine
             if not items:
                 continue
-            data = _segment_bytes(items)
+            data = segment_bytes([k for k, _ in items], [v for _, v in items])
             rel = segment_path(FRAGMENT, partition, pu)
             location.write_bytes(f"{pipeline}/{sid}/{rel}", data)
             written.append(Segment(FRAGMENT, partition, pu, rel, file_checksum(data), vnode_runs))
