@@ -87,6 +87,11 @@ class TaskSpec:
     event_time: str | None = None  # the column giving event time, when the pipeline has one
     # a snapshot taken at this epoch: after its commit, the task copies its store for it
     snapshot: str | None = None
+    # outputs of epochs from this one on are kept (what a rebuild re-emits); None: the last two
+    outputs_from: int | None = None
+    # a re-run for a rebuild of lost stores (workers/recovery/rebuild.py): the sink already
+    # holds the epoch, and a whole store whose outputs of it are gone re-emits none
+    rebuilding: bool = False
 
     def slot_actions(self, slot: int) -> SlotActions:
         return self.actions[slot] if self.actions else SlotActions()
@@ -381,7 +386,9 @@ def _fold_processor(
             run.close()
     outputs = pa.concat_tables(parts)
     updates = [u for run in runs for u in run.updates()]
-    store.commit_epoch(spec.epoch, updates, outputs=_ipc_bytes(outputs))
+    store.commit_epoch(
+        spec.epoch, updates, outputs=_ipc_bytes(outputs), outputs_from=spec.outputs_from
+    )
     return outputs
 
 
@@ -403,7 +410,7 @@ def _fold_operator(
         _check_owned(spec, slot, records.column("vnode"))
         return _fold_and_commit(spec, store, records)
     outputs = empty_outputs(spec.operator)
-    store.commit_epoch(spec.epoch, [], outputs=_ipc_bytes(outputs))
+    store.commit_epoch(spec.epoch, [], outputs=_ipc_bytes(outputs), outputs_from=spec.outputs_from)
     return outputs
 
 
@@ -420,12 +427,19 @@ def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa
         cols = _columns("key", "seq", "vnode", *operator.columns)
         batch = apply_batch(operator, records.select(cols), store.get_column)
     if batch is not None:
-        store.commit_columns(spec.epoch, batch.updates, outputs=_ipc_bytes(batch.outputs))
+        store.commit_columns(
+            spec.epoch,
+            batch.updates,
+            outputs=_ipc_bytes(batch.outputs),
+            outputs_from=spec.outputs_from,
+        )
         return batch.outputs
     vnodes = dict(zip(records.column("key").to_pylist(), records.column("vnode").to_pylist()))
     cols = _columns("key", "seq", *operator.columns)
     updates, outputs = apply_records(store, operator, records.select(cols), vnodes)
-    store.commit_epoch(spec.epoch, updates, outputs=_ipc_bytes(outputs))
+    store.commit_epoch(
+        spec.epoch, updates, outputs=_ipc_bytes(outputs), outputs_from=spec.outputs_from
+    )
     return outputs
 
 
@@ -478,6 +492,8 @@ def run_task(
         replay = store.applied_epoch() >= spec.epoch
         if replay:
             recorded = store.epoch_outputs(spec.epoch)
+            if recorded is None and spec.rebuilding and spec.terminal:
+                recorded = _ipc_bytes(empty_outputs(spec.operator))  # the sink holds them
             if recorded is None:
                 raise RuntimeError(
                     f"{spec.fragment} PU {pu}: epoch {spec.epoch} is already applied but its "
@@ -505,7 +521,8 @@ def run_task(
         store.close()
 
     if spec.terminal:
-        _write_sink(spec, pu, outputs)
+        if not spec.rebuilding:  # a rebuild re-runs committed epochs: their sink writes are done
+            _write_sink(spec, pu, outputs)
     elif outputs.num_rows:
         yield from _as_output_batches(schema, "out", outputs)
     yield _info_row(

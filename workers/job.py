@@ -322,6 +322,8 @@ class EpochJob:
                 event_time=events if i == 0 else None,
                 sink=self.sink if i == len(self.pipeline.fragments) - 1 else None,
                 snapshot=plan.snapshot,
+                outputs_from=plan.outputs_from,
+                rebuilding=plan.rebuilding,
             )
             stream = self.stage(
                 stream, placement, actions, spec, "key" if i > 0 else frag.key, from_outputs=i > 0

@@ -58,6 +58,15 @@ from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.recovery.format import SnapshotManifest
 from workers.recovery.location import RecoveryLocation
+from workers.recovery.rebuild import (
+    check_stores,
+    offsets_after,
+    pending_rebuild,
+    plan_rebuild,
+    run_rebuild,
+    seal_stores,
+)
+from workers.recovery.replay import ReplayLog
 from workers.recovery.snapshots import (
     SnapshotEvery,
     Snapshots,
@@ -124,6 +133,11 @@ class PipelineRunner:
         self.sink: Sink = resolve_sink(config, self.pipeline)  # none: the start stops here
         self.watermark = self._load_watermark()
         self.placements_store = PlacementStore(config.pipeline_dir)
+        self.replay_log = ReplayLog(config.pipeline_dir)
+        self._replay_pruned: int | None = None
+        # while lost stores are rebuilt: only the epoch being re-run may start (its plan)
+        self._rebuilding = False
+        self._rerun_plan: EpochPlan | None = None
         self.placements: dict[str, VnodeMapping] = {}
         self.executor: RescaleExecutor
         self.snapshots: Snapshots
@@ -164,7 +178,11 @@ class PipelineRunner:
         the checkpoint (a crash between its write and Spark's commit), never more."""
         fragment = self.pipeline.fragments[-1].name
         held = self.sink.last_epoch(fragment)
-        committed = self._committed_epoch() if committed is None else committed
+        if committed is None:
+            committed = self._committed_epoch()
+            pending = pending_rebuild(self.config.pipeline_dir)
+            if pending is not None:  # the rebuild's re-runs rewound the checkpoint for a while
+                committed = max(committed, int(pending["target"]))
         if held is not None and held > committed + 1:
             raise SinkError(
                 f"{self.sink.describe()} already holds epoch {held} of {fragment}, but this "
@@ -457,6 +475,12 @@ class PipelineRunner:
         with self._batch_lock:
             if self._stop.is_set():
                 raise StopRequested(f"stopped before epoch {epoch}")
+            if self._rebuilding:
+                plan = self._rerun_plan
+                if plan is None or plan.epoch != epoch:
+                    raise StopRequested(f"the rebuild re-runs committed epochs only, not {epoch}")
+                self._rerun_batch(df, plan)
+                return
             self._in_batch = True
             self.ticks.epoch_started()
         try:
@@ -468,7 +492,7 @@ class PipelineRunner:
     def _run_batch(self, df: Any, epoch: int) -> None:
         started = time.perf_counter()
         try:
-            plan = self.barrier.plan(epoch)
+            plan = self._recorded(self.barrier.plan(epoch))
             pending = self.snapshots.due(
                 epoch, busy=bool(self.executor.running()), last=self._last_epoch_now(epoch)
             )
@@ -545,6 +569,156 @@ class PipelineRunner:
             self.last_timings,
             "" if report.rows else " (empty: a barrier for waiting control work)",
         )
+
+    def _recorded(self, plan: EpochPlan) -> EpochPlan:
+        """Keep the epoch's plan and offsets in the replay log while there is a snapshot to
+        rebuild a lost store from (or one is due), and have the stores keep their outputs of
+        the epochs a rebuild would re-run."""
+        replay_from = self.snapshots.replay_from()
+        if replay_from is None and not self.snapshots.every.enabled:
+            return plan
+        offsets = self.config.pipeline_dir / "checkpoint" / "offsets" / str(plan.epoch)
+        try:
+            self.replay_log.record(plan, offsets.read_text("utf-8"))
+        except OSError as exc:  # a rebuild will refuse for want of this epoch, saying so
+            log.warning("epoch %d is not in the replay log: %s", plan.epoch, exc)
+        latest = self.snapshots.latest_epoch
+        if latest is not None and latest != self._replay_pruned:
+            self.replay_log.prune(before=latest)
+            self._replay_pruned = latest
+        return dataclasses.replace(plan, outputs_from=replay_from)
+
+    # -- lost stores (workers/recovery/rebuild.py) -------------------------------------------
+    def _check_stores(self) -> None:
+        """Check every store holding vnodes against the epoch Spark committed last; rebuild
+        the lost ones from the newest snapshot and the epochs after it, or refuse to start."""
+        cfg = self.config
+        pending = pending_rebuild(cfg.pipeline_dir)
+        target = self._committed_epoch()
+        if pending is not None:  # a rebuild was killed: the checkpoint is mid-way, finish it
+            target = max(target, int(pending["target"]))
+        if target < 0:
+            return
+        reference, skip = self._placement_at(target)
+        states = check_stores(
+            self.spark,
+            pipeline_dir=cfg.pipeline_dir,
+            backend=cfg.backend,
+            reference=reference,
+            committed=target,
+            skip=skip,
+        )
+        lost = [s for s in states if s.lost]
+        if not lost and pending is None:
+            return
+        checkpoint = cfg.pipeline_dir / "checkpoint"
+        later = (
+            {int(k): str(v) for k, v in pending["later_offsets"].items()}
+            if pending is not None
+            else offsets_after(checkpoint, target)
+        )
+        location = RecoveryLocation(cfg.recovery_location)
+        rebuild = plan_rebuild(
+            location=location,
+            pipeline=self.pipeline.name,
+            fragments={f.name: f.vnodes for f in self.pipeline.fragments},
+            lost=lost,
+            target=target,
+            replay=self.replay_log,
+            later_offsets=later,
+            lineage=(checkpoint / "metadata").read_text("utf-8"),
+        )
+        log.warning(
+            "lost stores: %s; rebuilding them from snapshot %s (epoch %d) and re-running epochs "
+            "%d..%d",
+            "; ".join(s.describe() for s in lost) or "none (finishing a rebuild)",
+            rebuild.manifest.snapshot_id,
+            rebuild.manifest.epoch,
+            rebuild.manifest.epoch + 1,
+            target,
+        )
+        self._rebuilding = True
+        try:
+            record = run_rebuild(
+                rebuild,
+                spark=self.spark,
+                location=location,
+                pipeline_dir=cfg.pipeline_dir,
+                backend=cfg.backend,
+                placements=self.placements,
+                rerun=self._rerun_epoch,
+            )
+        finally:
+            self._rebuilding = False
+        log.info(
+            "rebuilt %d stores (%d keys) from snapshot %s and %d re-run epochs in %.2fs",
+            len(lost),
+            record["keys"],
+            rebuild.manifest.snapshot_id,
+            len(rebuild.entries),
+            record["duration_s"],
+        )
+
+    def _placement_at(
+        self, epoch: int
+    ) -> tuple[dict[str, VnodeMapping], frozenset[tuple[str, int]]]:
+        """The placement epoch ``epoch`` ran with, and the stores an epoch planned after it
+        (not committed) may have created for PUs that joined then."""
+        entry = self.replay_log.entry(epoch)
+        if entry is not None:
+            return entry.plan.placements, frozenset()
+        last = self.placements_store.last_plan()
+        if last is not None and last.epoch == epoch:
+            return last.placements, frozenset()
+        if last is not None and last.epoch == epoch + 1:
+            joined = {(name, pu) for name, a in last.actions.items() for pu in a.slots}
+            return last.placements, frozenset(joined)
+        return self.placements, frozenset()
+
+    def _rerun_epoch(self, plan: EpochPlan) -> None:
+        """Spark re-runs the committed epoch ``plan.epoch`` (the checkpoint was set for it);
+        returns once it is committed again."""
+        self._rerun_plan = plan
+        query = self._start_query()
+        try:
+            while self._committed_epoch() < plan.epoch:
+                if not query.isActive:
+                    raise RunnerError(
+                        f"re-running epoch {plan.epoch} to rebuild lost stores failed: "
+                        f"{self._error or query.exception()}; the next start tries again"
+                    )
+                time.sleep(0.05)
+        finally:
+            self._rerun_plan = None
+            if query.isActive:
+                query.stop()
+
+    def _rerun_batch(self, df: Any, plan: EpochPlan) -> None:
+        try:
+            results = self.job.run(df, plan)
+        except BaseException as exc:
+            self._error = exc
+            raise
+        stats = [r for r in results if r["kind"] == "stat"]
+        self._check_reports(plan, stats)
+        log.info(
+            "epoch %d re-run for the rebuild: %d records folded again",
+            plan.epoch,
+            sum(s["records"] for s in stats if not s["replay"]),
+        )
+
+    def _seal_stores(self) -> None:
+        """A clean stop: checksum every store, for the next start to compare."""
+        try:
+            sealed = seal_stores(
+                self.spark,
+                pipeline_dir=self.config.pipeline_dir,
+                backend=self.config.backend,
+                placements=self.placements,
+            )
+            log.info("checksums of %d stores written for the next start", sealed)
+        except Exception:  # the stop goes on: the next start checks what the engine can
+            log.exception("writing the stores' checksums failed")
 
     def _check_reports(self, plan: EpochPlan, stats: list[dict[str, Any]]) -> None:
         """Every PU task of every fragment must have reported: a rescale action (seal, ingest,
@@ -634,6 +808,8 @@ class PipelineRunner:
         self.executor.placements_saved()
         self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
         self.job.check_prepared()
+        if restoring is None:
+            self._check_stores()
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
         self.control.report_workers(self.pipeline.name, self.last_epoch, self.membership.snapshot())
@@ -641,6 +817,7 @@ class PipelineRunner:
         heart = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heart.start()
         self._beat()
+        clean = False
         try:
             failures = 0
             while not self._done():
@@ -663,6 +840,7 @@ class PipelineRunner:
                     cfg.max_query_restarts,
                 )
                 time.sleep(min(2.0**failures, 30.0))
+            clean = True
         finally:
             self.status = "stopping"
             self._stop.set()
@@ -672,6 +850,8 @@ class PipelineRunner:
                 self.query.stop()
             self.snapshots.query_stopped()
             self.snapshots.wait(timeout=120.0)  # a snapshot being written is finished first
+            if clean:
+                self._seal_stores()
             self.status = "stopped"
             self._beat()
             self.spark.stop()

@@ -174,6 +174,10 @@ class EpochPlan:
     # the snapshot whose store copies this epoch's tasks make (workers/recovery); not recorded:
     # a re-run after a crash makes none, and the snapshot is simply due again
     snapshot: str | None = None
+    # not recorded either: the first epoch whose outputs the stores keep (a rebuild re-emits
+    # them), and whether this is a re-run of a committed epoch for a rebuild
+    outputs_from: int | None = None
+    rebuilding: bool = False
 
     def fragment_actions(self, name: str) -> FragmentActions:
         return self.actions.get(name, FragmentActions())

@@ -130,7 +130,8 @@ def _snapshot_task(task: SnapshotTask) -> dict[str, Any]:
     return {"run": run.to_json(), "segments": [s.to_json() for s in segments]}
 
 
-def _restore_task(task: RestoreTask) -> dict[str, Any]:
+def restore_task(task: RestoreTask) -> dict[str, Any]:
+    """One restore task as Spark runs it (a restore, a stop-start, a rebuild)."""
     return restore_pu(task, _where()).to_json()
 
 
@@ -203,12 +204,23 @@ class Snapshots:
         self.written: list[SnapshotManifest] = []
         self._query_stopped = threading.Event()
         self._query_stopped_at = 0.0
+        self._writing_epoch: int | None = None
+        # the newest complete snapshot's epoch: a lost store is rebuilt from it
+        ids = location.snapshot_ids(pipeline)
+        self.latest_epoch: int | None = location.manifest(pipeline, ids[-1]).epoch if ids else None
         drop_staging(self.pipeline_dir)  # copies a crash left behind belong to no snapshot
 
     def request(self, requested_by: str) -> None:
         """Snapshot now: at the next barrier where none is in flight."""
         with self._lock:
             self._requests.append(requested_by or "unknown")
+
+    def replay_from(self) -> int | None:
+        """The first epoch a rebuild of a lost store would re-run (the one after the newest
+        snapshot, or after the one being written when none is complete): the stores keep their
+        outputs from it on. None when there is no snapshot to rebuild from."""
+        base = self.latest_epoch if self.latest_epoch is not None else self._writing_epoch
+        return None if base is None else base + 1
 
     @property
     def in_flight(self) -> bool:
@@ -245,6 +257,7 @@ class Snapshots:
             if pending.trigger == "manual" and self._requests:
                 self._requests.pop(0)
         self._last_epoch, self._last_time = pending.epoch, time.monotonic()
+        self._writing_epoch = pending.epoch
         pending = replace(pending, placements=dict(placements))
         self._writer = threading.Thread(
             target=self._write_logged, args=(pending,), name="snapshot-writer", daemon=True
@@ -277,6 +290,7 @@ class Snapshots:
                 log.warning("could not delete the partial snapshot %s", pending.snapshot_id)
             return
         self.last_error = None
+        self.latest_epoch = manifest.epoch
         self.written.append(manifest)
         if self.on_written is not None:
             try:
@@ -503,7 +517,7 @@ def restore_stores(
         results = run_tasks(
             spark,
             tasks,
-            _restore_task,
+            restore_task,
             f"rescaler restore {manifest.snapshot_id} onto {len(pus)} PUs",
         )
     except Exception as exc:

@@ -29,6 +29,7 @@ from workers.recovery.format import (
     segment_path,
 )
 from workers.recovery.location import RecoveryLocation
+from workers.recovery.stores import sums_path
 from workers.state import open_store
 from workers.state.base import IngestMismatch, VnodeExport, checksum_items
 
@@ -64,6 +65,7 @@ class RestoreTask:
     backend: str
     pu: int
     owned: tuple[tuple[str, tuple[int, ...]], ...]  # (fragment, vnodes this PU owns)
+    fresh: bool = False  # remove what the stores hold first (a lost store being rebuilt)
 
 
 def segment_bytes(keys: list[bytes], values: list[bytes]) -> bytes:
@@ -112,7 +114,7 @@ def write_snapshot_segments(
                 data = segment_bytes(keys, values)
                 rel = segment_path(fragment, partition, task.pu)
                 location.write_bytes(f"{task.pipeline}/{task.snapshot}/{rel}", data)
-                _fault("snapshot", task.state_root)
+                crash_point("snapshot", task.state_root)
                 segments.append(
                     Segment(fragment, partition, task.pu, rel, file_checksum(data), runs)
                 )
@@ -157,6 +159,9 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     for fragment, owned in task.owned:
         wanted = set(owned)
         path = store_path(Path(task.state_root), fragment, task.pu)
+        if task.fresh:
+            shutil.rmtree(path, ignore_errors=True)
+            sums_path(Path(task.state_root), fragment, task.pu).unlink(missing_ok=True)
         with open_store(task.backend, path) as store:
             for segment in manifest.fragments[fragment].segments:
                 vnodes = sorted(wanted & set(segment.vnodes))
@@ -180,7 +185,7 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
                         ) from exc
                     keys += run.keys
                     size += run.bytes
-                    _fault("restore", task.state_root)
+                    crash_point("restore", task.state_root)
             if manifest.epoch >= 0:  # a stop-start before the first epoch restores no marker
                 store.commit_epoch(manifest.epoch, [])
     return TaskRun(task.pu, where[0], where[1], keys, size, round(time.perf_counter() - started, 4))
@@ -210,13 +215,13 @@ def clear_pu(task: ClearTask, where: tuple[str, str]) -> TaskRun:
     return TaskRun(task.pu, where[0], where[1], keys, 0, round(time.perf_counter() - started, 4))
 
 
-#: fault injection for the crash tests: "snapshot" or "restore" kills the runner's whole process
-#: group (RESCALER_RUNNER_PID's) right after the first segment written or vnode ingested, once
-#: per state directory (a marker file remembers it)
+#: fault injection for the crash tests: "snapshot", "restore" or "rebuild" kills the runner's
+#: whole process group (RESCALER_RUNNER_PID's) right after the first segment written, vnode
+#: ingested or epoch re-run, once per state directory (a marker file remembers it)
 CRASH_DURING = "RESCALER_FAULT_CRASH_DURING"
 
 
-def _fault(kind: str, state_root: str) -> None:
+def crash_point(kind: str, state_root: str) -> None:
     if os.environ.get(CRASH_DURING) != kind or not state_root:
         return
     from workers.epoch import RUNNER_PID

@@ -55,6 +55,7 @@ __all__ = [
     "fsync_enabled",
     "max_user_key_bytes",
     "open_store",
+    "outputs_kept_from",
     "plan_columns",
     "plan_commit",
     "verify_export",
@@ -94,6 +95,14 @@ def max_user_key_bytes(backend: str) -> int | None:
     the backend sets no limit."""
     limit = MAX_STORE_KEY_BYTES.get(backend)
     return None if limit is None else limit - VNODE_PREFIX.size
+
+
+def outputs_kept_from(epoch: int, outputs_from: int | None) -> int:
+    """The oldest epoch whose outputs a store keeps once ``epoch`` is committed: the epoch before
+    it (a re-run of either re-emits them), or ``outputs_from`` when older (the epochs a rebuild
+    would re-run since the newest snapshot, workers/recovery/rebuild.py)."""
+    keep = max(epoch - 1, 0)
+    return keep if outputs_from is None else max(min(keep, outputs_from), 0)
 
 
 def fsync_enabled() -> bool:

@@ -180,18 +180,29 @@ class StateStore(ABC):
     # -- writes (each atomic) -----------------------------------------------------------------
     @abstractmethod
     def commit_epoch(
-        self, epoch: int, updates: Iterable[Update], outputs: bytes | None = None
+        self,
+        epoch: int,
+        updates: Iterable[Update],
+        outputs: bytes | None = None,
+        *,
+        outputs_from: int | None = None,
     ) -> bool:
         """Apply an epoch's updates, its outputs and the applied-epoch marker in one atomic write.
 
         Returns False and changes nothing when ``epoch`` <= the applied epoch (a replay).
         Raises VnodeSealed, changing nothing, when an update touches a sealed vnode.
-        Outputs of epochs older than ``epoch - 1`` are discarded in the same write.
+        Outputs of epochs older than ``epoch - 1`` (or than ``outputs_from``, when that is
+        older: the epochs a rebuild would re-run) are discarded in the same write.
         """
 
     @abstractmethod
     def commit_columns(
-        self, epoch: int, updates: ColumnUpdates, outputs: bytes | None = None
+        self,
+        epoch: int,
+        updates: ColumnUpdates,
+        outputs: bytes | None = None,
+        *,
+        outputs_from: int | None = None,
     ) -> bool:
         """:meth:`commit_epoch` for updates given as columns: the same single atomic write, the
         same replay and seal rules. Raises ValueError, writing nothing, when a key repeats, is

@@ -40,6 +40,7 @@ from workers.state import (
     check_epoch,
     check_vnodes,
     fsync_enabled,
+    outputs_kept_from,
     plan_columns,
     plan_commit,
     verify_export,
@@ -276,20 +277,32 @@ class LmdbStore(StateStore):
 
     # -- writes ------------------------------------------------------------------------------
     def commit_epoch(
-        self, epoch: int, updates: Iterable[Update], outputs: bytes | None = None
+        self,
+        epoch: int,
+        updates: Iterable[Update],
+        outputs: bytes | None = None,
+        *,
+        outputs_from: int | None = None,
     ) -> bool:
         check_epoch(epoch)
         self._writable()
-        return self._commit(epoch, plan_commit(updates), outputs)
+        return self._commit(epoch, plan_commit(updates), outputs, outputs_from)
 
     def commit_columns(
-        self, epoch: int, updates: ColumnUpdates, outputs: bytes | None = None
+        self,
+        epoch: int,
+        updates: ColumnUpdates,
+        outputs: bytes | None = None,
+        *,
+        outputs_from: int | None = None,
     ) -> bool:
         check_epoch(epoch)
         self._writable()
-        return self._commit(epoch, plan_columns(updates), outputs)
+        return self._commit(epoch, plan_columns(updates), outputs, outputs_from)
 
-    def _commit(self, epoch: int, plan: CommitPlan, outputs: bytes | None) -> bool:
+    def _commit(
+        self, epoch: int, plan: CommitPlan, outputs: bytes | None, outputs_from: int | None
+    ) -> bool:
         e = self._writable()
         dbs = e.dbs
         with e.txn(write=True) as txn:
@@ -308,7 +321,7 @@ class LmdbStore(StateStore):
             for key in plan.deletes:
                 txn.delete(key, db=entries)
             _apply_stats(txn, dbs["stats"], plan.stats_delta)
-            _write_outputs(txn, dbs["outputs"], epoch, outputs)
+            _write_outputs(txn, dbs["outputs"], epoch, outputs, outputs_from)
             txn.put(APPLIED_EPOCH_KEY, EPOCH.pack(epoch), db=dbs["meta"])
         return True
 
@@ -391,10 +404,12 @@ def _apply_stats(txn: lmdb.Transaction, stats_db: Any, deltas: dict[int, tuple[i
             txn.put(key, STATS.pack(new.keys, new.bytes), db=stats_db)
 
 
-def _write_outputs(txn: lmdb.Transaction, db: Any, epoch: int, outputs: bytes | None) -> None:
+def _write_outputs(
+    txn: lmdb.Transaction, db: Any, epoch: int, outputs: bytes | None, outputs_from: int | None
+) -> None:
     if outputs is not None:
         txn.put(OUTPUT_KEY.pack(epoch), outputs, db=db)
-    keep_from = OUTPUT_KEY.pack(max(epoch - 1, 0))
+    keep_from = OUTPUT_KEY.pack(outputs_kept_from(epoch, outputs_from))
     cursor = txn.cursor(db=db)
     if cursor.first():
         while (key := cast(bytes, cursor.key())) and key < keep_from:

@@ -50,6 +50,7 @@ from workers.state import (
     check_epoch,
     check_vnodes,
     fsync_enabled,
+    outputs_kept_from,
     plan_columns,
     plan_commit,
     verify_export,
@@ -224,20 +225,32 @@ class RocksStore(StateStore):
 
     # -- writes ------------------------------------------------------------------------------
     def commit_epoch(
-        self, epoch: int, updates: Iterable[Update], outputs: bytes | None = None
+        self,
+        epoch: int,
+        updates: Iterable[Update],
+        outputs: bytes | None = None,
+        *,
+        outputs_from: int | None = None,
     ) -> bool:
         check_epoch(epoch)
         self._check_writable()
-        return self._commit(epoch, plan_commit(updates, ordered=False), outputs)
+        return self._commit(epoch, plan_commit(updates, ordered=False), outputs, outputs_from)
 
     def commit_columns(
-        self, epoch: int, updates: ColumnUpdates, outputs: bytes | None = None
+        self,
+        epoch: int,
+        updates: ColumnUpdates,
+        outputs: bytes | None = None,
+        *,
+        outputs_from: int | None = None,
     ) -> bool:
         check_epoch(epoch)
         self._check_writable()
-        return self._commit(epoch, plan_columns(updates, ordered=False), outputs)
+        return self._commit(epoch, plan_columns(updates, ordered=False), outputs, outputs_from)
 
-    def _commit(self, epoch: int, plan: CommitPlan, outputs: bytes | None) -> bool:
+    def _commit(
+        self, epoch: int, plan: CommitPlan, outputs: bytes | None, outputs_from: int | None
+    ) -> bool:
         with self._lock:
             db = self._rdict()
             if epoch <= self.applied_epoch():
@@ -268,9 +281,9 @@ class RocksStore(StateStore):
             outputs_cf = self._cfh["outputs"]
             if outputs is not None:
                 batch.put(OUTPUT_KEY.pack(epoch), outputs, outputs_cf)
-            # Point deletes of the (at most two) stale outputs rather than a range tombstone per
-            # epoch, which would pile up in a column family read at every replay.
-            keep_from = OUTPUT_KEY.pack(max(epoch - 1, 0))
+            # Point deletes of the (few) stale outputs rather than a range tombstone per epoch,
+            # which would pile up in a column family read at every replay.
+            keep_from = OUTPUT_KEY.pack(outputs_kept_from(epoch, outputs_from))
             for key, _ in _items(self._cf["outputs"]):
                 if key >= keep_from:
                     break

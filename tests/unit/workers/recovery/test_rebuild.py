@@ -1,0 +1,224 @@
+"""Lost stores found when the runner starts, and what a rebuild restores, re-runs and refuses,
+without Spark (the tasks run in this process). The rebuild through Spark's re-run of each epoch,
+with a kill in the middle, is in tests/integration/workers/test_recovery.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.workers.recovery.test_snapshots import VNODES, InProcessSpark, _fill, _take
+from workers.layout import store_path
+from workers.pipeline.placement import EpochPlan, FragmentActions, SlotActions, VnodeMapping
+from workers.recovery.location import RecoveryLocation
+from workers.recovery.rebuild import (
+    RebuildRefused,
+    check_stores,
+    offsets_after,
+    plan_rebuild,
+    put_back,
+    seal_stores,
+    set_rerun,
+)
+from workers.recovery.replay import ReplayLog
+from workers.recovery.stores import BEHIND, CORRUPT, MISSING, OK, StoreState, sums_path
+from workers.recovery.tasks import restore_pu
+from workers.state import open_store
+from workers.state.base import Update, encode_key
+
+MAPPING = VnodeMapping.initial("counts", VNODES, [0, 1, 2])
+
+
+def _check(root: Path, backend: str, committed: int) -> dict[int, StoreState]:
+    states = check_stores(
+        InProcessSpark(),
+        pipeline_dir=root,
+        backend=backend,
+        reference={"counts": MAPPING},
+        committed=committed,
+    )
+    return {s.pu: s for s in states}
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "rocksdb"])
+def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend: str) -> None:
+    root = tmp_path / "p"
+    _fill(root, backend, MAPPING, 5, 2000)
+    assert (
+        seal_stores(
+            InProcessSpark(), pipeline_dir=root, backend=backend, placements={"counts": MAPPING}
+        )
+        == 3
+    )
+    assert {s.status for s in _check(root, backend, 5).values()} == {OK}
+    assert not sums_path(root, "counts", 0).exists(), "a whole store's checksums are used up"
+
+    seal_stores(
+        InProcessSpark(), pipeline_dir=root, backend=backend, placements={"counts": MAPPING}
+    )
+    # PU 0's store is gone; one file of PU 1's changed while no runner had it open
+    import shutil
+
+    shutil.rmtree(store_path(root, "counts", 0))
+    files = sorted(p for p in store_path(root, "counts", 1).iterdir() if p.stat().st_size)
+    target = next(p for p in files if p.suffix in (".mdb", ".sst", ".log")) if files else None
+    assert target is not None
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    target.write_bytes(bytes(data))
+    states = _check(root, backend, 5)
+    assert states[0].status == MISSING and "is gone" in states[0].detail
+    assert states[1].status == CORRUPT and target.name in states[1].detail
+    assert states[2].status == OK
+    assert sums_path(root, "counts", 1).exists(), "a lost store keeps its checksums"
+
+    # without checksums (a crash): the applied-epoch marker against Spark's commit
+    assert _check(root, backend, 7)[2].status == BEHIND
+    assert _check(root, backend, 4)[2].status == OK, "the epoch after the commit: not committed"
+    assert _check(root, backend, 3)[2].status == BEHIND, "two epochs ahead of the commit"
+    assert _check(root, backend, 3)[2].applied_epoch == 5
+
+
+def test_a_torn_store_file_does_not_open_and_is_lost(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    _fill(root, "lmdb", MAPPING, 3, 500)
+    data = store_path(root, "counts", 2) / "data.mdb"
+    data.write_bytes(data.read_bytes()[:4096])  # no checksums: a crash left no clean stop
+    state = _check(root, "lmdb", 3)[2]
+    assert state.status == CORRUPT and "does not open" in state.detail
+
+
+def test_a_pu_without_vnodes_has_nothing_to_lose(tmp_path: Path) -> None:
+    mapping = VnodeMapping("counts", (0, 1), (0,) * VNODES, 1)
+    states = check_stores(
+        InProcessSpark(),
+        pipeline_dir=tmp_path,
+        backend="lmdb",
+        reference={"counts": mapping},
+        committed=2,
+    )
+    assert [(s.pu, s.status) for s in states] == [(0, MISSING)]
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "rocksdb"])
+def test_outputs_are_kept_from_the_epoch_a_rebuild_re_runs(tmp_path: Path, backend: str) -> None:
+    with open_store(backend, tmp_path / "s") as store:
+        for epoch in range(8):
+            key = encode_key(1, b"k")
+            store.commit_epoch(
+                epoch, [Update(key, None, b"%d" % epoch)], f"out-{epoch}".encode(), outputs_from=3
+            )
+        assert [store.epoch_outputs(e) for e in (2, 3, 7)] == [None, b"out-3", b"out-7"]
+        store.commit_epoch(8, [], b"out-8")  # no snapshot any more: the last two epochs
+        assert store.epoch_outputs(6) is None and store.epoch_outputs(7) == b"out-7"
+
+
+def _plan(epoch: int, actions: dict[str, FragmentActions] | None = None) -> EpochPlan:
+    return EpochPlan(epoch, {"counts": MAPPING}, actions or {})
+
+
+def _replayed(root: Path, epochs: range) -> ReplayLog:
+    log = ReplayLog(root)
+    for e in epochs:
+        log.record(_plan(e), f'v1\n{{}}\n{{"offset": {e}}}')
+    return log
+
+
+def test_a_rebuild_starts_at_the_newest_snapshot_of_this_job(tmp_path: Path) -> None:
+    snapshots, _, first = _take(tmp_path, "lmdb", MAPPING, 4)
+    root = tmp_path / "state" / "p"
+    lineage = (root / "checkpoint" / "metadata").read_text("utf-8")
+    log = _replayed(root, range(4, 8))
+    lost = [StoreState("counts", 1, MISSING, "gone")]
+    kw = {
+        "location": snapshots.location,
+        "pipeline": "p",
+        "fragments": {"counts": VNODES},
+        "lost": lost,
+        "replay": log,
+        "later_offsets": {8: "v1\n{}\n{}"},
+    }
+    rebuild = plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
+    assert rebuild.manifest.snapshot_id == first and rebuild.epochs == [5, 6, 7]
+    (task,) = rebuild.restore_tasks(snapshots.location.uri, root, "lmdb", {"counts": MAPPING})
+    assert (task.pu, task.fresh) == (1, True)
+    assert task.owned == (("counts", tuple(MAPPING.vnodes_of(1))),)
+
+    with pytest.raises(RebuildRefused, match="no snapshot of 'p' at or before epoch 3"):
+        plan_rebuild(target=3, lineage=lineage, **kw)  # type: ignore[arg-type]
+    with pytest.raises(RebuildRefused, match="no snapshot"):  # another job's snapshots
+        plan_rebuild(target=7, lineage='{"id":"another query"}', **kw)  # type: ignore[arg-type]
+    (log.dir / "6.json").unlink()
+    with pytest.raises(RebuildRefused, match="no record of epoch 6"):
+        plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
+    step = {"counts": FragmentActions(slots={2: SlotActions(seal=(3,))})}
+    log.record(_plan(6, step), "v1\n{}\n{}")
+    with pytest.raises(RebuildRefused, match="a rescale step ran at epoch 6") as refused:
+        plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
+    assert "--restore-from" in str(refused.value), "the refusal says what to do instead"
+
+
+def test_a_lost_store_is_refilled_fresh_at_the_snapshot_epoch(tmp_path: Path) -> None:
+    snapshots, entries, _ = _take(tmp_path, "lmdb", MAPPING, 4)
+    root = tmp_path / "state" / "p"
+    lineage = (root / "checkpoint" / "metadata").read_text("utf-8")
+    with open_store("lmdb", store_path(root, "counts", 1)) as store:  # what went on after it
+        store.commit_epoch(6, [Update(encode_key(MAPPING.vnodes_of(1)[0], b"x"), None, b"1")])
+    rebuild = plan_rebuild(
+        location=snapshots.location,
+        pipeline="p",
+        fragments={"counts": VNODES},
+        lost=[StoreState("counts", 1, BEHIND, "")],
+        target=4,
+        replay=ReplayLog(root),
+        later_offsets={},
+        lineage=lineage,
+    )
+    (task,) = rebuild.restore_tasks(snapshots.location.uri, root, "lmdb", {"counts": MAPPING})
+    restore_pu(task, ("driver", "here"))
+    with open_store("lmdb", store_path(root, "counts", 1), readonly=True) as store:
+        assert store.applied_epoch() == 4
+        assert dict(store.scan()) == {
+            k: v for k, v in entries.items() if MAPPING.mapping[int.from_bytes(k[:2], "big")] == 1
+        }
+
+
+def test_the_checkpoint_is_set_for_each_re_run_and_put_back(tmp_path: Path) -> None:
+    cp = tmp_path / "checkpoint"
+    for sub in ("offsets", "commits"):
+        (cp / sub).mkdir(parents=True)
+    for e in range(3, 10):
+        (cp / "offsets" / str(e)).write_text(f"o{e}")
+        (cp / "offsets" / f".{e}.crc").write_text("crc")
+    for e in range(3, 9):
+        (cp / "commits" / str(e)).write_text(f"c{e}")
+    later = offsets_after(cp, 8)
+    assert later == {9: "o9"}
+    set_rerun(cp, 6, "o5-original", "o6-original", "commit")
+    assert sorted(p.name for p in (cp / "offsets").iterdir() if not p.name.startswith(".")) == [
+        "3",
+        "4",
+        "5",
+        "6",
+    ]
+    assert (cp / "offsets" / "6").read_text() == "o6-original"
+    assert not (cp / "offsets" / ".6.crc").exists(), "a stale checksum file would fail Spark"
+    assert max(int(p.name) for p in (cp / "commits").iterdir()) == 5
+    (cp / "offsets" / "7").write_text("what Spark planned after the re-run")
+    (cp / "commits" / "6").write_text("c6")
+    put_back(cp, 6, {7: "o7-original", 8: "o8-original"})
+    assert (cp / "offsets" / "7").read_text() == "o7-original"
+    assert (cp / "offsets" / "8").read_text() == "o8-original"
+
+
+def test_the_replay_log_keeps_the_epochs_since_the_newest_snapshot(tmp_path: Path) -> None:
+    log = _replayed(tmp_path, range(0, 6))
+    log.prune(before=3)
+    assert log.epochs() == [3, 4, 5]
+    entry = log.entry(4)
+    assert entry is not None and entry.plan.epoch == 4
+    assert json.loads(entry.offsets.splitlines()[2]) == {"offset": 4}
+    assert log.entry(1) is None
+    assert RecoveryLocation(tmp_path / "none").snapshot_ids("p") == []
