@@ -23,6 +23,7 @@ from rescaler.cluster.models import RunnerCommand
 from rescaler.cluster.services import command_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.models import OperationFragment, RescaleOperation
+from rescaler.operations.progress import operation_progress
 from rescaler.operations.requests import operation_cancel, operation_cancel_command
 from rescaler.operations.signals import operation_finished
 from rescaler.operations.summary import operation_summary
@@ -58,10 +59,7 @@ class OrmChannel:
         return command.id
 
     def progress(self, operation_id: str) -> dict[str, Any] | None:
-        progress = RescaleOperation.objects.values_list("progress", flat=True).get(
-            operation_id=operation_id
-        )
-        return progress or None
+        return operation_progress(self.op)
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:
         row = RunnerCommand.objects.filter(id=command_id).values("status", "detail").first()
