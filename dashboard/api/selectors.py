@@ -38,6 +38,7 @@ from workers.rescale.protocol import (
     AuditObject,
     Routing,
     StepPhase,
+    StopStartPhase,
 )
 from workers.state import max_user_key_bytes
 
@@ -330,9 +331,11 @@ def operation_events(*, operation: RescaleOperation) -> QuerySet[AuditEvent]:
 
 
 def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
-    """Per vnode of the operation: its step, source, target, phase and where its records go."""
+    """Per vnode of the operation: its step, where its records go, and its own figures (the
+    step's PUs and phase are said once, by the step)."""
     rows = []
     for step in operation.steps.all():
+        routing = ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE)
         for vnode in step.vnodes:
             figures = (step.per_vnode or {}).get(str(vnode)) or {}
             rows.append(
@@ -340,16 +343,28 @@ def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
                     "fragment": step.fragment,
                     "vnode": vnode,
                     "step": step.step,
-                    "source_pu": step.source_pu,
-                    "target_pu": step.target_pu,
-                    "phase": step.phase,
-                    "routing": ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE),
+                    "routing": routing,
                     "keys": figures.get("keys"),
                     "bytes": figures.get("bytes"),
                     "hold_queue": figures.get("hold_queue", 0),
                 }
             )
     return sorted(rows, key=lambda r: (r["fragment"], r["vnode"]))
+
+
+def operation_runner_progress(op: RescaleOperation) -> dict[str, Any]:
+    """What the runner's last report (stored without its steps) says beyond the operation's
+    columns and steps."""
+    report = op.progress or {}
+    return {
+        "status": report.get("status", op.status),
+        "phase": report.get("phase", StopStartPhase.BEGUN),
+        "cancel_requested": bool(report.get("cancel_requested", False)),
+        "begun_epoch": report.get("begun_epoch"),
+        "finished_epoch": report.get("finished_epoch"),
+        "error": report.get("error", ""),
+        "executors": list(report.get("executors", ())),
+    }
 
 
 # -- one key -------------------------------------------------------------------------------------

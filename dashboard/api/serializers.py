@@ -38,6 +38,7 @@ from workers.rescale.protocol import (
     OperationStatus,
     Routing,
     StepPhase,
+    StopStartPhase,
     Strategy,
 )
 
@@ -245,12 +246,21 @@ class StoredRequestField(serializers.JSONField):
         return instance.request_record().to_json()
 
 
-@extend_schema_field(PlanSerializer)
+class OperationPlanSerializer(serializers.Serializer):
+    """What an operation's plan says beyond its columns and steps: each fragment's plan and
+    the estimate (its strategy and granularity are the operation's, its steps ``steps``)."""
+
+    fragments = serializers.DictField(child=FragmentPlanSerializer())
+    estimated_duration_s = serializers.FloatField()
+
+
+@extend_schema_field(OperationPlanSerializer)
 class PlanField(serializers.JSONField):
-    """The plan as the dry run showed it, put back together from the stored operation."""
+    """The plan as stored with the operation (``Plan.stored_json``): nothing another field of
+    the document carries."""
 
     def get_attribute(self, instance: RescaleOperation) -> Any:
-        return instance.plan_record().to_json()
+        return instance.plan
 
 
 # -- operations ----------------------------------------------------------------------------------
@@ -283,9 +293,9 @@ class OperationSerializer(serializers.ModelSerializer):
 
 
 class StepSerializer(serializers.ModelSerializer):
-    per_vnode = serializers.JSONField(
-        read_only=True, help_text='{"<vnode>": {"keys", "bytes", "hold_queue"}} from the runner.'
-    )
+    """A step once: as planned (vnodes, PUs, keys, bytes) and as the runner last reported it;
+    its vnodes' own figures are the document's ``vnodes``."""
+
     timings = serializers.DictField(
         child=serializers.FloatField(), read_only=True, help_text="phase -> unix time entered."
     )
@@ -296,18 +306,18 @@ class StepSerializer(serializers.ModelSerializer):
         fields = [
             "step", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
             "keys_moved", "bytes_moved", "hold_queue", "collect_epoch", "acquire_epoch",
-            "drop_epoch", "per_vnode", "timings", "error", "updated_at",
+            "drop_epoch", "timings", "error", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
 
-class VnodePhaseSerializer(serializers.Serializer):
+class OperationVnodeSerializer(serializers.Serializer):
+    """A vnode of the operation: its step (whose PUs and phase are the step's) and its own
+    figures."""
+
     fragment = serializers.CharField()
     vnode = serializers.IntegerField()
-    step = serializers.IntegerField()
-    source_pu = serializers.IntegerField()
-    target_pu = serializers.IntegerField()
-    phase = serializers.ChoiceField(choices=STEP_PHASE_CHOICES)
+    step = serializers.IntegerField(help_text="The step that moves it (``steps[].step``).")
     routing = serializers.ChoiceField(
         choices=choices(Routing),
         help_text="Where the vnode's records go now: its source PU, the step's hold queue, "
@@ -316,6 +326,26 @@ class VnodePhaseSerializer(serializers.Serializer):
     keys = serializers.IntegerField(allow_null=True)
     bytes = serializers.IntegerField(allow_null=True)
     hold_queue = serializers.IntegerField()
+
+
+class RunnerProgressSerializer(serializers.Serializer):
+    """What the runner's last report says that no other field of the operation does."""
+
+    status = serializers.ChoiceField(
+        choices=OPERATION_STATUS_CHOICES,
+        help_text="The runner's status of the operation (the operation's own ends once the "
+        "orchestrator has seen it).",
+    )
+    phase = serializers.ChoiceField(
+        choices=choices(StopStartPhase), help_text="A stop-start's phase (a live one: begun)."
+    )
+    cancel_requested = serializers.BooleanField()
+    begun_epoch = serializers.IntegerField(allow_null=True)
+    finished_epoch = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    executors = serializers.ListField(
+        child=serializers.CharField(), help_text="Where a stop-start's Spark tasks ran."
+    )
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -365,7 +395,9 @@ class OperationMovedSerializer(serializers.Serializer):
 
 class OperationDetailSerializer(OperationSerializer):
     plan = PlanField(read_only=True)
-    progress = serializers.JSONField(read_only=True, help_text="The runner's last report.")
+    progress = serializers.SerializerMethodField(
+        help_text="The runner's last report, beyond the steps and counters (null before it)."
+    )
     steps = StepSerializer(many=True, read_only=True)
     vnodes = serializers.SerializerMethodField()
     events = serializers.SerializerMethodField()
@@ -388,9 +420,17 @@ class OperationDetailSerializer(OperationSerializer):
         waiting = operation_waiting(op)
         return None if waiting is None else waiting.to_json()
 
-    @extend_schema_field(VnodePhaseSerializer(many=True))
+    @extend_schema_field(RunnerProgressSerializer(allow_null=True))
+    def get_progress(self, op: RescaleOperation) -> dict[str, Any] | None:
+        if not op.progress:
+            return None
+        return dict(RunnerProgressSerializer(selectors.operation_runner_progress(op)).data)
+
+    @extend_schema_field(OperationVnodeSerializer(many=True))
     def get_vnodes(self, op: RescaleOperation) -> list[Any]:
-        return list(VnodePhaseSerializer(selectors.operation_vnodes(operation=op), many=True).data)
+        return list(
+            OperationVnodeSerializer(selectors.operation_vnodes(operation=op), many=True).data
+        )
 
     @extend_schema_field(AuditEventSerializer(many=True))
     def get_events(self, op: RescaleOperation) -> list[Any]:

@@ -11,6 +11,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from rescaler.audit.services import audit_record
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -22,7 +23,7 @@ from rescaler.cluster.models import (
 )
 from rescaler.events import CLUSTER_GROUP, publish
 from workers.control import EpochReport, PuLoad, Topology, WorkerStatus
-from workers.rescale.protocol import Event
+from workers.rescale.protocol import CommandKind, Event
 
 # keep the newest epochs per pipeline; older rows are deleted as new ones arrive
 EPOCH_RETENTION = 5_000
@@ -198,16 +199,52 @@ def runner_heartbeat(*, pipeline: str, epoch: int, status: str, spark: dict[str,
         )
 
 
+@transaction.atomic
 def command_submit(
-    *, pipeline: str, kind: str, payload: dict[str, Any] | None = None, user: Any = None
+    *,
+    pipeline: Pipeline | str,
+    kind: CommandKind | str,
+    payload: dict[str, Any] | None = None,
+    user: Any = None,
+    actor_name: str = "",
+    obj: tuple[str, str] | None = None,
+    action: str = "",
+    before: Any = None,
+    after: dict[str, Any] | None = None,
 ) -> RunnerCommand:
-    try:
-        target = Pipeline.objects.get(name=pipeline)
-    except Pipeline.DoesNotExist:
-        raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
-    return RunnerCommand.objects.create(
-        pipeline=target, kind=kind, payload=payload or {}, created_by=user
+    """Queue a command for the pipeline's runner and audit it, in one transaction: the one
+    writer of ``RunnerCommand`` rows, so no command reaches the runner unrecorded.
+
+    ``user`` is who asked; a component acting on its own names itself in ``actor_name``. The
+    event is ``command.<kind>`` on ``obj`` (default: the pipeline) with the payload, unless the
+    caller names the change the command makes (``action``, ``before``, ``after``: a worker
+    decommissioning, a snapshot requested), so one request leaves one event. Its ``after``
+    always carries the command's id.
+    """
+    if isinstance(pipeline, Pipeline):
+        target = pipeline
+    else:
+        try:
+            target = Pipeline.objects.get(name=pipeline)
+        except Pipeline.DoesNotExist:
+            raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
+    payload = payload or {}
+    asker = user if user is not None and user.is_authenticated else None
+    command = RunnerCommand.objects.create(
+        pipeline=target, kind=kind, payload=payload, created_by=asker
     )
+    if after is None:
+        # the operation is the event's object already: its id is not repeated
+        after = {k: v for k, v in payload.items() if k != "operation_id"}
+    audit_record(
+        actor=asker,
+        actor_name=actor_name,
+        action=action or f"command.{kind}",
+        obj=obj or ("pipeline", target.name),
+        before=before,
+        after={"command": command.id, **after},
+    )
+    return command
 
 
 def command_ack(*, command_id: int, status: str, detail: str = "") -> None:

@@ -407,16 +407,14 @@ def snapshot_request(*, user: Any, pipeline: str, reason: str) -> RunnerCommand:
             f"snapshot is taken by the running runner at a barrier; start it and ask again"
         )
     name = user.get_username() if user is not None and user.is_authenticated else "unknown"
+    # the command's audit event is the request: one event, with the reason and the command's id
     command = command_submit(
-        pipeline=target.name,
+        pipeline=target,
         kind=CommandKind.SNAPSHOT,
         payload={"requested_by": name},
-        user=user if user is not None and user.is_authenticated else None,
-    )
-    audit_record(
-        actor=user,
-        action=REQUESTED,
+        user=user,
         obj=(AUDIT_OBJECT, target.name),
-        after={"pipeline": target.name, "reason": reason, "command": command.id},
+        action=REQUESTED,
+        after={"pipeline": target.name, "reason": reason},
     )
     return command

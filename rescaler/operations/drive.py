@@ -20,9 +20,11 @@ from django.utils import timezone
 
 from rescaler.audit.services import audit_record
 from rescaler.cluster.models import RunnerCommand
+from rescaler.cluster.services import command_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.models import OperationFragment, RescaleOperation
-from rescaler.operations.requests import operation_cancel
+from rescaler.operations.progress import operation_progress
+from rescaler.operations.requests import operation_cancel, operation_cancel_command
 from rescaler.operations.signals import operation_finished
 from rescaler.operations.summary import operation_summary
 from workers.rescale.orchestrator import Orchestrator
@@ -45,25 +47,19 @@ class OrmChannel:
         self.op = op
 
     def submit(self, kind: CommandKind, payload: dict[str, Any]) -> int:
-        command = RunnerCommand.objects.create(
-            pipeline=self.op.pipeline, kind=kind, payload=payload
-        )
-        audit_record(
+        if kind == CommandKind.OPERATION_CANCEL:  # the drive loop's or the watchdog's: sent once
+            return operation_cancel_command(operation=self.op, actor_name="orchestrator").id
+        command = command_submit(
+            pipeline=self.op.pipeline,
+            kind=kind,
+            payload=payload,
             actor_name="orchestrator",
-            action=f"command.{kind}",
             obj=(AuditObject.OPERATION, self.op.operation_id),
-            after={
-                "command": command.id,
-                **{k: v for k, v in payload.items() if k != "operation_id"},
-            },
         )
         return command.id
 
     def progress(self, operation_id: str) -> dict[str, Any] | None:
-        progress = RescaleOperation.objects.values_list("progress", flat=True).get(
-            operation_id=operation_id
-        )
-        return progress or None
+        return operation_progress(self.op)
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:
         row = RunnerCommand.objects.filter(id=command_id).values("status", "detail").first()

@@ -17,6 +17,7 @@ from workers.rescale.protocol import (
     OperationStatus,
     Plan,
     StepPhase,
+    StepProgress,
     StepSpec,
     Strategy,
 )
@@ -68,7 +69,8 @@ class RescaleOperation(models.Model):
     )
     outcome = models.TextField(blank=True)
     error_code = models.CharField(max_length=64, blank=True)
-    progress = models.JSONField(default=dict, blank=True)  # the runner's last report
+    # the runner's last report without its steps (they are the RescaleStep rows)
+    progress = models.JSONField(default=dict, blank=True)
     vnodes_moved = models.PositiveIntegerField(default=0)
     keys_moved = models.BigIntegerField(default=0)
     bytes_moved = models.BigIntegerField(default=0)
@@ -210,6 +212,26 @@ class RescaleStep(models.Model):
             vnodes=tuple(self.vnodes),
             keys=self.keys,
             bytes=self.bytes,
+        )
+
+    def progress(self) -> StepProgress:
+        """The step as the runner last reported it (the row stores the report's figures)."""
+        return StepProgress(
+            step=self.step,
+            fragment=self.fragment,
+            source_pu=self.source_pu,
+            target_pu=self.target_pu,
+            vnodes=tuple(self.vnodes),
+            phase=StepPhase(self.phase),
+            collect_epoch=self.collect_epoch,
+            acquire_epoch=self.acquire_epoch,
+            drop_epoch=self.drop_epoch,
+            keys_moved=self.keys_moved,
+            bytes_moved=self.bytes_moved,
+            hold_queue=self.hold_queue,
+            per_vnode=self.per_vnode,
+            timings=self.timings,
+            error=self.error,
         )
 
 

@@ -1,7 +1,12 @@
 """Progress from the runner: recorded on the operation and its steps, audited, published.
 
 Called in the runner process through ``rescaler.runner.control.OrmControl``; the drive loop reads
-what this records (``OrmChannel.progress``).
+what this records (``operation_progress``).
+
+Each fact is stored once: the report without its steps on the operation (``progress``, and the
+counters in their columns), each step in its ``RescaleStep`` row. The runner reports every step
+it knows at every barrier, but only the rows whose figures changed are written (one
+``bulk_update``), so a barrier costs the same few writes whatever the number of steps.
 """
 
 from __future__ import annotations
@@ -9,55 +14,90 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from rescaler.audit.services import audit_record
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.models import RescaleOperation, RescaleStep
-from workers.rescale.protocol import AuditObject, Event, OperationProgress, StepPhase
+from workers.rescale.protocol import (
+    AuditObject,
+    Event,
+    OperationProgress,
+    StepPhase,
+    StepProgress,
+)
+
+# what the runner reports of a step (the rest of the row is the plan's)
+REPORTED = (
+    "phase",
+    "keys_moved",
+    "bytes_moved",
+    "hold_queue",
+    "collect_epoch",
+    "acquire_epoch",
+    "drop_epoch",
+    "per_vnode",
+    "timings",
+    "error",
+)
+
+
+def _reported(step: StepProgress) -> dict[str, Any]:
+    return {
+        "phase": str(step.phase),
+        "keys_moved": step.keys_moved,
+        "bytes_moved": step.bytes_moved,
+        "hold_queue": step.hold_queue,
+        "collect_epoch": step.collect_epoch,
+        "acquire_epoch": step.acquire_epoch,
+        "drop_epoch": step.drop_epoch,
+        "per_vnode": step.per_vnode,
+        "timings": step.timings,
+        "error": step.error,
+    }
 
 
 def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> None:
-    """Record one progress report of an operation; a step whose phase changed is audited."""
+    """Record one progress report of an operation: the report without its steps on the
+    operation, the steps whose figures changed in their rows; a step whose phase changed is
+    audited."""
     report = OperationProgress.from_json(progress)
     operation_id = report.operation_id
-    changes: list[tuple[int, str, StepPhase]] = []
+    changes: list[tuple[RescaleStep, str]] = []  # (step, its phase before)
     with transaction.atomic():
         op = RescaleOperation.objects.select_for_update().filter(operation_id=operation_id).first()
         if op is None:  # an operation started without the control plane (python -m workers)
             publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
             return
-        op.progress = report.to_json()
+        op.progress = report.summary_json()
         op.vnodes_moved = report.vnodes_moved
         op.keys_moved = report.keys_moved
         op.bytes_moved = report.bytes_moved
         op.save(update_fields=["progress", "vnodes_moved", "keys_moved", "bytes_moved"])
-        steps = {s.step: s for s in RescaleStep.objects.filter(operation=op)}
-        for data in report.steps:
-            step = steps.get(data.step)
-            if step is None:
+        reported = {s.step: s for s in report.steps}
+        changed: list[RescaleStep] = []
+        now = timezone.now()
+        rows = RescaleStep.objects.filter(operation=op, step__in=list(reported)) if reported else ()
+        for step in rows:
+            figures = _reported(reported[step.step])
+            if all(getattr(step, name) == value for name, value in figures.items()):
                 continue
-            if step.phase != data.phase:
-                changes.append((step.step, step.phase, data.phase))
-            step.phase = data.phase
-            step.keys_moved = data.keys_moved
-            step.bytes_moved = data.bytes_moved
-            step.hold_queue = data.hold_queue
-            step.collect_epoch = data.collect_epoch
-            step.acquire_epoch = data.acquire_epoch
-            step.drop_epoch = data.drop_epoch
-            step.per_vnode = data.per_vnode
-            step.timings = data.timings
-            step.error = data.error
-            step.save()
-        for number, old, new in changes:
-            step = steps[number]
+            if step.phase != figures["phase"]:
+                changes.append((step, step.phase))
+            for name, value in figures.items():
+                setattr(step, name, value)
+            step.updated_at = now  # bulk_update does not touch auto_now fields
+            changed.append(step)
+        if changed:
+            RescaleStep.objects.bulk_update(changed, [*REPORTED, "updated_at"])
+        for step, old in sorted(changes, key=lambda c: c[0].step):
             audit_record(
                 actor_name="runner",
-                action=f"step.{new}",
-                obj=(AuditObject.STEP, f"{operation_id}/{number}"),
+                action=f"step.{step.phase}",
+                obj=(AuditObject.STEP, f"{operation_id}/{step.step}"),
                 before={"phase": old},
                 after={
-                    "phase": new,
+                    "phase": step.phase,
                     "vnodes": step.vnodes,
                     "source_pu": step.source_pu,
                     "target_pu": step.target_pu,
@@ -69,3 +109,14 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
             )
     publish(operation_group(operation_id), Event.OPERATION_PROGRESS, report.to_json())
     publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
+
+
+def operation_progress(op: RescaleOperation) -> dict[str, Any] | None:
+    """The runner's last report put back together (``OperationProgress.to_json``): the stored
+    report and the rows of the steps the runner knows (every step it was sent); None before
+    its first report."""
+    stored = RescaleOperation.objects.values_list("progress", flat=True).get(pk=op.pk)
+    if not stored:
+        return None
+    rows = RescaleStep.objects.filter(operation_id=op.pk).exclude(phase=StepPhase.PLANNED)
+    return {**stored, "steps": [row.progress().to_json() for row in rows.order_by("step")]}

@@ -1,7 +1,8 @@
 """What is asked of rescale operations: plan or request one, cancel one.
 
 Every cancel goes through :func:`operation_cancel`, whoever asks (a user through the API, the
-orchestrator when a step times out), so each one is checked, audited and published the same way.
+orchestrator when a step times out), so each one is checked, audited and published the same way;
+its command for the runner through :func:`operation_cancel_command`, which writes it once.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from rescaler.audit.services import audit_record
-from rescaler.cluster.models import Fragment, Pipeline
+from rescaler.cluster.models import Fragment, Pipeline, RunnerCommand
 from rescaler.cluster.services import command_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations import plans
@@ -244,12 +245,7 @@ def operation_cancel(
             after={**after, "reason": reason} if reason else after,
         )
         if op.progress:  # the runner knows it: tell it now, whatever the orchestrator does
-            command_submit(
-                pipeline=op.pipeline.name,
-                kind=CommandKind.OPERATION_CANCEL,
-                payload=OperationRef(op.operation_id).to_json(),
-                user=op.cancel_requested_by,
-            )
+            operation_cancel_command(operation=op, user=user, actor_name=actor_name)
         transaction.on_commit(lambda: _enqueue_drive(op.id))
     publish(
         operation_group(op.operation_id),
@@ -257,3 +253,44 @@ def operation_cancel(
         OperationRef(op.operation_id).to_json(),
     )
     return op
+
+
+def operation_cancel_command(
+    *, operation: RescaleOperation, user: Any = None, actor_name: str = ""
+) -> RunnerCommand:
+    """The operation's ``operation.cancel`` for the runner, written once whoever sends it (a
+    user's cancel, the drive loop relaying it, the stuck-step watchdog): a pending or done one
+    is returned as it is, so the runner is told once and the audit names the first asker.
+
+    Its audit event names who asked: the operation's ``cancel_requested_by`` when a user did,
+    else the sender (``user``, or a component's ``actor_name``). Only a command the runner
+    refused lets another be written. The operation's row is locked, so two senders at once
+    still write one command.
+    """
+    with transaction.atomic():
+        op = (
+            RescaleOperation.objects.select_for_update(of=("self",))
+            .select_related("pipeline", "cancel_requested_by")
+            .get(pk=operation.pk)
+        )
+        sent = (
+            RunnerCommand.objects.filter(
+                pipeline=op.pipeline,
+                kind=CommandKind.OPERATION_CANCEL,
+                payload__operation_id=op.operation_id,
+            )
+            .exclude(status=RunnerCommand.Status.FAILED)
+            .order_by("id")
+            .first()
+        )
+        if sent is not None:
+            return sent
+        asker = op.cancel_requested_by  # a user asked: the command is theirs, whoever sends it
+        return command_submit(
+            pipeline=op.pipeline,
+            kind=CommandKind.OPERATION_CANCEL,
+            payload=OperationRef(op.operation_id).to_json(),
+            user=asker or user,
+            actor_name="" if asker is not None else actor_name,
+            obj=(AuditObject.OPERATION, op.operation_id),
+        )

@@ -87,19 +87,21 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
             "boundary." + idle_note,
             idle,
         )
-    steps = progress.get("steps", [])
-    exporting = [s for s in steps if s.get("phase") == StepPhase.COLLECTING]
+    rows = list(op.steps.all())  # the prefetched rows when the API asks
+    # the steps the runner knows (every one it was sent); a planned one was not sent yet
+    steps = [s for s in rows if s.phase != StepPhase.PLANNED]
+    exporting = [s for s in steps if s.phase == StepPhase.COLLECTING]
     if exporting:
-        since = min(s.get("timings", {}).get(StepPhase.COLLECTING, time.time()) for s in exporting)
+        since = min(s.timings.get(StepPhase.COLLECTING, time.time()) for s in exporting)
         return Waiting(
             WaitingFor.EXPORT,
-            f"exporting the state of {sum(len(s.get('vnodes', [])) for s in exporting)} vnodes "
+            f"exporting the state of {sum(len(s.vnodes) for s in exporting)} vnodes "
             f"({len(exporting)} steps) for {max(time.time() - since, 0):.0f} s; their records "
             f"wait in hold queues.",
             idle,
         )
-    moving = [s for s in steps if s.get("phase") not in STEP_ENDED]
-    planned = op.steps.count()  # the prefetched rows when the API asks
+    moving = [s for s in steps if s.phase not in STEP_ENDED]
+    planned = len(rows)
     if not moving and len(steps) < planned and not progress.get("cancel_requested"):
         return Waiting(
             WaitingFor.PACING,

@@ -59,7 +59,7 @@
     if (cancel) cancel.hidden = FINAL.has(op.status) || op.status === "cancelling";
   }
 
-  function stepTimes(op) {
+  function stepsByNumber(op) {
     const byStep = new Map();
     for (const s of op.steps || []) byStep.set(s.step, s);
     return byStep;
@@ -83,7 +83,7 @@
     const holder = $("vnode-grids");
     const byVnode = new Map();
     for (const v of op.vnodes || []) byVnode.set(`${v.fragment}/${v.vnode}`, v);
-    const steps = stepTimes(op);
+    const steps = stepsByNumber(op);
     const now = Date.now() / 1000;
     for (const [name, frag] of Object.entries((op.plan && op.plan.fragments) || {})) {
       const before = frag.mapping_before || [];
@@ -91,11 +91,12 @@
       before.forEach((owner, vnode) => {
         const key = `${name}/${vnode}`;
         const v = byVnode.get(key);
-        const phase = v ? v.phase : "owned";
+        // a vnode's PUs and phase are its step's (the document says each once)
         const step = v ? steps.get(v.step) : null;
+        const phase = step ? step.phase : "owned";
         const since = step && step.timings ? step.timings[phase] : null;
-        const label = v
-          ? `vnode ${vnode}: PU ${v.source_pu} → PU ${v.target_pu}, ${phase}, ${number(v.keys)} keys, ` +
+        const label = step
+          ? `vnode ${vnode}: PU ${step.source_pu} → PU ${step.target_pu}, ${phase}, ${number(v.keys)} keys, ` +
             `${bytes(v.bytes)}, hold queue ${number(v.hold_queue)}` +
             (since ? `, ${duration(now - since)} in phase` : "")
           : `vnode ${vnode}: stays on PU ${owner}`;
@@ -114,14 +115,14 @@
     if (pressed) detail.textContent = pressed.getAttribute("aria-label");
   }
 
-  const OWNED_BY_TARGET = new Set(["acquiring", "acquired", "dropping", "done"]);
-
   function renderPlacement(op) {
     const holder = $("placement");
     holder.replaceChildren();
-    const moved = new Map(); // "fragment/vnode" -> target PU, once the target owns it
+    const steps = stepsByNumber(op);
+    const moved = new Map(); // "fragment/vnode" -> target PU, once its records go there
     for (const v of op.vnodes || []) {
-      if (OWNED_BY_TARGET.has(v.phase)) moved.set(`${v.fragment}/${v.vnode}`, v.target_pu);
+      const step = steps.get(v.step);
+      if (step && v.routing === "target") moved.set(`${v.fragment}/${v.vnode}`, step.target_pu);
     }
     for (const [name, frag] of Object.entries((op.plan && op.plan.fragments) || {})) {
       const before = frag.mapping_before || [];

@@ -158,22 +158,20 @@ def _decommission(
     """Queue ``worker.decommission`` for the runner: it drops the worker's PUs and stops its
     executor; the worker is removed when it is gone from the runner's report."""
     before = before or worker_summary(worker)
-    command = command_submit(
-        pipeline=worker.pipeline.name,
-        kind=CommandKind.WORKER_DECOMMISSION,
-        payload={"worker": worker.name},
-        user=actor_of(user),
-    )
     worker.status = WorkerStatus.DECOMMISSIONING
     worker.status_reason = reason[:600]
     worker.save(update_fields=["status", "status_reason"])
-    audit_record(
-        actor=actor_of(user),
+    # the command's audit event is the worker's change: one event, with the command's id
+    command_submit(
+        pipeline=worker.pipeline,
+        kind=CommandKind.WORKER_DECOMMISSION,
+        payload={"worker": worker.name},
+        user=actor_of(user),
         actor_name=actor_name,
-        action="worker.decommissioning",
         obj=audit_object(worker),
+        action="worker.decommissioning",
         before=before,
-        after={**worker_summary(worker), "command": command.id},
+        after=worker_summary(worker),
     )
     announce(Event.WORKER_STATUS, worker)
 

@@ -14,8 +14,17 @@ from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.progress import operation_progress_record
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import make_user, request_body, token_client
+from workers.rescale.protocol import (
+    OperationProgress,
+    OperationStatus,
+    StepPhase,
+    StepProgress,
+    StopStartPhase,
+    Strategy,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -294,14 +303,79 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     assert data["steps"][0]["phase"] == "collecting" and data["steps"][0]["hold_queue"] == 7
     vnodes = {v["vnode"]: v for v in data["vnodes"]}
     assert vnodes[8] == {
-        "fragment": "word_count", "vnode": 8, "step": 1, "source_pu": 1, "target_pu": 0,
-        "phase": "collecting", "routing": "hold_queue", "keys": 10, "bytes": 108, "hold_queue": 7,
+        "fragment": "word_count", "vnode": 8, "step": 1, "routing": "hold_queue", "keys": 10,
+        "bytes": 108, "hold_queue": 7,
     }  # fmt: skip
+    assert (data["steps"][0]["source_pu"], data["steps"][0]["target_pu"]) == (1, 0)
+    assert data["progress"] is None, "the runner has reported nothing yet"
     step_one = set(data["steps"][0]["vnodes"])
     assert {v["routing"] for n, v in vnodes.items() if n in step_one} == {"hold_queue"}
     assert {v["routing"] for n, v in vnodes.items() if n not in step_one} == {"source"}
     assert [e["action"] for e in data["events"]] == ["operation.requested", "step.collecting"]
     assert data["vnodes_moved"] == 0 and data["keys_moved"] == 0
+
+
+def step_lists(document: Any, path: str = "") -> list[str]:
+    """Where a JSON document holds a list of steps (dicts naming a ``step`` and its
+    ``source_pu``), by path."""
+    found = []
+    if isinstance(document, dict):
+        for key, value in document.items():
+            found += step_lists(value, f"{path}.{key}")
+    elif isinstance(document, list):
+        if any(isinstance(i, dict) and {"step", "source_pu"} <= i.keys() for i in document):
+            found.append(path)
+        for item in document:
+            found += step_lists(item, f"{path}[]")
+    return found
+
+
+def test_the_document_carries_each_step_once(
+    viewer_client: APIClient, operations: list[RescaleOperation]
+) -> None:
+    """One list of steps (``steps``): not again in ``plan``, ``progress`` or per vnode."""
+    op = operations[2]
+    (step,) = RescaleStep.objects.filter(operation=op, step=1)
+    operation_progress_record(
+        pipeline=op.pipeline.name,
+        progress={
+            **OperationProgress(
+                operation_id=op.operation_id,
+                strategy=Strategy(op.strategy),
+                fragments=tuple(op.fragments),
+                status=OperationStatus.RUNNING,
+                phase=StopStartPhase.BEGUN,
+                begun_epoch=4,
+                vnodes_moved=1,
+            ).to_json(),
+            "steps": [
+                StepProgress(
+                    step=1,
+                    fragment=step.fragment,
+                    source_pu=step.source_pu,
+                    target_pu=step.target_pu,
+                    vnodes=tuple(step.vnodes),
+                    phase=StepPhase.COLLECTING,
+                    per_vnode={
+                        str(v): {"keys": 3, "bytes": 30, "hold_queue": 1} for v in step.vnodes
+                    },
+                ).to_json()
+            ],
+        },
+    )
+    data = viewer_client.get(f"{URL}/{op.operation_id}").json()
+    assert step_lists(data) == [".steps"]
+    assert len(data["steps"]) == data["steps_total"] == op.steps.count()
+    assert set(data["plan"]) == {"fragments", "estimated_duration_s"}
+    assert data["progress"] == {
+        "status": "running", "phase": "begun", "cancel_requested": False, "begun_epoch": 4,
+        "finished_epoch": None, "error": "", "executors": [],
+    }  # fmt: skip
+    assert data["vnodes_moved"] == 1, "the counters are the operation's, said once"
+    assert "per_vnode" not in data["steps"][0], "per-vnode figures are the vnodes' own"
+    moving = [v for v in data["vnodes"] if v["step"] == 1]
+    assert moving and all((v["keys"], v["routing"]) == (3, "hold_queue") for v in moving)
+    assert not {"source_pu", "target_pu", "phase"} & {k for v in data["vnodes"] for k in v}
 
 
 def test_unknown_operation_is_404(viewer_client: APIClient, cluster: Pipeline) -> None:

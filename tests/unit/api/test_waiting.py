@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
-from rescaler.operations.models import RescaleOperation
+from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import PIPELINE, request_body
 from workers.control import EpochReport
@@ -63,10 +63,12 @@ def test_waiting_says_why_and_notices_an_idle_stream(
     assert idle["waiting_for"] == "barrier" and idle["stream_idle"] is True
     assert "idle" in idle["detail"] and "empty epoch" in idle["detail"]
 
-    step = {"step": 1, "fragment": "word_count", "vnodes": [1, 3], "phase": "collecting",
-            "timings": {"collecting": time.time() - 4}}  # fmt: skip
+    # the runner's report: stored on the operation, its step in the step's row
     RescaleOperation.objects.filter(pk=op.pk).update(
-        progress={"operation_id": op.operation_id, "status": "running", "steps": [step]}
+        progress={"operation_id": op.operation_id, "status": "running"}
+    )
+    RescaleStep.objects.filter(operation=op, step=1).update(
+        phase="collecting", timings={"collecting": time.time() - 4}
     )
     op.refresh_from_db()
     export = waiting(viewer_client, op)

@@ -1,0 +1,166 @@
+"""The runner's progress, stored once (rescaler/operations/progress.py): the report without
+its steps on the operation, each step in its row, and only the rows that changed written at a
+barrier (issue 23, "Progress once")."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from rescaler.audit.models import AuditEvent
+from rescaler.operations import requests as operation_requests
+from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.progress import operation_progress, operation_progress_record
+from rescaler.operations.requests import operation_request
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster
+from workers.rescale.protocol import (
+    OperationProgress,
+    OperationStatus,
+    StepPhase,
+    StepProgress,
+    StopStartPhase,
+    Strategy,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_celery(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+
+
+@pytest.fixture
+def op() -> RescaleOperation:
+    """A live scale-out of 8 vnodes onto PUs 2 and 3, one vnode per step: 8 steps."""
+    register_cluster()
+    operation = operation_request(
+        user=make_user("operator", rescale=True),
+        body={
+            "changes": {FRAGMENT: {"added_parallel_units": [2, 3]}},
+            "granularity": {"vnodes_per_step": 1},
+        },
+    )
+    assert isinstance(operation, RescaleOperation)
+    assert operation.steps.count() == 8
+    return operation
+
+
+def step(op: RescaleOperation, number: int, phase: StepPhase, **figures: Any) -> StepProgress:
+    spec = op.steps.get(step=number).spec()
+    return StepProgress(
+        step=number,
+        fragment=spec.fragment,
+        source_pu=spec.source_pu,
+        target_pu=spec.target_pu,
+        vnodes=spec.vnodes,
+        phase=phase,
+        timings={str(phase): 1_700_000_000.5},
+        **figures,
+    )
+
+
+def barrier(op: RescaleOperation, steps: list[StepProgress]) -> dict[str, Any]:
+    report = OperationProgress(
+        operation_id=op.operation_id,
+        strategy=Strategy(op.strategy),
+        fragments=tuple(op.fragments),
+        status=OperationStatus.RUNNING,
+        phase=StopStartPhase.BEGUN,
+        begun_epoch=3,
+        steps=tuple(steps),
+    ).to_json()
+    operation_progress_record(pipeline=PIPELINE, progress=report)
+    return report
+
+
+def writes(queries: CaptureQueriesContext, table: str) -> list[str]:
+    return [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith(("INSERT", "UPDATE", "DELETE")) and f'"{table}"' in q["sql"]
+    ]
+
+
+def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOperation) -> None:
+    sent = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    barrier(op, sent)
+    assert set(op.steps.values_list("phase", flat=True)) == {"pending"}
+    changed = op.steps.get(step=2)
+    before = {s.pk: s.updated_at for s in op.steps.all()}
+
+    sent[1] = step(op, 2, StepPhase.COLLECTING, hold_queue=4)
+    with CaptureQueriesContext(connection) as queries:
+        barrier(op, sent)
+    (update,) = writes(queries, "operations_rescalestep")
+    assert update.endswith(f'"operations_rescalestep"."id" IN ({changed.pk})'), update
+    assert len(writes(queries, "operations_rescaleoperation")) == 1
+    assert len(writes(queries, "operations_auditevent")) == 1  # step 2's new phase
+    assert len(queries.captured_queries) <= 7, [q["sql"][:80] for q in queries.captured_queries]
+    after = {s.pk: s.updated_at for s in op.steps.all()}
+    assert [pk for pk in after if after[pk] != before[pk]] == [changed.pk]
+    row = op.steps.get(step=2)
+    assert (row.phase, row.hold_queue) == ("collecting", 4)
+
+    # figures that changed without a new phase: written, not audited
+    sent[1] = step(op, 2, StepPhase.COLLECTING, hold_queue=9, per_vnode={"1": {"keys": 5}})
+    with CaptureQueriesContext(connection) as queries:
+        barrier(op, sent)
+    assert len(writes(queries, "operations_rescalestep")) == 1
+    assert writes(queries, "operations_auditevent") == []
+    assert op.steps.get(step=2).per_vnode == {"1": {"keys": 5}}
+
+    # nothing changed: no step row is written at all
+    with CaptureQueriesContext(connection) as queries:
+        barrier(op, sent)
+    assert writes(queries, "operations_rescalestep") == []
+    assert AuditEvent.objects.filter(action__startswith="step.").count() == 9  # 8 + step 2
+
+
+def test_the_barrier_writes_do_not_grow_with_the_steps_reported(op: RescaleOperation) -> None:
+    sent = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    barrier(op, sent[:1])
+    collecting = step(op, 1, StepPhase.COLLECTING)
+    with CaptureQueriesContext(connection) as one:
+        barrier(op, [collecting])
+    barrier(op, sent)
+    sent[0] = step(op, 1, StepPhase.EXPORTED)
+    with CaptureQueriesContext(connection) as eight:
+        barrier(op, sent)
+    assert len(eight.captured_queries) == len(one.captured_queries)
+
+
+def test_steps_are_stored_once_and_read_back_as_the_runner_reported_them(
+    op: RescaleOperation,
+) -> None:
+    sent = [
+        step(op, 1, StepPhase.DONE, keys_moved=10, bytes_moved=100, collect_epoch=4),
+        step(op, 2, StepPhase.COLLECTING, hold_queue=3, per_vnode={"9": {"keys": 2}}),
+    ]
+    report = barrier(op, sent)
+    op.refresh_from_db()
+    assert "steps" not in op.progress, "the steps are the rows"
+    assert op.progress == {k: v for k, v in report.items() if k != "steps"}
+    # what the orchestrator reads: the report again, with the steps the runner knows
+    assert operation_progress(op) == report
+    assert RescaleStep.objects.filter(operation=op, phase="planned").count() == 6
+
+
+def test_before_the_first_report_there_is_no_progress(op: RescaleOperation) -> None:
+    assert operation_progress(op) is None
+
+
+def test_reports_stored_with_their_steps_lose_them_in_the_migration(op: RescaleOperation) -> None:
+    migration = importlib.import_module(
+        "rescaler.operations.migrations.0007_progress_without_steps"
+    )
+    report = barrier(op, [step(op, 1, StepPhase.PENDING)])
+    RescaleOperation.objects.filter(pk=op.pk).update(progress=report)  # as stored before
+    migration.drop_steps(apps, None)
+    op.refresh_from_db()
+    assert op.progress == {k: v for k, v in report.items() if k != "steps"}
