@@ -53,7 +53,6 @@ from workers.state import (
     outputs_kept_from,
     plan_columns,
     plan_commit,
-    verify_export,
     vnode_range,
 )
 
@@ -315,17 +314,17 @@ class RocksStore(StateStore):
         check_vnodes([vnode])
         return super().export_vnode(vnode)
 
-    def ingest(self, export: VnodeExport) -> None:
-        stats = verify_export(export)
+    def _replace_vnode(
+        self, vnode: int, items: Iterable[tuple[bytes, bytes]], stats: VnodeStats
+    ) -> None:
         self._check_writable()
         with self._lock:
             db = self._rdict()
             batch = WriteBatch(raw_mode=True)
             # Later operations in a batch see past its earlier range tombstone.
-            self._delete_vnode_into(batch, export.vnode)
-            for key, value in export.items:
-                batch.put(key, value)
-            key = VNODE_PREFIX.pack(export.vnode)
+            self._delete_vnode_into(batch, vnode)
+            deque(itertools.starmap(batch.put, items), maxlen=0)
+            key = VNODE_PREFIX.pack(vnode)
             if stats.keys:
                 batch.put(key, STATS.pack(stats.keys, stats.bytes), self._cfh["stats"])
             else:
