@@ -256,6 +256,7 @@ class PipelineRunner:
             pipeline_dir=self.config.pipeline_dir,
             backend=self.config.backend,
             placements=self.placements,
+            report_progress=True,
         )
         finish_restore(self.config.pipeline_dir, manifest, runs)
         self.watermark = self._load_watermark()  # the snapshot's, as the stores are

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +56,8 @@ DEFAULT_KEPT = 3
 #: tick counter, which its offsets hold and must keep growing past)
 CARRIED_FILES = ("watermark.json", "source-manifest.txt", "barrier-ticks")
 RESTORE_PENDING = "restore-pending.json"
+#: where each restore task says how far it is while a --restore-from runs (pu-<n>.json)
+RESTORE_PROGRESS = "restore-progress"
 SETTINGS_FILE = "recovery.json"
 
 
@@ -486,6 +489,7 @@ def begin_restore(pipeline_dir: Path, manifest: SnapshotManifest, location: str)
     """Mark the state directory as being restored: a start without --restore-from refuses it
     until the restore finished (a half-restored state must never run as if it were whole)."""
     Path(pipeline_dir).mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(Path(pipeline_dir) / RESTORE_PROGRESS, ignore_errors=True)
     (Path(pipeline_dir) / RESTORE_PENDING).write_text(
         json.dumps({"snapshot_id": manifest.snapshot_id, "location": location}), "utf-8"
     )
@@ -499,9 +503,12 @@ def restore_stores(
     pipeline_dir: Path,
     backend: str,
     placements: dict[str, VnodeMapping],
+    report_progress: bool = False,
 ) -> list[TaskRun]:
-    """The restore job: one task per target PU fills its stores."""
+    """The restore job: one task per target PU fills its stores. ``report_progress``: each task
+    writes how far it is into ``RESTORE_PROGRESS`` (a --restore-from, shown by the console)."""
     pus = sorted({pu for p in placements.values() for pu in p.parallel_units})
+    progress = str(Path(pipeline_dir) / RESTORE_PROGRESS) if report_progress else ""
     tasks = [
         RestoreTask(
             location.uri,
@@ -510,6 +517,7 @@ def restore_stores(
             backend,
             pu,
             tuple((name, tuple(p.vnodes_of(pu))) for name, p in sorted(placements.items())),
+            progress_dir=progress,
         )
         for pu in pus
     ]
@@ -575,6 +583,7 @@ def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[Ta
     }
     (root / "restored.json").write_text(json.dumps(record, indent=1), "utf-8")
     (root / RESTORE_PENDING).unlink(missing_ok=True)
+    shutil.rmtree(root / RESTORE_PROGRESS, ignore_errors=True)
 
 
 def restored_by() -> str:

@@ -8,6 +8,7 @@ new mapping, read from the segments that hold them, verified and ingested into i
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -75,6 +76,30 @@ class RestoreTask:
     pu: int
     owned: tuple[tuple[str, tuple[int, ...]], ...]  # (fragment, vnodes this PU owns)
     fresh: bool = False  # remove what the stores hold first (a lost store being rebuilt)
+    # where the task says how far it is (``pu-<n>.json``, after each segment): a restore's
+    # progress, shown by the console while the runner restores; "" says nothing
+    progress_dir: str = ""
+
+
+def _report_progress(
+    task: RestoreTask, where: tuple[str, str], keys: int, total: int, *, done: bool = False
+) -> None:
+    if not task.progress_dir:
+        return
+    directory = Path(task.progress_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {
+        "pu": task.pu,
+        "keys": keys,
+        "keys_total": total,
+        "done": done,
+        "executor": where[0],
+        "host": where[1],
+        "updated_at": time.time(),
+    }
+    tmp = directory / f".pu-{task.pu}.json.tmp"
+    tmp.write_text(json.dumps(record), "utf-8")
+    os.replace(tmp, directory / f"pu-{task.pu}.json")
 
 
 def segment_bytes(keys: list[bytes] | pa.Array, values: list[bytes] | pa.Array) -> bytes:
@@ -174,6 +199,14 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     manifest = task.manifest
     location = RecoveryLocation(task.location)
     keys = size = 0
+    total = sum(
+        run.keys
+        for fragment, owned in task.owned
+        for segment in manifest.fragments[fragment].segments
+        for vnode, run in segment.vnodes.items()
+        if vnode in set(owned)
+    )
+    _report_progress(task, where, 0, total)
     for fragment, owned in task.owned:
         wanted = set(owned)
         path = store_path(Path(task.state_root), fragment, task.pu)
@@ -205,8 +238,10 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
                     keys += run.keys
                     size += run.bytes
                     crash_point("restore", task.state_root)
+                _report_progress(task, where, keys, total)
             if manifest.epoch >= 0:  # a stop-start before the first epoch restores no marker
                 store.commit_epoch(manifest.epoch, [])
+    _report_progress(task, where, keys, total, done=True)
     return TaskRun(task.pu, where[0], where[1], keys, size, round(time.perf_counter() - started, 4))
 
 

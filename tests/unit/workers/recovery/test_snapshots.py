@@ -16,6 +16,7 @@ from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import SnapshotCorrupt, SnapshotError, recovery_partition
 from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.recovery.snapshots import (
+    RESTORE_PROGRESS,
     Pending,
     RestoreRefused,
     SnapshotEvery,
@@ -167,10 +168,19 @@ def test_snapshot_restores_at_any_size(tmp_path: Path, backend: str, target: int
         pipeline_dir=fresh,
         backend=backend,
         placements=placements,
+        report_progress=True,
     )
     assert [slices for _, slices in spark.sparkContext.jobs] == [target]
     assert sorted(r.pu for r in runs) == list(range(target))
+    # while it runs, each task says how far it is (what the console shows)
+    progress = [
+        json.loads((fresh / RESTORE_PROGRESS / f"pu-{pu}.json").read_text("utf-8"))
+        for pu in range(target)
+    ]
+    assert all(p["done"] and p["keys"] == p["keys_total"] for p in progress)
+    assert sum(p["keys"] for p in progress) == len(entries)
     finish_restore(fresh, manifest, runs)
+    assert not (fresh / RESTORE_PROGRESS).exists()
     assert _restored(fresh, backend, placements) == entries
     for pu in range(target):
         with open_store(backend, store_path(fresh, "counts", pu), readonly=True) as store:
