@@ -136,6 +136,18 @@ def plan_rebuild(
                 f"{epoch}, after snapshot {manifest.snapshot_id} of epoch {manifest.epoch}: "
                 f"{fallback}"
             )
+        moved = sorted(
+            name
+            for name, placement in entry.plan.placements.items()
+            if name in manifest.fragments
+            and placement.version != manifest.fragments[name].mapping_version
+        )
+        if moved:
+            raise RebuildRefused(
+                f"lost stores ({names}); the placement of {', '.join(moved)} changed at epoch "
+                f"{epoch}, after snapshot {manifest.snapshot_id} (epoch {manifest.epoch}): a "
+                f"rescale moved state the re-runs would not move again: {fallback}"
+            )
         if any(a.held or a.slots for a in entry.plan.actions.values()):
             raise RebuildRefused(
                 f"lost stores ({names}); a rescale step ran at epoch {epoch}, between snapshot "

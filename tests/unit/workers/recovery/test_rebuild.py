@@ -4,6 +4,7 @@ with a kill in the middle, is in tests/integration/workers/test_recovery.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -152,6 +153,10 @@ def test_a_rebuild_starts_at_the_newest_snapshot_of_this_job(tmp_path: Path) -> 
         plan_rebuild(target=7, lineage='{"id":"another query"}', **kw)  # type: ignore[arg-type]
     (log.dir / "6.json").unlink()
     with pytest.raises(RebuildRefused, match="no record of epoch 6"):
+        plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
+    moved = EpochPlan(6, {"counts": dataclasses.replace(MAPPING, version=MAPPING.version + 1)})
+    log.record(moved, "v1\n{}\n{}")  # a stop-start changes the placement without actions
+    with pytest.raises(RebuildRefused, match="the placement of counts changed at epoch 6"):
         plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
     step = {"counts": FragmentActions(slots={2: SlotActions(seal=(3,))})}
     log.record(_plan(6, step), "v1\n{}\n{}")
