@@ -37,10 +37,8 @@ from workers.recovery.format import (
 )
 from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.recovery.tasks import (
-    ClearTask,
     RestoreTask,
     SnapshotTask,
-    clear_pu,
     drop_staging,
     restore_pu,
     staging_path,
@@ -136,10 +134,6 @@ def _snapshot_task(task: SnapshotTask) -> dict[str, Any]:
 def restore_task(task: RestoreTask) -> dict[str, Any]:
     """One restore task as Spark runs it (a restore, a stop-start, a rebuild)."""
     return restore_pu(task, _where()).to_json()
-
-
-def _clear_task(task: ClearTask) -> dict[str, Any]:
-    return clear_pu(task, _where()).to_json()
 
 
 def run_tasks(
@@ -429,15 +423,6 @@ def snapshot_stores(
     return runs, [Segment.from_json(s) for r in results for s in r["segments"]]
 
 
-def clear_stores(
-    spark: Any, *, pipeline_dir: Path, backend: str, pus: dict[int, tuple[str, ...]]
-) -> list[TaskRun]:
-    """One task per PU drops every vnode of its stores (PU -> fragments)."""
-    tasks = [ClearTask(str(pipeline_dir), backend, pu, frags) for pu, frags in sorted(pus.items())]
-    results = run_tasks(spark, tasks, _clear_task, f"rescaler clear ({len(tasks)} PU tasks)")
-    return [TaskRun.from_json(r) for r in results]
-
-
 # -- restore ---------------------------------------------------------------------------------
 def check_restorable(
     pipeline_dir: Path, manifest: SnapshotManifest, fragments: dict[str, int]
@@ -504,10 +489,16 @@ def restore_stores(
     backend: str,
     placements: dict[str, VnodeMapping],
     report_progress: bool = False,
+    fresh_from: dict[str, VnodeMapping] | None = None,
 ) -> list[TaskRun]:
     """The restore job: one task per target PU fills its stores. ``report_progress``: each task
-    writes how far it is into ``RESTORE_PROGRESS`` (a --restore-from, shown by the console)."""
-    pus = sorted({pu for p in placements.values() for pu in p.parallel_units})
+    writes how far it is into ``RESTORE_PROGRESS`` (a --restore-from, shown by the console).
+    ``fresh_from``: the placement the stores held until now (a stop-start): each task first
+    removes its PU's stores of it, and PUs that are not targets get a task that only does that,
+    so no separate clear job runs."""
+    pus = {pu for p in placements.values() for pu in p.parallel_units}
+    if fresh_from is not None:
+        pus |= {pu for p in fresh_from.values() for pu in p.parallel_units}
     progress = str(Path(pipeline_dir) / RESTORE_PROGRESS) if report_progress else ""
     tasks = [
         RestoreTask(
@@ -516,10 +507,15 @@ def restore_stores(
             str(pipeline_dir),
             backend,
             pu,
-            tuple((name, tuple(p.vnodes_of(pu))) for name, p in sorted(placements.items())),
+            tuple(
+                (name, tuple(p.vnodes_of(pu)))
+                for name, p in sorted(placements.items())
+                if pu in p.parallel_units or (fresh_from and pu in fresh_from[name].parallel_units)
+            ),
+            fresh=fresh_from is not None,
             progress_dir=progress,
         )
-        for pu in pus
+        for pu in sorted(pus)
     ]
     try:
         results = run_tasks(

@@ -245,30 +245,6 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     return TaskRun(task.pu, where[0], where[1], keys, size, round(time.perf_counter() - started, 4))
 
 
-@dataclass(frozen=True)
-class ClearTask:
-    """One PU whose stores lose every vnode (a stop-start, before its restore)."""
-
-    state_root: str
-    backend: str
-    pu: int
-    fragments: tuple[str, ...]
-
-
-def clear_pu(task: ClearTask, where: tuple[str, str]) -> TaskRun:
-    """Drop every vnode of the PU's stores (each drop atomic; a re-run drops what is left)."""
-    started = time.perf_counter()
-    keys = 0
-    for fragment in task.fragments:
-        path = store_path(Path(task.state_root), fragment, task.pu)
-        if not path.exists():
-            continue
-        with open_store(task.backend, path) as store:
-            for vnode in sorted(store.vnode_stats()):
-                keys += store.drop_vnode(vnode)
-    return TaskRun(task.pu, where[0], where[1], keys, 0, round(time.perf_counter() - started, 4))
-
-
 #: fault injection for the crash tests: "snapshot", "restore" or "rebuild" kills the runner's
 #: whole process group (RESCALER_RUNNER_PID's) right after the first segment written, vnode
 #: ingested or epoch re-run, once per state directory (a marker file remembers it)

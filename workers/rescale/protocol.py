@@ -121,7 +121,7 @@ class StopStartPhase(enum.StrEnum):
 
     BEGUN = "begun"
     SNAPSHOTTED = "snapshotted"
-    CLEARED = "cleared"
+    CLEARED = "cleared"  # no longer entered (the restore clears): an older ledger may hold it
     RESTORED = "restored"
 
 

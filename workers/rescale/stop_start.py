@@ -1,9 +1,10 @@
 """Stop-start rescale through recovery partitions (DESIGN §3, seed 004).
 
-At one barrier the stream waits while three Spark jobs run, one task per PU each: the snapshot
+At one barrier the stream waits while two Spark jobs run, one task per PU each: the snapshot
 (every source PU writes its stores into the pipeline's recovery partitions, the format of
-:mod:`workers.recovery`), the clear (every old PU drops its vnodes), and the restore (every
-target PU reads the partitions holding its vnodes under the new mapping). The driver only plans
+:mod:`workers.recovery`), and the restore (every old or target PU first removes its old stores,
+then every target PU reads the partitions holding its vnodes under the new mapping). The
+driver only plans
 and records; the downtime falls with parallelism instead of growing on one core. Without a Spark
 session (the rescale unit tests and simulations) the same tasks run in the driver, in turn.
 """
@@ -22,7 +23,6 @@ from workers.recovery.format import FragmentSnapshot, SnapshotManifest
 from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.recovery.snapshots import (
     DEFAULT_PARTITIONS,
-    clear_stores,
     recovery_partitions,
     restore_stores,
     snapshot_stores,
@@ -59,21 +59,9 @@ class StopStart:
             executors |= {t.executor for t in manifest.tasks}
             op.phase, op.executors = StopStartPhase.SNAPSHOTTED, tuple(sorted(executors))
             self.ledger.save(op)
-        if op.phase == StopStartPhase.SNAPSHOTTED:
-            pus: dict[int, list[str]] = {}
-            for name in op.fragments:
-                for pu in self.ledger.placements[name].parallel_units:
-                    pus.setdefault(pu, []).append(name)
-            runs = clear_stores(
-                self.spark,
-                pipeline_dir=self.ledger.dir,
-                backend=self.backend,
-                pus={pu: tuple(names) for pu, names in pus.items()},
-            )
-            executors |= {r.executor for r in runs}
-            op.phase, op.executors = StopStartPhase.CLEARED, tuple(sorted(executors))
-            self.ledger.save(op)
-        if op.phase == StopStartPhase.CLEARED:
+        # the restore job clears the old stores first, each task its own PU's (an operation
+        # recorded as cleared by an earlier version resumes here the same way)
+        if op.phase in (StopStartPhase.SNAPSHOTTED, StopStartPhase.CLEARED):
             manifest = location.manifest(pipeline, "latest")
             targets = {
                 name: VnodeMapping(
@@ -88,6 +76,7 @@ class StopStart:
                 pipeline_dir=self.ledger.dir,
                 backend=self.backend,
                 placements=targets,
+                fresh_from={name: self.ledger.placements[name] for name in op.fragments},
             )
             executors |= {r.executor for r in runs}
             vnodes = keys = moved_bytes = 0
