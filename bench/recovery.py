@@ -58,9 +58,9 @@ def say(message: str) -> None:
     common.log(message, prefix=LOG_PREFIX)
 
 
-def build_stores(root: Path, keys: int, backend: str) -> tuple[int, int]:
+def build_stores(root: Path, keys: int, backend: str, value_bytes: int = 8) -> tuple[int, int]:
     """Word-count state of ``keys`` keys on 2 PUs (vnodes by the project's hash, values the
-    operator's 8-byte counts); returns (keys, bytes)."""
+    operator's 8-byte counts, or ``value_bytes`` long states); returns (keys, bytes)."""
     import pyarrow as pa
 
     from workers.hashing import vnode_of
@@ -82,13 +82,13 @@ def build_stores(root: Path, keys: int, backend: str) -> tuple[int, int]:
                 )
             for pu, batch in parts.items():
                 batch.sort()
-                value = struct.pack("<q", 1)
+                value = struct.pack("<q", 1) if value_bytes == 8 else os.urandom(value_bytes)
                 new = pa.array([value] * len(batch), pa.binary())
                 updates = ColumnUpdates(
                     pa.array(batch, pa.binary()), pa.nulls(len(batch), pa.binary()), new
                 )
                 stores[pu].commit_columns(epoch, updates)
-                size += sum(len(k) for k in batch) + 8 * len(batch)
+                size += sum(len(k) for k in batch) + value_bytes * len(batch)
             say(f"  built {min(start + CHUNK, keys):,} / {keys:,} keys")
     finally:
         for store in stores.values():
@@ -107,7 +107,9 @@ def read_all(root: Path, backend: str, pus: list[int]) -> dict[bytes, bytes]:
     return out
 
 
-def run_size(spark: Any, workdir: Path, keys: int, backend: str, partitions: int) -> dict[str, Any]:
+def run_size(
+    spark: Any, workdir: Path, keys: int, backend: str, partitions: int, value_bytes: int = 8
+) -> dict[str, Any]:
     """Every contender on the same stores of ``keys`` keys."""
     from workers.layout import store_path
     from workers.recovery.format import FragmentSnapshot, SnapshotManifest
@@ -117,7 +119,7 @@ def run_size(spark: Any, workdir: Path, keys: int, backend: str, partitions: int
 
     state = workdir / f"state-{keys}"
     say(f"{keys:,} keys: building the stores")
-    n, size = build_stores(state, keys, backend)
+    n, size = build_stores(state, keys, backend, value_bytes)
     original = read_all(state, backend, SOURCE_PUS)
     result: dict[str, Any] = {"keys": n, "bytes": size, "contenders": {}}
     for contender in ("spark", "driver", "copy"):
@@ -334,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", default="1600000,16000000", help="state sizes, comma-separated")
     parser.add_argument("--backend", default="lmdb", choices=["lmdb", "rocksdb"])
+    parser.add_argument(
+        "--value-bytes", type=int, default=8, help="bytes per state value (8: word counts)"
+    )
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--stream-epochs", type=int, default=40)
     parser.add_argument("--stream-rows", type=int, default=100_000)
@@ -360,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = shared_spark.spark_session("rescaler-recovery-bench", run_dir.path, ())
         try:
             report["sizes"] = [
-                run_size(spark, run_dir.path, n, args.backend, args.partitions) for n in sizes
+                run_size(spark, run_dir.path, n, args.backend, args.partitions, args.value_bytes)
+                for n in sizes
             ]
         finally:
             spark.stop()
@@ -384,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             "keys": sizes,
             "backend": args.backend,
             "partitions": args.partitions,
+            "value_bytes": args.value_bytes,
             "vnodes": VNODES,
             "parallel_units": f"{len(SOURCE_PUS)} -> {len(TARGET_PUS)}",
             "spark_master": "local[2]",
