@@ -810,7 +810,11 @@ class PipelineRunner:
         self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
         self.job.check_prepared()
         if restoring is None:
-            self._check_stores()
+            try:
+                self._check_stores()
+            except BaseException:  # refused or failed: the JVM goes with the start
+                self.spark.stop()
+                raise
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
         self.control.report_workers(self.pipeline.name, self.last_epoch, self.membership.snapshot())
