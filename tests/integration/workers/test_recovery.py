@@ -270,3 +270,23 @@ def test_periodic_snapshots_around_a_live_scale_out_restore_exactly(tmp_path: Pa
     restored.wait_exit()
     assert [e["epoch"] for e in restored.epochs()] == [newest.epoch + 1, newest.epoch + 2]
     assert_matches_oracle(state, PIPELINE, _expected(newest.epoch + 3))  # type: ignore[arg-type]
+
+
+def test_a_lost_store_without_a_snapshot_is_refused_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    """No snapshot to rebuild from: the start refuses, naming the store and what to do, and
+    leaves the state directory as it found it (before, the store was opened empty)."""
+    state = tmp_path / "state"
+    env = {"RESCALER_RECOVERY_DIR": str(tmp_path / "recovery")}
+    start_runner(state, PIPELINE, *_args(3), env=env).wait_exit()
+    root = state / PIPELINE
+    shutil.rmtree(store_path(root, "word_count", 1))
+    commits = sorted(p.name for p in (root / "checkpoint" / "commits").iterdir())
+    refused = start_runner(state, PIPELINE, *_args(5), env=env, log_name="refused")
+    assert refused.proc.wait(timeout=240) != 0
+    tail = refused.log_tail()
+    assert "word_count PU 1: missing" in tail and "no snapshot" in tail, tail
+    assert "--restore-from" in tail, "the refusal says what to do"
+    assert sorted(p.name for p in (root / "checkpoint" / "commits").iterdir()) == commits
+    assert not store_path(root, "word_count", 1).exists(), "nothing was opened empty"
