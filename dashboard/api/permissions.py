@@ -10,7 +10,7 @@ from rest_framework.request import Request
 RESCALE_PERMISSION = "operations.rescale"
 
 
-class CanReschedule(BasePermission):
+class CanRescale(BasePermission):
     """Unsafe methods (POST) need ``operations.rescale``; reads pass through.
 
     Used after ``IsAuthenticated``, so an anonymous caller gets 401 before this is asked.

@@ -406,8 +406,8 @@ class OperationDetailSerializer(OperationSerializer):
 
     class Meta(OperationSerializer.Meta):
         fields = [
-            *OperationSerializer.Meta.fields, "waiting", "moved", "plan", "progress", "steps",
-            "vnodes", "events",
+            *OperationSerializer.Meta.fields, "progress_version", "waiting", "moved", "plan",
+            "progress", "steps", "vnodes", "events",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -15,13 +15,13 @@ from rest_framework.views import APIView
 
 from dashboard.api.errors import error_responses, not_found
 from dashboard.api.parsers import StrictJSONParser
-from dashboard.api.permissions import RESCALE_PERMISSION, CanReschedule
+from dashboard.api.permissions import RESCALE_PERMISSION, CanRescale
 from rescaler.cluster import snapshots as snapshot_services
 from workers.rescale import errors
 from workers.rescale.protocol import REASON_MAX_CHARS
 
 
-class CanSnapshot(CanReschedule):
+class CanSnapshot(CanRescale):
     """Asking for a snapshot needs what a rescale needs: ``operations.rescale``."""
 
     message = f"taking a snapshot needs the {RESCALE_PERMISSION} permission"

@@ -37,7 +37,7 @@ from dashboard.api.errors import error_responses, not_found
 from dashboard.api.filters import AuditFilter, OperationFilter
 from dashboard.api.pagination import Pagination
 from dashboard.api.parsers import StrictJSONParser
-from dashboard.api.permissions import CanReschedule
+from dashboard.api.permissions import CanRescale
 from dashboard.api.serializers import (
     AuditEventSerializer,
     ClusterQuerySerializer,
@@ -136,7 +136,7 @@ class OperationListView(CSVListView):
     """Rescale operations: list them (``?format=csv``: all of them), or request one (a dry run
     only plans)."""
 
-    permission_classes = [IsAuthenticated, CanReschedule]
+    permission_classes = [IsAuthenticated, CanRescale]
     parser_classes = [StrictJSONParser]
     serializer_class = OperationSerializer
     filterset_class = OperationFilter
@@ -228,7 +228,7 @@ class OperationDetailView(APIView):
 class OperationCancelView(APIView):
     """Cancel an operation: steps in flight finish, no new step starts (docs/rescale.md)."""
 
-    permission_classes = [IsAuthenticated, CanReschedule]
+    permission_classes = [IsAuthenticated, CanRescale]
 
     @extend_schema(
         operation_id="operations_cancel",
@@ -311,7 +311,7 @@ def _worker_row(name: str) -> dict[str, Any]:
 class WorkerListView(APIView):
     """The workers with their status; ask the worker provider for one more."""
 
-    permission_classes = [IsAuthenticated, CanReschedule]
+    permission_classes = [IsAuthenticated, CanRescale]
     parser_classes = [StrictJSONParser]
 
     @extend_schema(
@@ -352,7 +352,7 @@ class _WorkerStatusView(APIView):
     """An operator's change of one worker's status (cordon, uncordon): a reason in, the worker
     as it now is out."""
 
-    permission_classes = [IsAuthenticated, CanReschedule]
+    permission_classes = [IsAuthenticated, CanRescale]
     parser_classes = [StrictJSONParser]
     change: Any = None  # the service: worker_cordon or worker_uncordon
 
@@ -403,7 +403,7 @@ class WorkerDrainView(APIView):
     """Drain and remove a worker: one live operation moves every vnode off its PUs; when it
     completes the runner decommissions the worker and the provider releases it."""
 
-    permission_classes = [IsAuthenticated, CanReschedule]
+    permission_classes = [IsAuthenticated, CanRescale]
     parser_classes = [StrictJSONParser]
 
     @extend_schema(

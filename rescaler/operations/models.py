@@ -74,6 +74,13 @@ class RescaleOperation(models.Model):
     vnodes_moved = models.PositiveIntegerField(default=0)
     keys_moved = models.BigIntegerField(default=0)
     bytes_moved = models.BigIntegerField(default=0)
+    # one more at each progress report: the version of the operation's progress events (each
+    # carries what changed since the one before), so a page knows when it missed one
+    progress_version = models.PositiveBigIntegerField(
+        default=0,
+        help_text="The version of the operation's last progress event: one more at each report "
+        "of the runner (0 before the first).",
+    )
     cancel_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -7,18 +7,27 @@ Each fact is stored once: the report without its steps on the operation (``progr
 counters in their columns), each step in its ``RescaleStep`` row. The runner reports every step
 it knows at every barrier, but only the rows whose figures changed are written (one
 ``bulk_update``), so a barrier costs the same few writes whatever the number of steps.
+
+Each report also moves the operation's ``progress_version`` one on, and what changed (its
+columns, the changed step rows, the appended audit events) goes to the apps above through
+``signals.operation_progressed``: the dashboard publishes it as the operation's delta event
+(docs/api.md, "Websocket events"). The cluster group gets the report without its steps.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from rescaler import events
+from rescaler.audit.models import AuditEvent
 from rescaler.audit.services import audit_record
-from rescaler.events import CLUSTER_GROUP, operation_group, publish
+from rescaler.events import CLUSTER_GROUP
 from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.signals import operation_progressed
 from workers.rescale.protocol import (
     AuditObject,
     Event,
@@ -40,6 +49,10 @@ REPORTED = (
     "timings",
     "error",
 )
+# the operation's columns a report writes
+RECORDED = ("progress", "vnodes_moved", "keys_moved", "bytes_moved")
+
+logger = logging.getLogger(__name__)
 
 
 def _reported(step: StepProgress) -> dict[str, Any]:
@@ -57,23 +70,43 @@ def _reported(step: StepProgress) -> dict[str, Any]:
     }
 
 
+def _said(column: str, value: Any) -> Any:
+    """What a column says that no other does: the stored report less the counters (they are
+    columns of their own)."""
+    if column == "progress" and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in RECORDED}
+    return value
+
+
 def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> None:
     """Record one progress report of an operation: the report without its steps on the
     operation, the steps whose figures changed in their rows; a step whose phase changed is
-    audited."""
+    audited. Then tell the apps above what changed (``operation_progressed``), under the
+    operation's next ``progress_version``."""
     report = OperationProgress.from_json(progress)
     operation_id = report.operation_id
     changes: list[tuple[RescaleStep, str]] = []  # (step, its phase before)
+    audited: list[AuditEvent] = []
     with transaction.atomic():
         op = RescaleOperation.objects.select_for_update().filter(operation_id=operation_id).first()
         if op is None:  # an operation started without the control plane (python -m workers)
-            publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
+            events.publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
             return
-        op.progress = report.summary_json()
-        op.vnodes_moved = report.vnodes_moved
-        op.keys_moved = report.keys_moved
-        op.bytes_moved = report.bytes_moved
-        op.save(update_fields=["progress", "vnodes_moved", "keys_moved", "bytes_moved"])
+        recorded = {
+            "progress": report.summary_json(),
+            "vnodes_moved": report.vnodes_moved,
+            "keys_moved": report.keys_moved,
+            "bytes_moved": report.bytes_moved,
+        }
+        columns = [
+            name
+            for name in RECORDED
+            if _said(name, getattr(op, name)) != _said(name, recorded[name])
+        ]
+        for name, value in recorded.items():
+            setattr(op, name, value)
+        op.progress_version += 1
+        op.save(update_fields=[*RECORDED, "progress_version"])
         reported = {s.step: s for s in report.steps}
         changed: list[RescaleStep] = []
         now = timezone.now()
@@ -91,24 +124,37 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
         if changed:
             RescaleStep.objects.bulk_update(changed, [*REPORTED, "updated_at"])
         for step, old in sorted(changes, key=lambda c: c[0].step):
-            audit_record(
-                actor_name="runner",
-                action=f"step.{step.phase}",
-                obj=(AuditObject.STEP, f"{operation_id}/{step.step}"),
-                before={"phase": old},
-                after={
-                    "phase": step.phase,
-                    "vnodes": step.vnodes,
-                    "source_pu": step.source_pu,
-                    "target_pu": step.target_pu,
-                    "collect_epoch": step.collect_epoch,
-                    "acquire_epoch": step.acquire_epoch,
-                    "drop_epoch": step.drop_epoch,
-                    "keys_moved": step.keys_moved,
-                },
+            audited.append(
+                audit_record(
+                    actor_name="runner",
+                    action=f"step.{step.phase}",
+                    obj=(AuditObject.STEP, f"{operation_id}/{step.step}"),
+                    before={"phase": old},
+                    after={
+                        "phase": step.phase,
+                        "vnodes": step.vnodes,
+                        "source_pu": step.source_pu,
+                        "target_pu": step.target_pu,
+                        "collect_epoch": step.collect_epoch,
+                        "acquire_epoch": step.acquire_epoch,
+                        "drop_epoch": step.drop_epoch,
+                        "keys_moved": step.keys_moved,
+                    },
+                )
             )
-    publish(operation_group(operation_id), Event.OPERATION_PROGRESS, report.to_json())
-    publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
+    for receiver, failure in operation_progressed.send_robust(
+        sender=RescaleOperation,
+        operation=op,
+        version=op.progress_version,
+        columns=columns,
+        steps=sorted(changed, key=lambda s: s.step),
+        events=audited,
+    ):
+        if isinstance(failure, Exception):
+            logger.warning(
+                "%s failed on the progress of %s", receiver, operation_id, exc_info=failure
+            )
+    events.publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
 
 
 def operation_progress(op: RescaleOperation) -> dict[str, Any] | None:

@@ -5,8 +5,17 @@
 ``operation`` (the ``RescaleOperation``, final). A receiver's writes commit or roll back with the
 status; an exception raised by a receiver rolls back both, and the drive loop retries.
 Receivers connect in their app's ``AppConfig.ready`` (the drains of ``rescaler.runner``).
+
+``operation_progressed`` is sent once per progress report of an operation
+(``rescaler.operations.progress.operation_progress_record``), after the transaction that
+recorded it, with ``operation`` (the ``RescaleOperation`` as recorded), ``version`` (its new
+``progress_version``), ``columns`` (the names of its columns the report changed), ``steps``
+(the ``RescaleStep`` rows whose figures changed, by step) and ``events`` (the ``AuditEvent``
+rows it appended). The dashboard publishes them as the operation's delta event; it is sent
+robustly (a failing receiver is logged, never raised into the runner).
 """
 
 from django.dispatch import Signal
 
 operation_finished = Signal()
+operation_progressed = Signal()

@@ -1,6 +1,9 @@
 // Rescaler console: one operation, live. Everything shown comes from GET /api/v1/operations/<id>
-// (the same view the API serves); the websocket ws/operations/<id>/ only says "something changed"
-// and the page re-reads the operation, so a missed or reordered event can never leave it wrong.
+// (the same view the API serves), kept current by the deltas of ws/operations/<id>/: each
+// operation.progress event carries the next progress_version and only what changed, in the
+// document's shapes. A delta is applied when it is exactly the version after the one the page
+// holds; a missed version, any other event and a reconnect re-read the document, so a missed or
+// reordered event can never leave the page wrong.
 (function () {
   "use strict";
 
@@ -204,9 +207,10 @@
     renderTimeline(op);
   }
 
-  // --- data: REST, refreshed on every websocket event ---------------------------------------
+  // --- data: the document, then its deltas --------------------------------------------------
   let inflight = false;
   let again = false;
+  let held = []; // deltas that arrived while the document was being read
 
   async function load() {
     if (inflight) {
@@ -218,7 +222,14 @@
       const response = await fetch(`/api/v1/operations/${encodeURIComponent(operationId)}`, {
         headers: { Accept: "application/json" },
       });
-      if (response.ok) render(await response.json());
+      if (response.ok) {
+        current = await response.json();
+        const waiting = held;
+        held = [];
+        // the document may already hold some of them (a delta's figures are absolute)
+        for (const delta of waiting) if (apply(delta) === "missed") again = true;
+        render(current);
+      }
     } catch (err) {
       // the socket's state says whether the page is live; the next event or poll retries
     } finally {
@@ -227,6 +238,49 @@
         again = false;
         load();
       }
+    }
+  }
+
+  function replace(list, rows, keyOf) {
+    const at = new Map(list.map((row, i) => [keyOf(row), i]));
+    for (const row of rows) {
+      const i = at.get(keyOf(row));
+      if (i === undefined) list.push(row);
+      else list[i] = row;
+    }
+  }
+
+  // one operation.progress delta onto the document held: "applied" when it is the next
+  // version, "held" when the page already has it, "missed" when a version came between
+  function apply(delta) {
+    if (delta.progress_version <= current.progress_version) return "held";
+    if (delta.progress_version !== current.progress_version + 1) return "missed";
+    Object.assign(current, delta.operation || {});
+    current.progress_version = delta.progress_version;
+    current.steps = current.steps || [];
+    replace(current.steps, delta.steps || [], (s) => s.step);
+    current.vnodes = current.vnodes || [];
+    replace(current.vnodes, delta.vnodes || [], (v) => `${v.fragment}/${v.vnode}`);
+    current.events = current.events || [];
+    replace(current.events, delta.events || [], (e) => e.id);
+    return "applied";
+  }
+
+  function receive(delta) {
+    if (inflight || !current) {
+      held.push(delta); // applied once the document is read
+      return;
+    }
+    const result = apply(delta);
+    if (result === "applied") render(current);
+    else if (result === "missed") load();
+  }
+
+  function onEvent(message) {
+    if (message.type === "operation.progress" && typeof message.progress_version === "number") {
+      receive(message);
+    } else {
+      load(); // requested, cancelling, finished: rare, and said by the document
     }
   }
 
@@ -244,17 +298,20 @@
       load(); // resync: anything may have happened while the socket was down
     });
     socket.addEventListener("message", (event) => {
-      // how late events reach the page (publish time vs now; one clock on one machine)
+      let message;
       try {
-        const sent = JSON.parse(event.data).published_at;
-        if (typeof sent === "number") {
-          window.rescalerConsole.eventDelays.push(Date.now() / 1000 - sent);
-          if (window.rescalerConsole.eventDelays.length > 1000) window.rescalerConsole.eventDelays.shift();
-        }
+        message = JSON.parse(event.data);
       } catch (err) {
-        // not JSON: nothing to measure
+        load(); // not JSON: say what the document says
+        return;
       }
-      load();
+      // how late events reach the page (publish time vs now; one clock on one machine)
+      const sent = message.published_at;
+      if (typeof sent === "number") {
+        window.rescalerConsole.eventDelays.push(Date.now() / 1000 - sent);
+        if (window.rescalerConsole.eventDelays.length > 1000) window.rescalerConsole.eventDelays.shift();
+      }
+      onEvent(message);
     });
     socket.addEventListener("close", () => {
       $("live-state").textContent = `not live — reconnecting in ${Math.round(retryMs / 1000)} s`;

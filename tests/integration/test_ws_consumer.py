@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -156,3 +157,81 @@ def test_publish_never_raises_when_redis_is_down(settings: Any, caplog: Any) -> 
     finally:
         channel_layers.backends.clear()
     assert "Could not publish epoch.committed" in caplog.text
+
+
+def _operation_with_two_reports() -> tuple[str, Callable[[int], None]]:
+    """A pending scale-out of word_count (4 steps) and a function that sends the runner's
+    report at a barrier where the first ``n`` steps are collecting."""
+    from rescaler.operations import requests as operation_requests
+    from rescaler.operations.models import RescaleOperation
+    from rescaler.operations.progress import operation_progress_record
+    from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster, request_body
+    from workers.rescale.protocol import (
+        OperationProgress,
+        OperationStatus,
+        StepPhase,
+        StepProgress,
+        StopStartPhase,
+        Strategy,
+    )
+
+    register_cluster()
+    op = operation_requests.operation_request(
+        user=make_user("operator", rescale=True), body=request_body(added_parallel_units=[2, 3])
+    )
+    assert isinstance(op, RescaleOperation)
+    specs = [s.spec() for s in op.steps.order_by("step")]
+
+    def report(collecting: int) -> None:
+        steps = tuple(
+            StepProgress(
+                step=n,
+                fragment=s.fragment,
+                source_pu=s.source_pu,
+                target_pu=s.target_pu,
+                vnodes=s.vnodes,
+                phase=StepPhase.COLLECTING if n <= collecting else StepPhase.PENDING,
+            )
+            for n, s in enumerate(specs, start=1)
+        )
+        progress = OperationProgress(
+            operation_id=op.operation_id,
+            strategy=Strategy(op.strategy),
+            fragments=tuple(op.fragments),
+            status=OperationStatus.RUNNING,
+            phase=StopStartPhase.BEGUN,
+            steps=steps,
+        ).to_json()
+        operation_progress_record(pipeline=PIPELINE, progress=progress)
+
+    return op.operation_id, report
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_an_operations_page_receives_its_progress_as_versioned_deltas(
+    redis_service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rescaler.operations import requests as operation_requests
+
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    operation_id, report = await database_sync_to_async(_operation_with_two_reports)()
+    cookie = await database_sync_to_async(_session_cookie)()
+    path = f"/ws/operations/{operation_id}/"
+    communicator = await _communicator(ORIGIN, (b"cookie", cookie), path=path)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    try:
+        await database_sync_to_async(report)(1)
+        first = await communicator.receive_json_from(timeout=10)
+        await database_sync_to_async(report)(2)
+        second = await communicator.receive_json_from(timeout=10)
+        assert (first["type"], first["progress_version"]) == ("operation.progress", 1)
+        assert [s["step"] for s in first["steps"]] == [1, 2, 3, 4]
+        # through Redis and the consumer, the next report is only what changed, one version on
+        assert second["progress_version"] == 2
+        assert [(s["step"], s["phase"]) for s in second["steps"]] == [(2, "collecting")]
+        assert {v["step"] for v in second["vnodes"]} == {2}
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()

@@ -372,6 +372,7 @@ def test_the_document_carries_each_step_once(
         "finished_epoch": None, "error": "", "executors": [],
     }  # fmt: skip
     assert data["vnodes_moved"] == 1, "the counters are the operation's, said once"
+    assert data["progress_version"] == 1, "the version of the last progress event"
     assert "per_vnode" not in data["steps"][0], "per-vnode figures are the vnodes' own"
     moving = [v for v in data["vnodes"] if v["step"] == 1]
     assert moving and all((v["keys"], v["routing"]) == (3, "hold_queue") for v in moving)

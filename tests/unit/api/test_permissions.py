@@ -169,3 +169,25 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
     assert "Error" in schema.json()["components"]["schemas"]
     for ui in ("/api/docs/", "/api/redoc/"):
         assert client.get(ui).status_code == 200
+
+
+def test_the_permission_class_is_named_after_the_permission_it_checks() -> None:
+    """``operations.rescale`` is checked by ``CanRescale``: the old name ("reschedule") is left
+    nowhere in the code (only in the migration that renamed the permission)."""
+    from pathlib import Path
+
+    from dashboard.api import permissions, snapshots, views
+
+    assert permissions.RESCALE_PERMISSION == "operations.rescale"
+    assert issubclass(snapshots.CanSnapshot, permissions.CanRescale)
+    assert views.OperationListView.permission_classes[-1] is permissions.CanRescale
+    root = Path(__file__).resolve().parents[3]
+    old = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("rescaler", "dashboard", "workers", "static", "templates")
+        for path in sorted((root / folder).rglob("*"))
+        if path.suffix in {".py", ".js", ".html"} and "migrations" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "reschedul" in line.lower()
+    ]
+    assert old == []

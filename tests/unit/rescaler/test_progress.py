@@ -12,13 +12,15 @@ from django.apps import apps
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from rescaler import events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.progress import operation_progress, operation_progress_record
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster, token_client
 from workers.rescale.protocol import (
+    Event,
     OperationProgress,
     OperationStatus,
     StepPhase,
@@ -65,7 +67,7 @@ def step(op: RescaleOperation, number: int, phase: StepPhase, **figures: Any) ->
     )
 
 
-def barrier(op: RescaleOperation, steps: list[StepProgress]) -> dict[str, Any]:
+def barrier(op: RescaleOperation, steps: list[StepProgress], **figures: Any) -> dict[str, Any]:
     report = OperationProgress(
         operation_id=op.operation_id,
         strategy=Strategy(op.strategy),
@@ -74,6 +76,7 @@ def barrier(op: RescaleOperation, steps: list[StepProgress]) -> dict[str, Any]:
         phase=StopStartPhase.BEGUN,
         begun_epoch=3,
         steps=tuple(steps),
+        **figures,
     ).to_json()
     operation_progress_record(pipeline=PIPELINE, progress=report)
     return report
@@ -101,7 +104,9 @@ def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOpera
     assert update.endswith(f'"operations_rescalestep"."id" IN ({changed.pk})'), update
     assert len(writes(queries, "operations_rescaleoperation")) == 1
     assert len(writes(queries, "operations_auditevent")) == 1  # step 2's new phase
-    assert len(queries.captured_queries) <= 7, [q["sql"][:80] for q in queries.captured_queries]
+    # 7 to record it, 4 reads for the page's delta event (every step's phase and figures for
+    # moved and waiting, the pipeline, its last epoch, the changed steps' vnodes)
+    assert len(queries.captured_queries) <= 11, [q["sql"][:80] for q in queries.captured_queries]
     after = {s.pk: s.updated_at for s in op.steps.all()}
     assert [pk for pk in after if after[pk] != before[pk]] == [changed.pk]
     row = op.steps.get(step=2)
@@ -120,6 +125,59 @@ def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOpera
         barrier(op, sent)
     assert writes(queries, "operations_rescalestep") == []
     assert AuditEvent.objects.filter(action__startswith="step.").count() == 9  # 8 + step 2
+
+
+@pytest.fixture
+def published(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Event, dict[str, Any]]]:
+    """Every event published, as (group, type, payload)."""
+    sent: list[tuple[str, Event, dict[str, Any]]] = []
+    monkeypatch.setattr(events, "publish", lambda *event: sent.append(event))
+    return sent
+
+
+def test_each_report_publishes_what_changed_under_the_next_version(
+    op: RescaleOperation, published: list[tuple[str, Event, dict[str, Any]]]
+) -> None:
+    group = f"operation_{op.operation_id}"
+    sent = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    barrier(op, sent)
+    ((_, kind, first),) = [e for e in published if e[0] == group]
+    assert (kind, first["progress_version"]) == (Event.OPERATION_PROGRESS, 1)
+    assert [s["step"] for s in first["steps"]] == list(range(1, 9))
+    assert "progress" in first["operation"], "the first report is news"
+
+    published.clear()
+    sent[1] = step(op, 2, StepPhase.COLLECTING, keys_moved=5, hold_queue=4)
+    barrier(op, sent, keys_moved=5)
+    ((_, _, delta),) = [e for e in published if e[0] == group]
+    assert delta["progress_version"] == 2
+    assert [s["step"] for s in delta["steps"]] == [2], "only the step that changed"
+    assert delta["steps"][0]["phase"] == "collecting"
+    assert [v["vnode"] for v in delta["vnodes"]] == op.steps.get(step=2).vnodes
+    assert [e["action"] for e in delta["events"]] == ["step.collecting"]
+    assert set(delta["operation"]) == {"keys_moved", "moved", "waiting", "steps_done"}
+    assert delta["operation"]["keys_moved"] == 5
+    assert delta["operation"]["moved"]["keys"]["moved"] == 5
+    # the cluster's event stays the report without its steps
+    ((_, _, summary),) = [e for e in published if e[0] == "cluster"]
+    assert "steps" not in summary and summary["keys_moved"] == 5
+
+    # the version is the operation's (it survives a restart), and the document says it; the
+    # delta's rows are the document's own
+    op.refresh_from_db()
+    assert op.progress_version == 2
+    document = token_client(make_user("viewer")).get(f"/api/v1/operations/{op.operation_id}")
+    data = document.json()
+    assert data["progress_version"] == 2
+    assert [s for s in data["steps"] if s["step"] == 2] == delta["steps"]
+    assert [v for v in data["vnodes"] if v["step"] == 2] == delta["vnodes"]
+    assert {k: data[k] for k in delta["operation"]} == delta["operation"]
+
+    # nothing changed: a new version that carries no step
+    published.clear()
+    barrier(op, sent, keys_moved=5)
+    ((_, _, empty),) = [e for e in published if e[0] == group]
+    assert (empty["progress_version"], empty["steps"], empty["vnodes"]) == (3, [], [])
 
 
 def test_the_barrier_writes_do_not_grow_with_the_steps_reported(op: RescaleOperation) -> None:
