@@ -127,6 +127,7 @@ def write_snapshot_segments(
     location = RecoveryLocation(task.location)
     segments: list[Segment] = []
     for fragment, staged in task.staged:
+        _read_ahead(Path(staged))
         with open_store(task.backend, Path(staged), readonly=True) as store:
             stats = store.vnode_stats()
             by_partition: dict[int, list[int]] = {}
@@ -170,6 +171,17 @@ def write_snapshot_segments(
         round(time.perf_counter() - started, 4),
     )
     return run, segments
+
+
+def _read_ahead(directory: Path) -> None:
+    """Read a staged store's files once, front to back, into the page cache. LMDB writes its
+    copy with O_DIRECT (it leaves the cache alone), and the scan that follows faults its pages
+    in through the map one at a time: read first, it runs about 4x sooner on this machine."""
+    for file in sorted(directory.iterdir()):
+        if file.is_file() and not file.name.startswith(("lock", "LOCK")):
+            with open(file, "rb", buffering=0) as fh:
+                while fh.read(8 << 20):
+                    pass
 
 
 def read_segment(
