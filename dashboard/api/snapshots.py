@@ -74,6 +74,46 @@ class RestoreSerializer(serializers.Serializer):
     tasks = RestoreTaskSerializer(many=True)
 
 
+class LostStoreSerializer(serializers.Serializer):
+    fragment = serializers.CharField()
+    parallel_unit = serializers.IntegerField()
+    status = serializers.CharField(help_text="missing, corrupt or behind.")
+    detail = serializers.CharField(help_text="What the store check found.")
+
+
+class RebuildSerializer(serializers.Serializer):
+    snapshot_id = serializers.CharField(
+        help_text="The snapshot the lost stores were refilled from."
+    )
+    snapshot_epoch = serializers.IntegerField()
+    epoch = serializers.IntegerField(help_text="The epoch the stores were brought back to.")
+    rebuilt_at = serializers.DateTimeField()
+    rerun_epochs = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Epochs re-run from their logged offsets."
+    )
+    lost = LostStoreSerializer(many=True)
+    keys = serializers.IntegerField(help_text="Keys refilled from the snapshot.")
+    seconds = serializers.FloatField(help_text="The whole rebuild, re-runs included.")
+    tasks = RestoreTaskSerializer(many=True)
+
+
+class RestoreTaskProgressSerializer(serializers.Serializer):
+    parallel_unit = serializers.IntegerField()
+    executor = serializers.CharField()
+    host = serializers.CharField()
+    keys = serializers.IntegerField()
+    keys_total = serializers.IntegerField()
+    done = serializers.BooleanField()
+
+
+class RestoreProgressSerializer(serializers.Serializer):
+    snapshot_id = serializers.CharField()
+    keys = serializers.IntegerField(help_text="Keys restored so far.")
+    keys_total = serializers.IntegerField(help_text="The snapshot's keys.")
+    percent = serializers.IntegerField()
+    tasks = RestoreTaskProgressSerializer(many=True)
+
+
 class SnapshotRequestSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     requested_by = serializers.CharField()
@@ -93,6 +133,12 @@ class SnapshotsSerializer(serializers.Serializer):
     runner_alive = serializers.BooleanField(help_text="Whether a snapshot can be asked for now.")
     snapshots = SnapshotSerializer(many=True, help_text="Complete snapshots, newest first.")
     last_restore = RestoreSerializer(allow_null=True)
+    restoring = RestoreProgressSerializer(
+        allow_null=True, help_text="A --restore-from under way (null when none is)."
+    )
+    last_rebuild = RebuildSerializer(
+        allow_null=True, help_text="The last rebuild of lost PU stores (null: none)."
+    )
     requests = SnapshotRequestSerializer(
         many=True, help_text='The recent "Snapshot now" requests, newest first.'
     )

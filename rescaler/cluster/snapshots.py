@@ -5,6 +5,8 @@ in the recovery location, asks the runner for a snapshot ("Snapshot now": the ``
 runner command), and audits who took and who restored each one:
 
 * ``snapshot.requested`` (the operator) when one is asked for;
+* ``store.rebuilt`` (actor ``runner``) once per rebuild of lost stores, learned the same way
+  from ``rebuilt.json``;
 * ``snapshot.restored`` (the ``restored_by`` of the restore) once per restore, when the control
   plane learns of it from ``STATE_DIR/<pipeline>/restored.json``: when the runner registers after
   the restore, or when a page or client lists the pipeline's snapshots (a restore run without
@@ -38,6 +40,9 @@ from rescaler.cluster.services import command_submit
 from workers.config import RunnerConfig
 from workers.recovery.format import SnapshotError, SnapshotManifest
 from workers.recovery.location import RecoveryLocation
+from workers.recovery.rebuild import REBUILT as REBUILT_FILE
+from workers.recovery.snapshots import RESTORE_PENDING as RESTORE_PENDING_FILE
+from workers.recovery.snapshots import RESTORE_PROGRESS
 from workers.rescale import errors
 from workers.rescale.protocol import CommandKind
 
@@ -48,6 +53,7 @@ AUDIT_OBJECT = "pipeline"
 REQUESTED = "snapshot.requested"
 RESTORED = "snapshot.restored"
 RESTORED_FILE = "restored.json"  # written by workers.recovery.snapshots.finish_restore
+REBUILT = "store.rebuilt"  # learned from REBUILT_FILE, written by workers.recovery.rebuild
 # the recent requests a listing shows, newest first
 RECENT_REQUESTS = 10
 
@@ -150,18 +156,125 @@ class RestoreRecord:
             parallel_units=tuple(int(p) for p in data.get("pus", data.get("parallel_units", ()))),
             keys=int(data.get("keys", 0)),
             bytes=int(data.get("bytes", 0)),
-            tasks=tuple(
-                RestoreTaskRecord(
-                    parallel_unit=int(t.get("pu", t.get("parallel_unit", -1))),
-                    executor=str(t.get("executor", "")),
-                    host=str(t.get("host", "")),
-                    keys=int(t.get("keys", 0)),
-                    bytes=int(t.get("bytes", 0)),
-                    seconds=float(t.get("seconds", 0.0)),
-                )
-                for t in data.get("tasks", ())
-            ),
+            tasks=tuple(_task_record(t) for t in data.get("tasks", ())),
         )
+
+
+def _task_record(t: dict[str, Any]) -> RestoreTaskRecord:
+    """A restore task as the runner writes it (``pu``) or as the audit keeps it."""
+    return RestoreTaskRecord(
+        parallel_unit=int(t.get("pu", t.get("parallel_unit", -1))),
+        executor=str(t.get("executor", "")),
+        host=str(t.get("host", "")),
+        keys=int(t.get("keys", 0)),
+        bytes=int(t.get("bytes", 0)),
+        seconds=float(t.get("seconds", 0.0)),
+    )
+
+
+def _task_json(t: RestoreTaskRecord) -> dict[str, Any]:
+    return {
+        "parallel_unit": t.parallel_unit,
+        "executor": t.executor,
+        "host": t.host,
+        "keys": t.keys,
+        "bytes": t.bytes,
+        "seconds": t.seconds,
+    }
+
+
+@dataclass(frozen=True)
+class LostStoreRecord:
+    """A store the runner's check found unusable, and why."""
+
+    fragment: str
+    parallel_unit: int
+    status: str  # missing, corrupt, behind
+    detail: str
+
+
+@dataclass(frozen=True)
+class RebuildRecord:
+    """The last rebuild of lost stores in a pipeline's state directory (``rebuilt.json``)."""
+
+    snapshot_id: str
+    snapshot_epoch: int
+    epoch: int  # the epoch the stores were brought back to
+    rebuilt_at: dt.datetime
+    rerun_epochs: tuple[int, ...]
+    lost: tuple[LostStoreRecord, ...]
+    keys: int
+    seconds: float
+    tasks: tuple[RestoreTaskRecord, ...]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RebuildRecord:
+        """``rebuilt.json`` as the runner writes it, or as the audit keeps it."""
+        return cls(
+            snapshot_id=str(data["snapshot_id"]),
+            snapshot_epoch=int(data["snapshot_epoch"]),
+            epoch=int(data["epoch"]),
+            rebuilt_at=dt.datetime.fromtimestamp(float(data["started_at"]), dt.UTC),
+            rerun_epochs=tuple(int(e) for e in data.get("rerun_epochs", ())),
+            lost=tuple(
+                LostStoreRecord(
+                    fragment=str(s["fragment"]),
+                    parallel_unit=int(s.get("pu", s.get("parallel_unit", -1))),
+                    status=str(s["status"]),
+                    detail=str(s.get("detail", "")),
+                )
+                for s in data.get("lost", ())
+            ),
+            keys=int(data.get("keys", 0)),
+            seconds=float(data.get("duration_s", data.get("seconds", 0.0))),
+            tasks=tuple(_task_record(t) for t in data.get("tasks", ())),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """What the audit keeps (``from_json`` reads it back)."""
+        return {
+            "snapshot_id": self.snapshot_id,
+            "snapshot_epoch": self.snapshot_epoch,
+            "epoch": self.epoch,
+            "started_at": self.rebuilt_at.timestamp(),
+            "rerun_epochs": list(self.rerun_epochs),
+            "lost": [
+                {
+                    "fragment": s.fragment,
+                    "pu": s.parallel_unit,
+                    "status": s.status,
+                    "detail": s.detail,
+                }
+                for s in self.lost
+            ],
+            "keys": self.keys,
+            "duration_s": self.seconds,
+            "tasks": [_task_json(t) for t in self.tasks],
+        }
+
+
+@dataclass(frozen=True)
+class RestoreTaskProgress:
+    parallel_unit: int
+    executor: str
+    host: str
+    keys: int
+    keys_total: int
+    done: bool
+
+
+@dataclass(frozen=True)
+class RestoreProgressRecord:
+    """A ``--restore-from`` under way: each task's keys so far (``restore-progress/``)."""
+
+    snapshot_id: str
+    keys: int
+    keys_total: int  # the snapshot's keys
+    tasks: tuple[RestoreTaskProgress, ...]
+
+    @property
+    def percent(self) -> int:
+        return min(100, int(100 * self.keys / self.keys_total)) if self.keys_total else 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +299,8 @@ class SnapshotOverview:
     snapshots: tuple[SnapshotRecord, ...]
     last_restore: RestoreRecord | None
     requests: tuple[SnapshotRequestRecord, ...]
+    restoring: RestoreProgressRecord | None = None
+    last_rebuild: RebuildRecord | None = None
     # the location could not be listed, or some manifests not read: why (the rest is shown)
     problems: tuple[str, ...] = ()
 
@@ -309,6 +424,115 @@ def restore_learn(*, pipeline: str, state_dir: Path | None = None) -> AuditEvent
         )
 
 
+def rebuild_read(*, pipeline: str, state_dir: Path | None = None) -> dict[str, Any] | None:
+    """``<state_dir>/<pipeline>/rebuilt.json`` (default STATE_DIR) as the runner wrote it; None
+    when there is none or it cannot be read (logged)."""
+    path = Path(state_dir or settings.STATE_DIR) / pipeline / REBUILT_FILE
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        RebuildRecord.from_json(data)  # every field it needs is there
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("cannot read %s: %s", path, exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _last_rebuilt_event(pipeline: str) -> AuditEvent | None:
+    return (
+        AuditEvent.objects.filter(action=REBUILT, object_type=AUDIT_OBJECT, object_id=pipeline)
+        .order_by("-id")
+        .first()
+    )
+
+
+def rebuild_learn(*, pipeline: str, state_dir: Path | None = None) -> AuditEvent | None:
+    """Record ``store.rebuilt`` for the pipeline's last rebuild of lost stores, once (as
+    ``restore_learn`` does for restores). Returns the event recorded, if one was."""
+    data = rebuild_read(pipeline=pipeline, state_dir=state_dir)
+    if data is None:
+        return None
+    record = RebuildRecord.from_json(data)
+    with transaction.atomic():
+        target = Pipeline.objects.select_for_update().filter(name=pipeline).first()
+        if target is None:
+            return None
+        last = _last_rebuilt_event(target.name)
+        if last is not None and float((last.after or {}).get("started_at", 0)) >= float(
+            data["started_at"]
+        ):
+            return None
+        return audit_record(
+            actor_name="runner",
+            action=REBUILT,
+            obj=(AUDIT_OBJECT, target.name),
+            # the runner's own started_at (a datetime's round trip could move it a microsecond)
+            after={
+                "pipeline": target.name,
+                **record.to_json(),
+                "started_at": float(data["started_at"]),
+            },
+        )
+
+
+def last_rebuild(*, pipeline: str) -> RebuildRecord | None:
+    """The pipeline's last rebuild: its ``rebuilt.json``, else the last one the audit recorded."""
+    data = rebuild_read(pipeline=pipeline)
+    if data is not None:
+        return RebuildRecord.from_json(data)
+    event = _last_rebuilt_event(pipeline)
+    if event is None or not isinstance(event.after, dict):
+        return None
+    try:
+        return RebuildRecord.from_json(event.after)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def restore_progress(
+    *, pipeline: str, location: RecoveryLocation | None = None, state_dir: Path | None = None
+) -> RestoreProgressRecord | None:
+    """A ``--restore-from`` under way in the pipeline's state directory: the snapshot, and each
+    task's keys so far; None when no restore is under way."""
+    root = Path(state_dir or settings.STATE_DIR) / pipeline
+    try:
+        pending = json.loads((root / RESTORE_PENDING_FILE).read_text("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read %s: %s", root / RESTORE_PENDING_FILE, exc)
+        return None
+    snapshot_id = str(pending.get("snapshot_id", ""))
+    tasks = []
+    for path in sorted((root / RESTORE_PROGRESS).glob("pu-*.json")):
+        try:
+            t = json.loads(path.read_text("utf-8"))
+            tasks.append(
+                RestoreTaskProgress(
+                    parallel_unit=int(t["pu"]),
+                    executor=str(t.get("executor", "")),
+                    host=str(t.get("host", "")),
+                    keys=int(t.get("keys", 0)),
+                    keys_total=int(t.get("keys_total", 0)),
+                    done=bool(t.get("done", False)),
+                )
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a task's file being replaced: the next read has it
+    total = sum(t.keys_total for t in tasks)
+    try:
+        total = (location or recovery_location()).manifest(pipeline, snapshot_id).keys
+    except (OSError, SnapshotError, KeyError, TypeError, ValueError):
+        pass  # the tasks' own totals, as far as they have started
+    return RestoreProgressRecord(
+        snapshot_id=snapshot_id,
+        keys=sum(t.keys for t in tasks),
+        keys_total=total,
+        tasks=tuple(sorted(tasks, key=lambda t: t.parallel_unit)),
+    )
+
+
 def last_restore(*, pipeline: str) -> RestoreRecord | None:
     """The pipeline's last restore: its ``restored.json``, else (the state directory is not
     shared with this process) the last one the audit recorded."""
@@ -364,6 +588,7 @@ def snapshot_overview(*, pipeline: str) -> SnapshotOverview:
     target = _pipeline(pipeline)
     location = recovery_location()
     restore_learn(pipeline=target.name)
+    rebuild_learn(pipeline=target.name)
     snapshots, problems = snapshot_list(pipeline=target.name, location=location)
     return SnapshotOverview(
         pipeline=target.name,
@@ -373,6 +598,8 @@ def snapshot_overview(*, pipeline: str) -> SnapshotOverview:
         last_restore=last_restore(pipeline=target.name),
         requests=tuple(snapshot_requests(pipeline=target.name)),
         problems=tuple(problems),
+        restoring=restore_progress(pipeline=target.name, location=location),
+        last_rebuild=last_rebuild(pipeline=target.name),
     )
 
 

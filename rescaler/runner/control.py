@@ -34,7 +34,8 @@ def _database() -> Iterator[None]:
 class OrmControl:
     """``workers.control.ControlInterface`` over Postgres. Safe to call from several threads:
     the runner's heartbeat thread gets its own connection, as Django gives one per thread.
-    ``state_dir`` is the runner's (where a restore leaves ``restored.json``); None: STATE_DIR."""
+    ``state_dir`` is the runner's (where a restore leaves ``restored.json``, a rebuild
+    ``rebuilt.json``); None: STATE_DIR."""
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self.state_dir = state_dir
@@ -44,6 +45,7 @@ class OrmControl:
             services.topology_register(topology=topology)
             # a runner that just restored registers as on every start: audit the restore once
             snapshots.restore_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
+            snapshots.rebuild_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
 
     def mapping_versions(self, pipeline: str) -> dict[str, int]:
         with _database():

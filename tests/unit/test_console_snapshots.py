@@ -4,6 +4,7 @@ validation, the permission, POST then redirect). The browser's view is in tests/
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from rescaler.cluster.models import Pipeline, RunnerCommand
 from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster
 from tests.unit.api.snapshot_fixtures import restore, take_snapshot
 from workers.recovery.location import RecoveryLocation
+from workers.recovery.snapshots import RESTORE_PROGRESS, begin_restore
 
 pytestmark = pytest.mark.django_db
 
@@ -163,3 +165,90 @@ def test_an_unknown_pipeline_is_404_and_no_pipeline_says_so(settings: Any, tmp_p
     assert operator.get("/snapshots/nope/").status_code == 404
     assert operator.post("/snapshots/nope/", {"reason": "x"}).status_code == 404
     _nothing_recorded()
+
+
+def _rebuilt(state_dir: Path, snapshot_id: str, started_at: float, detail: str) -> None:
+    """What a runner's rebuild of lost stores leaves (workers/recovery/rebuild.py)."""
+    record = {
+        "snapshot_id": snapshot_id,
+        "snapshot_epoch": 4,
+        "epoch": 7,
+        "lost": [
+            {"fragment": "wc", "pu": 1, "status": "missing", "detail": detail, "applied_epoch": None},
+            {"fragment": "wc", "pu": 2, "status": "corrupt", "detail": "data.mdb differs"},
+        ],
+        "rerun_epochs": [5, 6, 7],
+        "started_at": started_at,
+        "duration_s": 9.5,
+        "keys": 1234,
+        "tasks": [{"pu": 1, "executor": "executor-1", "host": "h", "keys": 600, "bytes": 9,
+                   "seconds": 0.4}],
+    }  # fmt: skip
+    path = state_dir / PIPELINE / "rebuilt.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record), "utf-8")
+
+
+def test_a_rebuild_of_lost_stores_is_shown_and_audited_once(
+    location: RecoveryLocation, settings: Any
+) -> None:
+    manifest = take_snapshot(location, pipeline=PIPELINE, epoch=4)
+    state = Path(settings.STATE_DIR)
+    _rebuilt(state, manifest.snapshot_id, time.time() - 60, "<b>gone</b>")
+    viewer = _client("viewer", rescale=False)
+    page = _text(viewer.get(PAGE))
+    section = page.split('id="rebuild-title"')[1].split("</section>")[0]
+    assert manifest.snapshot_id in section and "3 (5–7)" in section and "1,234" in section
+    assert "missing" in section and "corrupt" in section and "9.5 s" in section
+    assert "&lt;b&gt;gone&lt;/b&gt;" in section, "the store check's text is shown as text"
+    viewer.get(PAGE)  # a second listing learns nothing new
+    (event,) = AuditEvent.objects.filter(action="store.rebuilt")
+    assert (event.actor_name, event.object_id) == ("runner", PIPELINE)
+    assert (
+        event.after["rerun_epochs"] == [5, 6, 7] and event.after["lost"][1]["status"] == "corrupt"
+    )
+
+    # gone from the state directory (another machine's): the audit still tells it
+    (state / PIPELINE / "rebuilt.json").unlink()
+    api = viewer.get(f"/api/v1/pipelines/{PIPELINE}/snapshots").json()["last_rebuild"]
+    assert api["snapshot_id"] == manifest.snapshot_id and api["keys"] == 1234
+    assert [(s["parallel_unit"], s["status"]) for s in api["lost"]] == [
+        (1, "missing"),
+        (2, "corrupt"),
+    ]
+    # a later rebuild is a new event
+    _rebuilt(state, manifest.snapshot_id, time.time(), "gone again")
+    viewer.get(PAGE)
+    assert AuditEvent.objects.filter(action="store.rebuilt").count() == 2
+
+
+def test_a_restore_under_way_shows_each_task_s_progress(
+    location: RecoveryLocation, settings: Any
+) -> None:
+    manifest = take_snapshot(location, pipeline=PIPELINE, epoch=4)
+    root = Path(settings.STATE_DIR) / PIPELINE
+    begin_restore(root, manifest, location.uri)
+    viewer = _client("viewer", rescale=False)
+    page = _text(viewer.get(PAGE))
+    assert "Restore in progress" in page and "No restore task has started yet" in page
+    progress = root / RESTORE_PROGRESS
+    progress.mkdir()
+    half = manifest.keys // 2
+    for pu, keys, done in ((0, half, True), (1, 10, False)):
+        (progress / f"pu-{pu}.json").write_text(
+            json.dumps({"pu": pu, "keys": keys, "keys_total": half, "done": done,
+                        "executor": f"executor-{pu}", "host": "h", "updated_at": 0}),
+            "utf-8",
+        )  # fmt: skip
+    body = viewer.get(f"/api/v1/pipelines/{PIPELINE}/snapshots").json()["restoring"]
+    assert body["snapshot_id"] == manifest.snapshot_id and body["keys"] == half + 10
+    assert (
+        body["keys_total"] == manifest.keys
+        and body["percent"] == 100 * (half + 10) // manifest.keys
+    )
+    assert [(t["parallel_unit"], t["done"]) for t in body["tasks"]] == [(0, True), (1, False)]
+    page = _text(viewer.get(PAGE))
+    assert f"{half + 10:,} of {manifest.keys:,} keys" in page
+    restore(Path(settings.STATE_DIR), manifest, pus=(0, 1))  # it finishes
+    assert viewer.get(f"/api/v1/pipelines/{PIPELINE}/snapshots").json()["restoring"] is None
+    assert "Restore in progress" not in _text(viewer.get(PAGE))
