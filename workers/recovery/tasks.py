@@ -211,12 +211,13 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     manifest = task.manifest
     location = RecoveryLocation(task.location)
     keys = size = 0
+    wanted_of = {fragment: set(owned) for fragment, owned in task.owned}
     total = sum(
         run.keys
-        for fragment, owned in task.owned
+        for fragment, wanted in wanted_of.items()
         for segment in manifest.fragments[fragment].segments
         for vnode, run in segment.vnodes.items()
-        if vnode in set(owned)
+        if vnode in wanted
     )
     _report_progress(task, where, 0, total)
     for fragment, owned in task.owned:
