@@ -1,5 +1,5 @@
-"""``/api/v1/pipelines/<name>/snapshots``: a pipeline's snapshots and last restore, and
-"Snapshot now" (docs/api.md, "Snapshots"). The view validates, calls one service of
+"""``/api/v1/pipelines/<name>/snapshots``: a pipeline's snapshots, last restore and last
+rebuild, and "Snapshot now" (docs/api.md, "Snapshots"). The view validates, calls one service of
 ``rescaler.cluster.snapshots`` and serializes what it returns."""
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ class RebuildSerializer(serializers.Serializer):
     lost = LostStoreSerializer(many=True)
     keys = serializers.IntegerField(help_text="Keys refilled from the snapshot.")
     seconds = serializers.FloatField(help_text="The whole rebuild, re-runs included.")
-    tasks = RestoreTaskSerializer(many=True)
+    tasks = RestoreTaskSerializer(
+        many=True, help_text="One refill task per PU with a lost store, and where it ran."
+    )
 
 
 class RestoreTaskProgressSerializer(serializers.Serializer):
@@ -197,8 +199,9 @@ class PipelineSnapshotsView(APIView):
         operation_id="pipelines_snapshots_list",
         summary="List a pipeline's snapshots",
         description="The complete snapshots in the recovery location (newest first), the last "
-        "restore of the pipeline's state directory, and the recent snapshot requests. A "
-        "restore not yet in the audit trail is recorded (snapshot.restored) on the way.",
+        "restore of the pipeline's state directory, the last rebuild of its lost PU stores, "
+        "and the recent snapshot requests. A restore or a rebuild not yet in the audit trail "
+        "is recorded on the way (snapshot.restored, store.rebuilt).",
         responses={200: SnapshotsSerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, name: str) -> Response:

@@ -5,14 +5,14 @@ in the recovery location, asks the runner for a snapshot ("Snapshot now": the ``
 runner command), and audits who took and who restored each one:
 
 * ``snapshot.requested`` (the operator) when one is asked for;
-* ``store.rebuilt`` (actor ``runner``) once per rebuild of lost stores, learned the same way
-  from ``rebuilt.json``;
 * ``snapshot.restored`` (the ``restored_by`` of the restore) once per restore, when the control
   plane learns of it from ``STATE_DIR/<pipeline>/restored.json``: when the runner registers after
   the restore, or when a page or client lists the pipeline's snapshots (a restore run without
-  the control plane, ``python -m workers run --restore-from``, is recorded then).
+  the control plane, ``python -m workers run --restore-from``, is recorded then);
+* ``store.rebuilt`` (actor ``runner``) once per rebuild of lost PU stores, learned the same way
+  from ``rebuilt.json`` (once per its ``started_at``, as a restore is per ``restored_at``).
 
-Both have object type ``pipeline`` and the pipeline's name as object id. The recovery location
+All have object type ``pipeline`` and the pipeline's name as object id. The recovery location
 is computed as the runner computes it (``RunnerConfig.recovery_location``: RESCALER_RECOVERY_DIR,
 else ``recovery`` beside STATE_DIR), and STATE_DIR is shared with the runner, as for key reads.
 """
@@ -291,7 +291,8 @@ class SnapshotRequestRecord:
 
 @dataclass(frozen=True)
 class SnapshotOverview:
-    """A pipeline's snapshots (newest first), its last restore, and the recent requests."""
+    """A pipeline's snapshots (newest first), its last restore and last rebuild of lost stores,
+    a restore under way, and the recent requests."""
 
     pipeline: str
     location: str  # without credentials or query
@@ -584,7 +585,7 @@ def snapshot_requests(
 
 def snapshot_overview(*, pipeline: str) -> SnapshotOverview:
     """Everything the snapshots page and ``GET pipelines/<name>/snapshots`` show. Learns of a
-    restore it has not recorded yet (``restore_learn``)."""
+    restore or a rebuild it has not recorded yet (``restore_learn``, ``rebuild_learn``)."""
     target = _pipeline(pipeline)
     location = recovery_location()
     restore_learn(pipeline=target.name)

@@ -1,12 +1,14 @@
 """Snapshots and restores as the runner leaves them, without Spark: segments written into a
 recovery location with ``RecoveryLocation.write_bytes``, described by the format's own records
 (``workers.recovery.format``) and made to exist by ``RecoveryLocation.commit``; a restore's
-``restored.json`` written by ``workers.recovery.snapshots.finish_restore``."""
+``restored.json`` written by ``workers.recovery.snapshots.finish_restore``, a rebuild's
+``rebuilt.json`` by ``workers.recovery.rebuild.finish_rebuild``."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from workers.recovery.format import (
     FragmentSnapshot,
@@ -19,7 +21,9 @@ from workers.recovery.format import (
     segment_path,
 )
 from workers.recovery.location import RecoveryLocation, snapshot_id
+from workers.recovery.rebuild import Rebuild, finish_rebuild
 from workers.recovery.snapshots import finish_restore
+from workers.recovery.stores import StoreState
 from workers.recovery.tasks import segment_bytes
 from workers.state.base import checksum_items, encode_key
 
@@ -115,3 +119,36 @@ def restore(
     ]
     finish_restore(state_dir / manifest.pipeline, manifest, runs)
     return runs
+
+
+def rebuild(
+    state_dir: Path,
+    manifest: SnapshotManifest,
+    *,
+    lost: tuple[StoreState, ...] = (
+        StoreState(FRAGMENT, 1, "missing", "stores/word_count/pu-1 is gone"),
+    ),
+    epoch: int | None = None,
+    started_at: float | None = None,
+    duration_s: float = 9.5,
+) -> dict[str, Any]:
+    """What a rebuild of ``lost`` stores from ``manifest`` leaves in the pipeline's state
+    directory: ``rebuilt.json`` with the fields ``workers.recovery.rebuild.run_rebuild`` writes
+    (epochs up to ``epoch`` re-run, default three; one task per PU with a lost store)."""
+    epoch = manifest.epoch + 3 if epoch is None else epoch
+    pus = sorted({s.pu for s in lost})
+    runs = [TaskRun(pu, f"executor-{pu}", f"host-{pu}", 100 * (pu + 1), 2000, 0.4) for pu in pus]
+    record: dict[str, Any] = {
+        "snapshot_id": manifest.snapshot_id,
+        "snapshot_epoch": manifest.epoch,
+        "epoch": epoch,
+        "lost": [s.to_json() for s in lost],
+        "rerun_epochs": list(range(manifest.epoch + 1, epoch + 1)),
+        "started_at": time.time() if started_at is None else started_at,
+        "duration_s": duration_s,
+        "keys": sum(r.keys for r in runs),
+        "tasks": [r.to_json() for r in runs],
+    }
+    done = Rebuild(manifest=manifest, target=epoch, lost=lost, entries=(), later_offsets={})
+    finish_rebuild(state_dir / manifest.pipeline, done, record)
+    return record

@@ -1,6 +1,7 @@
 """``/api/v1/pipelines/<name>/snapshots``: the listing reads what the runner's own writers left in
 a recovery location (tests/unit/api/snapshot_fixtures.py), "Snapshot now" queues exactly one
-audited ``snapshot`` command, refusals change nothing, and a restore is audited once."""
+audited ``snapshot`` command, refusals change nothing, and a restore or a rebuild of lost stores
+is audited once."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from rescaler.cluster.snapshots import recovery_location
 from rescaler.runner import control
 from rescaler.runner.control import OrmControl
 from tests.unit.api.fixtures import PIPELINE, make_user, token_client
-from tests.unit.api.snapshot_fixtures import VNODES, restore, take_snapshot
+from tests.unit.api.snapshot_fixtures import FRAGMENT, VNODES, rebuild, restore, take_snapshot
 from workers.control import Topology
 from workers.recovery.location import RecoveryLocation
+from workers.recovery.stores import StoreState
 
 pytestmark = pytest.mark.django_db
 
@@ -93,6 +95,7 @@ def test_lists_the_snapshots_newest_first_with_their_figures(
     assert abs(taken.timestamp() - (now - 60)) < 0.01
     assert body["snapshots"][1]["trigger"] == "periodic" and body["snapshots"][1]["keys"] == 48
     assert body["last_restore"] is None and body["requests"] == []
+    assert body["last_rebuild"] is None
 
 
 def test_an_empty_location_lists_nothing(
@@ -323,3 +326,70 @@ def test_a_half_written_restore_record_is_ignored(
     OrmControl(state_dir=Path(settings.STATE_DIR)).register(_topology())
     assert viewer_client.get(URL).json()["last_restore"] is None
     assert not AuditEvent.objects.filter(action="snapshot.restored").exists()
+
+
+# -- rebuilds of lost stores ---------------------------------------------------------------------
+def test_a_rebuild_is_audited_once_and_listed(
+    cluster: Pipeline, location: RecoveryLocation, settings: Any, viewer_client: APIClient
+) -> None:
+    manifest = take_snapshot(location, pipeline=PIPELINE, epoch=40)
+    lost = (
+        StoreState(FRAGMENT, 0, "corrupt", "data.mdb differs from its checksum"),
+        StoreState(FRAGMENT, 2, "missing", "stores/word_count/pu-2 is gone"),
+    )
+    written = rebuild(Path(settings.STATE_DIR), manifest, lost=lost, epoch=42)
+
+    control = OrmControl(state_dir=Path(settings.STATE_DIR))
+    control.register(_topology())  # the runner registers after the rebuild, as on every start
+    control.register(_topology())
+    body = viewer_client.get(URL).json()  # and a listing learns nothing new
+    (event,) = AuditEvent.objects.filter(action="store.rebuilt")
+    assert (event.actor, event.actor_name, event.object_id) == (None, "runner", PIPELINE)
+    assert event.after["started_at"] == written["started_at"]
+
+    last = body["last_rebuild"]
+    rebuilt_at = dt.datetime.fromisoformat(last.pop("rebuilt_at").replace("Z", "+00:00"))
+    assert abs(rebuilt_at.timestamp() - written["started_at"]) < 1e-3
+    assert last == {
+        "snapshot_id": manifest.snapshot_id, "snapshot_epoch": 40, "epoch": 42,
+        "rerun_epochs": [41, 42],
+        "lost": [
+            {"fragment": FRAGMENT, "parallel_unit": 0, "status": "corrupt",
+             "detail": "data.mdb differs from its checksum"},
+            {"fragment": FRAGMENT, "parallel_unit": 2, "status": "missing",
+             "detail": "stores/word_count/pu-2 is gone"},
+        ],
+        "keys": 400, "seconds": 9.5,
+        "tasks": [
+            {"parallel_unit": 0, "executor": "executor-0", "host": "host-0", "keys": 100,
+             "bytes": 2000, "seconds": 0.4},
+            {"parallel_unit": 2, "executor": "executor-2", "host": "host-2", "keys": 300,
+             "bytes": 2000, "seconds": 0.4},
+        ],
+    }  # fmt: skip
+    # a restore is not a rebuild, nor the other way round
+    assert body["last_restore"] is None
+    assert not AuditEvent.objects.filter(action="snapshot.restored").exists()
+
+
+def test_the_last_rebuild_comes_from_the_audit_when_the_state_is_elsewhere(
+    cluster: Pipeline, location: RecoveryLocation, tmp_path: Path, viewer_client: APIClient
+) -> None:
+    manifest = take_snapshot(location, pipeline=PIPELINE, epoch=4)
+    rebuild(tmp_path / "runner-state", manifest)
+    OrmControl(state_dir=tmp_path / "runner-state").register(_topology())
+    last = viewer_client.get(URL).json()["last_rebuild"]
+    assert last["snapshot_id"] == manifest.snapshot_id and last["rerun_epochs"] == [5, 6, 7]
+    assert [(s["parallel_unit"], s["status"]) for s in last["lost"]] == [(1, "missing")]
+    assert AuditEvent.objects.filter(action="store.rebuilt").count() == 1
+
+
+def test_a_half_written_rebuild_record_is_ignored(
+    cluster: Pipeline, location: RecoveryLocation, settings: Any, viewer_client: APIClient
+) -> None:
+    path = Path(settings.STATE_DIR) / PIPELINE / "rebuilt.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"snapshot_id": "s', "utf-8")
+    OrmControl(state_dir=Path(settings.STATE_DIR)).register(_topology())
+    assert viewer_client.get(URL).json()["last_rebuild"] is None
+    assert not AuditEvent.objects.filter(action="store.rebuilt").exists()
