@@ -354,14 +354,16 @@ def snapshot_list(
     return records, problems
 
 
-def restore_read(*, pipeline: str, state_dir: Path | None = None) -> dict[str, Any] | None:
-    """``<state_dir>/<pipeline>/restored.json`` (default STATE_DIR) as the runner wrote it;
-    None when there is none or it cannot be read (logged: a half-written file is the runner's,
-    not a refusal)."""
-    path = Path(state_dir or settings.STATE_DIR) / pipeline / RESTORED_FILE
+def _state_record(
+    pipeline: str, state_dir: Path | None, name: str, parse: Any
+) -> dict[str, Any] | None:
+    """``<state_dir>/<pipeline>/<name>`` (default STATE_DIR) as the runner wrote it, if
+    ``parse`` finds every field it needs; None when there is none or it cannot be read (logged:
+    a half-written file is the runner's, not a refusal)."""
+    path = Path(state_dir or settings.STATE_DIR) / pipeline / name
     try:
         data = json.loads(path.read_text("utf-8"))
-        RestoreRecord.from_json(data)  # every field it needs is there
+        parse(data)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -370,12 +372,54 @@ def restore_read(*, pipeline: str, state_dir: Path | None = None) -> dict[str, A
     return data if isinstance(data, dict) else None
 
 
-def _last_restored_event(pipeline: str) -> AuditEvent | None:
+def _last_event(action: str, pipeline: str) -> AuditEvent | None:
     return (
-        AuditEvent.objects.filter(action=RESTORED, object_type=AUDIT_OBJECT, object_id=pipeline)
+        AuditEvent.objects.filter(action=action, object_type=AUDIT_OBJECT, object_id=pipeline)
         .order_by("-id")
         .first()
     )
+
+
+def _learn_once(
+    *, pipeline: str, action: str, stamp: str, data: dict[str, Any], actor_name: str, after: Any
+) -> AuditEvent | None:
+    """Record ``action`` for what the runner left, once: only when its ``stamp`` is newer than
+    the last one recorded. ``after(name)`` builds the event's ``after`` for the pipeline."""
+    with transaction.atomic():
+        # the pipeline's row serializes two registrations (or a listing) learning at once
+        target = Pipeline.objects.select_for_update().filter(name=pipeline).first()
+        if target is None:
+            return None
+        last = _last_event(action, target.name)
+        if last is not None and float((last.after or {}).get(stamp, 0)) >= float(data[stamp]):
+            return None
+        return audit_record(
+            actor_name=actor_name,
+            action=action,
+            obj=(AUDIT_OBJECT, target.name),
+            # the runner's own stamp (a datetime's round trip could move it a microsecond)
+            after={"pipeline": target.name, **after, stamp: float(data[stamp])},
+        )
+
+
+def _last_record(pipeline: str, name: str, action: str, parse: Any) -> Any:
+    """The runner's record of ``name``, else (the state directory is not shared with this
+    process) the last one the audit recorded as ``action``."""
+    data = _state_record(pipeline, None, name, parse)
+    if data is not None:
+        return parse(data)
+    event = _last_event(action, pipeline)
+    if event is None or not isinstance(event.after, dict):
+        return None
+    try:
+        return parse(event.after)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def restore_read(*, pipeline: str, state_dir: Path | None = None) -> dict[str, Any] | None:
+    """``<state_dir>/<pipeline>/restored.json`` as the runner wrote it, or None."""
+    return _state_record(pipeline, state_dir, RESTORED_FILE, RestoreRecord.from_json)
 
 
 def restore_learn(*, pipeline: str, state_dir: Path | None = None) -> AuditEvent | None:
@@ -385,67 +429,29 @@ def restore_learn(*, pipeline: str, state_dir: Path | None = None) -> AuditEvent
     data = restore_read(pipeline=pipeline, state_dir=state_dir)
     if data is None:
         return None
-    with transaction.atomic():
-        # the pipeline's row serializes two registrations (or a listing) learning at once
-        target = Pipeline.objects.select_for_update().filter(name=pipeline).first()
-        if target is None:
-            return None
-        last = _last_restored_event(target.name)
-        if last is not None and float((last.after or {}).get("restored_at", 0)) >= float(
-            data["restored_at"]
-        ):
-            return None
-        record = RestoreRecord.from_json(data)
-        return audit_record(
-            actor_name=record.restored_by[:150],
-            action=RESTORED,
-            obj=(AUDIT_OBJECT, target.name),
-            after={
-                "pipeline": target.name,
-                "snapshot_id": record.snapshot_id,
-                "epoch": record.epoch,
-                "restored_at": float(data["restored_at"]),
-                "restored_by": record.restored_by,
-                "parallel_units": list(record.parallel_units),
-                "keys": record.keys,
-                "bytes": record.bytes,
-                "seconds": record.seconds,
-                "tasks": [
-                    {
-                        "parallel_unit": t.parallel_unit,
-                        "executor": t.executor,
-                        "host": t.host,
-                        "keys": t.keys,
-                        "bytes": t.bytes,
-                        "seconds": t.seconds,
-                    }
-                    for t in record.tasks
-                ],
-            },
-        )
+    record = RestoreRecord.from_json(data)
+    return _learn_once(
+        pipeline=pipeline,
+        action=RESTORED,
+        stamp="restored_at",
+        data=data,
+        actor_name=record.restored_by[:150],
+        after={
+            "snapshot_id": record.snapshot_id,
+            "epoch": record.epoch,
+            "restored_by": record.restored_by,
+            "parallel_units": list(record.parallel_units),
+            "keys": record.keys,
+            "bytes": record.bytes,
+            "seconds": record.seconds,
+            "tasks": [_task_json(t) for t in record.tasks],
+        },
+    )
 
 
 def rebuild_read(*, pipeline: str, state_dir: Path | None = None) -> dict[str, Any] | None:
-    """``<state_dir>/<pipeline>/rebuilt.json`` (default STATE_DIR) as the runner wrote it; None
-    when there is none or it cannot be read (logged)."""
-    path = Path(state_dir or settings.STATE_DIR) / pipeline / REBUILT_FILE
-    try:
-        data = json.loads(path.read_text("utf-8"))
-        RebuildRecord.from_json(data)  # every field it needs is there
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("cannot read %s: %s", path, exc)
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _last_rebuilt_event(pipeline: str) -> AuditEvent | None:
-    return (
-        AuditEvent.objects.filter(action=REBUILT, object_type=AUDIT_OBJECT, object_id=pipeline)
-        .order_by("-id")
-        .first()
-    )
+    """``<state_dir>/<pipeline>/rebuilt.json`` as the runner wrote it, or None."""
+    return _state_record(pipeline, state_dir, REBUILT_FILE, RebuildRecord.from_json)
 
 
 def rebuild_learn(*, pipeline: str, state_dir: Path | None = None) -> AuditEvent | None:
@@ -454,41 +460,22 @@ def rebuild_learn(*, pipeline: str, state_dir: Path | None = None) -> AuditEvent
     data = rebuild_read(pipeline=pipeline, state_dir=state_dir)
     if data is None:
         return None
-    record = RebuildRecord.from_json(data)
-    with transaction.atomic():
-        target = Pipeline.objects.select_for_update().filter(name=pipeline).first()
-        if target is None:
-            return None
-        last = _last_rebuilt_event(target.name)
-        if last is not None and float((last.after or {}).get("started_at", 0)) >= float(
-            data["started_at"]
-        ):
-            return None
-        return audit_record(
-            actor_name="runner",
-            action=REBUILT,
-            obj=(AUDIT_OBJECT, target.name),
-            # the runner's own started_at (a datetime's round trip could move it a microsecond)
-            after={
-                "pipeline": target.name,
-                **record.to_json(),
-                "started_at": float(data["started_at"]),
-            },
-        )
+    return _learn_once(
+        pipeline=pipeline,
+        action=REBUILT,
+        stamp="started_at",
+        data=data,
+        actor_name="runner",
+        after=RebuildRecord.from_json(data).to_json(),
+    )
 
 
 def last_rebuild(*, pipeline: str) -> RebuildRecord | None:
     """The pipeline's last rebuild: its ``rebuilt.json``, else the last one the audit recorded."""
-    data = rebuild_read(pipeline=pipeline)
-    if data is not None:
-        return RebuildRecord.from_json(data)
-    event = _last_rebuilt_event(pipeline)
-    if event is None or not isinstance(event.after, dict):
-        return None
-    try:
-        return RebuildRecord.from_json(event.after)
-    except (KeyError, TypeError, ValueError):
-        return None
+    record: RebuildRecord | None = _last_record(
+        pipeline, REBUILT_FILE, REBUILT, RebuildRecord.from_json
+    )
+    return record
 
 
 def restore_progress(
@@ -537,16 +524,10 @@ def restore_progress(
 def last_restore(*, pipeline: str) -> RestoreRecord | None:
     """The pipeline's last restore: its ``restored.json``, else (the state directory is not
     shared with this process) the last one the audit recorded."""
-    data = restore_read(pipeline=pipeline)
-    if data is not None:
-        return RestoreRecord.from_json(data)
-    event = _last_restored_event(pipeline)
-    if event is None or not isinstance(event.after, dict):
-        return None
-    try:
-        return RestoreRecord.from_json(event.after)
-    except (KeyError, TypeError, ValueError):
-        return None
+    record: RestoreRecord | None = _last_record(
+        pipeline, RESTORED_FILE, RESTORED, RestoreRecord.from_json
+    )
+    return record
 
 
 def snapshot_requests(

@@ -14,10 +14,11 @@ epoch writes the same again).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.pipeline.placement import EpochPlan, write_json_atomic
+from workers.pipeline.placement import EpochPlan
 
 REPLAY_DIR = "replay"
 
@@ -37,10 +38,15 @@ class ReplayLog:
         self.dir = Path(pipeline_dir) / REPLAY_DIR
 
     def record(self, plan: EpochPlan, offsets: str) -> None:
+        """Atomic (a reader sees the whole entry or none) but not flushed to disk: this runs at
+        every barrier, beside the plan store's own flushed write. A runner killed keeps it (the
+        OS has it); a host crash may lose the newest entries, and a rebuild then refuses,
+        naming the missing epoch."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(
-            self.dir / f"{plan.epoch}.json", {"plan": plan.to_json(), "offsets": offsets}
-        )
+        path = self.dir / f"{plan.epoch}.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps({"plan": plan.to_json(), "offsets": offsets}), "utf-8")
+        os.replace(tmp, path)
 
     def epochs(self) -> list[int]:
         if not self.dir.is_dir():
