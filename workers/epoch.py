@@ -290,10 +290,10 @@ def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> 
 
 def _acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Table | None:
     """Ingest the verified exports, then return the hold queue's rows to apply first."""
-    from workers.rescale.transfer import read_export, read_hold
+    from workers.rescale.transfer import ingest_export, read_hold
 
     for path in actions.ingest:
-        store.ingest(read_export(Path(path)))  # verifies key count and checksum
+        ingest_export(store, Path(path))  # verified: range, order, key count, checksum
     if not actions.replay_files:
         return None
     return read_hold([Path(p) for p in actions.replay_files], set(actions.replay_vnodes))

@@ -35,9 +35,10 @@ from workers.pipeline.placement import EpochPlan, VnodeMapping, write_json_atomi
 from workers.recovery.format import SnapshotError, SnapshotManifest, TaskRun
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.replay import ReplayEntry, ReplayLog
-from workers.recovery.snapshots import restore_task, run_tasks
+from workers.recovery.snapshots import restore_task
 from workers.recovery.stores import CheckTask, SealTask, StoreState, check_pu, seal_pu
 from workers.recovery.tasks import RestoreTask, crash_point
+from workers.spark_tasks import run_tasks
 
 REBUILD_PENDING = "rebuild-pending.json"
 REBUILT = "rebuilt.json"

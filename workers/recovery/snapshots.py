@@ -44,6 +44,7 @@ from workers.recovery.tasks import (
     staging_path,
     write_snapshot_segments,
 )
+from workers.spark_tasks import run_tasks, task_location
 
 log = logging.getLogger("workers.recovery")
 
@@ -120,37 +121,14 @@ def recovery_partitions(pipeline_dir: Path, wanted: int) -> int:
     return wanted
 
 
-def _where() -> tuple[str, str]:
-    from workers.epoch import task_location
-
-    return task_location()
-
-
 def _snapshot_task(task: SnapshotTask) -> dict[str, Any]:
-    run, segments = write_snapshot_segments(task, _where())
+    run, segments = write_snapshot_segments(task, task_location())
     return {"run": run.to_json(), "segments": [s.to_json() for s in segments]}
 
 
 def restore_task(task: RestoreTask) -> dict[str, Any]:
     """One restore task as Spark runs it (a restore, a stop-start, a rebuild)."""
-    return restore_pu(task, _where()).to_json()
-
-
-def run_tasks(
-    spark: Any, tasks: list[Any], fn: Callable[[Any], Any], description: str
-) -> list[Any]:
-    """One Spark task per item, on the executors; their results, in order. Without a Spark
-    session (simulations, the rescale unit tests), the same tasks run here, one after another."""
-    if spark is None:
-        return [fn(task) for task in tasks]
-    sc = spark.sparkContext
-    sc.setJobDescription(description)
-    try:
-        items = list(enumerate(tasks))
-        done = sc.parallelize(items, len(items)).map(lambda it: (it[0], fn(it[1]))).collect()
-        return [result for _, result in sorted(done, key=lambda pair: pair[0])]
-    finally:
-        sc.setJobDescription(None)
+    return restore_pu(task, task_location()).to_json()
 
 
 @dataclass(frozen=True)

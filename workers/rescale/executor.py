@@ -6,7 +6,7 @@ and per-PU actions. The executor composes the parts, which share one :class:`Ope
 * :mod:`~workers.rescale.commands` — begin, step, cancel and finish commands;
 * :mod:`~workers.rescale.live` — the live protocol: moving steps forward at each barrier and
   deriving the epoch's actions from the epochs they recorded;
-* :mod:`~workers.rescale.exports` — exports of collecting steps, on background threads;
+* :mod:`~workers.rescale.exports` — exports of collecting steps, as Spark tasks beside the epochs;
 * :mod:`~workers.rescale.stop_start` — stop-start through recovery partitions.
 """
 
@@ -43,7 +43,7 @@ class RescaleExecutor:
         self.ledger = OperationLedger(pipeline_dir, placements, report)
         self.commands = CommandHandler(self.ledger, worker_pus)
         self.live = LiveProtocol(self.ledger)
-        self.exports = Exports(self.ledger, backend, background=background_exports)
+        self.exports = Exports(self.ledger, backend, spark=spark, background=background_exports)
         # stop-start's snapshot, clear and restore are Spark jobs (None: in this process)
         self.stop_start = StopStart(self.ledger, backend, spark)
         # a crash between saving an operation and saving the placement: apply it again

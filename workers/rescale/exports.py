@@ -1,15 +1,22 @@
-"""Collect: exporting the sealed vnodes of collecting steps, beside the epoch jobs.
+"""Collect: exporting the sealed vnodes of collecting steps, as Spark tasks beside the epoch jobs.
 
-An export runs on a background thread so that keys not moving never wait for it (I4); only the
-step's held keys wait until it is written, read back and verified. A failed export is retried at
-the next barrier, and the step stays held meanwhile.
+At the barrier that collects a step, the step's vnodes are final at the source (their records of
+this epoch on are held), so they can be exported while the stream goes on. The driver submits one
+Spark job with one task per (fragment, source PU); each task reads its vnodes out of the store as
+sorted runs of columns, writes each as an export file with a columnar checksum, reads it back and
+returns the manifests. The driver only records the phase: no key passes through its Python, and
+keys not moving never wait for an export (I4); only the step's held keys wait until it is written
+and verified. A failed export is retried at the next barrier, and the step stays held meanwhile.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from workers.layout import store_path
@@ -17,17 +24,87 @@ from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import StepPhase
+from workers.spark_tasks import run_tasks, task_location
 from workers.state import open_store
+from workers.state.base import StateStoreError
 
 log = logging.getLogger("workers.rescale")
 
+EXPORT_FAILED = "export failed (will retry)"
+
+
+@dataclass(frozen=True)
+class ExportTask:
+    """One source PU's vnodes of one fragment to export: (vnode, export file) pairs."""
+
+    pipeline_dir: str
+    backend: str
+    fragment: str
+    pu: int
+    exports: tuple[tuple[int, str], ...]
+
+
+def export_pu(task: ExportTask) -> dict[str, Any]:
+    """On an executor: export the task's vnodes from its PU's store (opened read-only; the
+    vnodes are sealed, the store keeps serving the others). Returns the manifests by vnode and
+    where and how long the task ran."""
+    started = time.perf_counter()
+    path = store_path(Path(task.pipeline_dir), task.fragment, task.pu)
+    manifests: dict[str, dict[str, Any]] = {}
+    with open_store(task.backend, path, readonly=True) as store:
+        stats = store.vnode_stats()
+        for vnode, out in task.exports:
+            held = stats.get(vnode)
+            keys, values = store.vnode_columns(vnode, held.keys if held else 0)
+            if len(keys) != (held.keys if held else 0):
+                raise StateStoreError(
+                    f"{path}: vnode {vnode} holds {len(keys)} keys, its stats say "
+                    f"{held.keys if held else 0}"
+                )
+            manifests[str(vnode)] = transfer.write_export(Path(out), vnode, keys, values)
+    executor, host = task_location()
+    return {
+        "fragment": task.fragment,
+        "pu": task.pu,
+        "manifests": manifests,
+        "executor": executor,
+        "host": host,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+
+
+def export_tasks(
+    ledger: OperationLedger, backend: str, todo: list[tuple[OperationState, StepState]]
+) -> list[ExportTask]:
+    """The steps' vnodes grouped into one task per (fragment, source PU), in a stable order."""
+    grouped: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+    for op, step in todo:
+        spec = step.spec
+        op_dir = ledger.store.op_dir(op.operation_id)
+        for vnode in spec.vnodes:
+            out = transfer.export_path(op_dir, spec.fragment, vnode)
+            grouped[(spec.fragment, spec.source_pu)].append((vnode, str(out)))
+    return [
+        ExportTask(str(ledger.dir), backend, fragment, pu, tuple(sorted(exports)))
+        for (fragment, pu), exports in sorted(grouped.items())
+    ]
+
 
 class Exports:
-    def __init__(self, ledger: OperationLedger, backend: str, *, background: bool = True) -> None:
+    def __init__(
+        self,
+        ledger: OperationLedger,
+        backend: str,
+        *,
+        spark: Any = None,
+        background: bool = True,
+    ) -> None:
         self.ledger = ledger
         self.backend = backend
+        self.spark = spark  # None: the tasks run in this process (simulations, unit tests)
         self._background = background
         self._exporting: set[tuple[str, int]] = set()
+        self.last_runs: list[dict[str, Any]] = []  # what the last export job's tasks did
 
     def start(self) -> None:
         """In the background (unless disabled), export every collecting step not being exported."""
@@ -41,14 +118,10 @@ class Exports:
             ]
             for op, step in todo:
                 self._exporting.add((op.operation_id, step.spec.step))
-        for op, step in todo:
-            if self._background:
-                threading.Thread(
-                    target=self._export_step,
-                    args=(op, step),
-                    name=f"export-{op.operation_id}-{step.spec.step}",
-                    daemon=True,
-                ).start()
+        if todo and self._background:
+            threading.Thread(
+                target=self._export, args=(todo,), name="rescale-exports", daemon=True
+            ).start()
 
     def run(self) -> None:
         """Export every collecting step now, in this thread (tests and simulations)."""
@@ -59,35 +132,55 @@ class Exports:
                 for step in op.steps.values()
                 if step.phase == StepPhase.COLLECTING
             ]
-        for op, step in todo:
-            self._export_step(op, step)
+        if todo:
+            self._export(todo)
 
-    def _export_step(self, op: OperationState, step: StepState) -> None:
-        spec = step.spec
-        op_dir = self.ledger.store.op_dir(op.operation_id)
+    def _export(self, todo: list[tuple[OperationState, StepState]]) -> None:
+        tasks = export_tasks(self.ledger, self.backend, todo)
+        vnodes = sum(len(t.exports) for t in tasks)
         try:
-            path = store_path(self.ledger.dir, spec.fragment, spec.source_pu)
-            manifests: dict[int, dict[str, Any]] = {}
-            with open_store(self.backend, path, readonly=True) as source:
-                for vnode in spec.vnodes:
-                    export = source.export_vnode(vnode)
-                    out = transfer.export_path(op_dir, spec.fragment, vnode)
-                    table = transfer.export_table(export)
-                    transfer.write_table(out, table)
-                    # verify what the target will read (the ingest checks the checksum again)
-                    if not transfer.export_reads_back(out, table):
-                        raise RuntimeError(f"export of vnode {vnode} does not read back intact")
-                    manifests[vnode] = json.loads(table.schema.metadata[b"manifest"])
+            runs = run_tasks(
+                self.spark,
+                tasks,
+                export_pu,
+                f"rescaler rescale export: {vnodes} vnodes of {len(todo)} steps "
+                f"({len(tasks)} PU tasks)",
+            )
+        except Exception as exc:  # retried at the next barrier; the steps stay held meanwhile
+            log.exception("export of %d steps failed", len(todo))
             with self.ledger.lock:
-                if step.phase == StepPhase.COLLECTING:
-                    step.exports = manifests
-                    step.enter(StepPhase.EXPORTED)
-                    self.ledger.save(op)
-        except Exception as exc:  # retried at the next barrier; the step stays held meanwhile
-            log.exception("export of step %s of operation %s failed", spec.step, op.operation_id)
-            with self.ledger.lock:
-                step.error = f"export failed (will retry): {exc}"
+                for op, step in todo:
+                    if step.phase == StepPhase.COLLECTING:
+                        step.error = f"{EXPORT_FAILED}: {exc}"
+                        self.ledger.save(op)
+                    self._exporting.discard((op.operation_id, step.spec.step))
+            return
+        self.last_runs = runs
+        manifests = {
+            (run["fragment"], int(vnode)): manifest
+            for run in runs
+            for vnode, manifest in run["manifests"].items()
+        }
+        with self.ledger.lock:
+            saved: dict[str, OperationState] = {}
+            for op, step in todo:
+                self._exporting.discard((op.operation_id, step.spec.step))
+                if step.phase != StepPhase.COLLECTING:
+                    continue
+                spec = step.spec
+                step.exports = {v: manifests[(spec.fragment, v)] for v in spec.vnodes}
+                if step.error.startswith(EXPORT_FAILED):
+                    step.error = ""
+                step.enter(StepPhase.EXPORTED)
+                saved[op.operation_id] = op
+            for op in saved.values():
                 self.ledger.save(op)
-        finally:
-            with self.ledger.lock:
-                self._exporting.discard((op.operation_id, spec.step))
+        log.info(
+            "exported %d vnodes (%d keys) in %d PU tasks: %s",
+            vnodes,
+            sum(m["keys"] for m in manifests.values()),
+            len(runs),
+            ", ".join(
+                f"{r['fragment']}/pu-{r['pu']} {r['seconds']}s on {r['executor']}" for r in runs
+            ),
+        )

@@ -11,13 +11,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers.state.base import VnodeExport
+from workers.state.base import (
+    COLUMNAR,
+    IngestMismatch,
+    StateStore,
+    VnodeExport,
+    columnar_checksum,
+)
 
 ITEMS_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 
@@ -42,45 +49,67 @@ def export_path(op_dir: Path, fragment: str, vnode: int) -> Path:
     return Path(op_dir) / "exports" / fragment / f"vnode-{vnode:05d}.arrow"
 
 
-def write_export(path: Path, export: VnodeExport) -> dict[str, Any]:
-    """Write an export and its manifest; returns the manifest (vnode, keys, bytes, checksum)."""
-    table = export_table(export)
-    write_table(path, table)
-    manifest: dict[str, Any] = json.loads(table.schema.metadata[b"manifest"])
+def write_export(path: Path, vnode: int, keys: pa.Array, values: pa.Array) -> dict[str, Any]:
+    """Write a sealed vnode's rows (in key order, as two columns) as its export, and return the
+    manifest (vnode, keys, bytes, checksum) kept in the file's metadata.
+
+    The checksum is a :func:`~workers.state.base.columnar_checksum`, computed on the buffers;
+    the written file is read back (memory-mapped) and checked against it before the manifest is
+    returned, so a step is only marked exported once what the target will read is intact. No step
+    per key runs in Python on either side.
+    """
+    checksum = columnar_checksum(keys, values)
+    size = sum(pc.sum(pc.binary_length(a)).as_py() or 0 for a in (keys, values))
+    manifest = {"vnode": vnode, "keys": len(keys), "bytes": int(size), "checksum": checksum}
+    table = pa.Table.from_arrays([keys, values], schema=ITEMS_SCHEMA)
+    write_table(path, table.replace_schema_metadata({"manifest": json.dumps(manifest)}))
+    written = read_export(path)
+    found = columnar_checksum(written.keys, written.values)
+    if written.manifest != manifest or found != checksum:
+        raise IngestMismatch(f"export of vnode {vnode} does not read back intact ({path})")
     return manifest
 
 
-def export_table(export: VnodeExport) -> pa.Table:
-    """The export as written: its items as two binary columns, the manifest in the metadata.
-    The byte count comes from Arrow, not a Python loop over the items (an export of a few hundred
-    thousand keys spent most of its write there)."""
-    keys = pa.array([k for k, _ in export.items], pa.binary())
-    values = pa.array([v for _, v in export.items], pa.binary())
-    size = sum(pc.sum(pc.binary_length(a)).as_py() or 0 for a in (keys, values))
-    manifest = {
-        "vnode": export.vnode,
-        "keys": export.keys,
-        "bytes": size,
-        "checksum": export.checksum,
-    }
-    table = pa.Table.from_arrays([keys, values], schema=ITEMS_SCHEMA)
-    return table.replace_schema_metadata({"manifest": json.dumps(manifest)})
+@dataclass(frozen=True)
+class ExportFile:
+    """An export as written: its rows as columns and the manifest its writer declared (not
+    recomputed: the ingesting store verifies the rows against it)."""
+
+    manifest: dict[str, Any]
+    keys: pa.Array
+    values: pa.Array
+
+    @property
+    def vnode(self) -> int:
+        return int(self.manifest["vnode"])
+
+    @property
+    def checksum(self) -> str:
+        return str(self.manifest["checksum"])
 
 
-def export_reads_back(path: Path, table: pa.Table) -> bool:
-    """Whether the export file holds exactly ``table`` (items and manifest), compared in Arrow:
-    what the target will read is what the source exported."""
-    written = _read_table(path)
-    return bool(written.equals(table, check_metadata=True))
-
-
-def read_export(path: Path) -> VnodeExport:
-    """The export as written, with the count and checksum its writer declared (not recomputed:
-    the ingesting store verifies them against the items)."""
-    table = _read_table(path)
+def read_export(path: Path) -> ExportFile:
+    table = _read_table(Path(path))
     manifest = json.loads(table.schema.metadata[b"manifest"])
-    items = list(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
-    return VnodeExport(manifest["vnode"], items, manifest["keys"], manifest["checksum"])
+    keys, values = (table.column(c).combine_chunks() for c in ("key", "value"))
+    return ExportFile(manifest, keys, values)
+
+
+def ingest_export(store: StateStore, path: Path) -> None:
+    """Verify an export (keys in the vnode's range and in order, count, checksum) and ingest it,
+    replacing what the vnode held: all or nothing (IngestMismatch changes nothing). An export of
+    an earlier release (an item checksum, not a columnar one) is verified item by item."""
+    export = read_export(path)
+    if len(export.keys) != int(export.manifest["keys"]):
+        raise IngestMismatch(
+            f"export of vnode {export.vnode} holds {len(export.keys)} keys, its manifest says "
+            f"{export.manifest['keys']} ({path})"
+        )
+    if export.checksum.startswith(COLUMNAR):
+        store.ingest_columns(export.vnode, export.keys, export.values, export.checksum)
+        return
+    items = list(zip(export.keys.to_pylist(), export.values.to_pylist(), strict=True))
+    store.ingest(VnodeExport(export.vnode, items, int(export.manifest["keys"]), export.checksum))
 
 
 # -- hold queues (records of held vnodes, in arrival order) ---------------------------------------

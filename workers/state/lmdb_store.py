@@ -365,10 +365,19 @@ class LmdbStore(StateStore):
         self, vnode: int, items: Iterable[tuple[bytes, bytes]], stats: VnodeStats
     ) -> None:
         e = self._writable()
+        start, _ = vnode_range(vnode)
         with e.txn(write=True) as txn:
             _delete_range(txn, e.dbs["entries"], *vnode_range(vnode))
             if stats.keys:
-                txn.cursor(db=e.dbs["entries"]).putmulti(items)
+                cursor = txn.cursor(db=e.dbs["entries"])
+                # verified rows are in key order: past the store's last key (a new PU filled
+                # vnode by vnode in order), LMDB appends them without a search per key
+                last = cast(bytes, cursor.key()) if cursor.last() else b""
+                _, added = cursor.putmulti(items, append=last < start)
+                if added != stats.keys:  # the transaction is aborted: nothing is written
+                    raise StateStoreError(
+                        f"{self.path}: vnode {vnode}: {added} of {stats.keys} keys written"
+                    )
             key = VNODE_PREFIX.pack(vnode)
             if stats.keys:
                 txn.put(key, STATS.pack(stats.keys, stats.bytes), db=e.dbs["stats"])
