@@ -7,11 +7,12 @@ phase happens), then derives everything the epoch does from those epochs:
   to the target's task, which appends them to a hold queue file instead of applying them. At most
   ``steps_in_flight`` steps of an operation hold at once: a pending step is collected at the first
   barrier with a free slot, which may be the barrier that acquires an earlier step;
-* the source seals a step's vnodes at ``collect_epoch``; a background thread exports them
-  (:mod:`workers.rescale.exports`);
+* the source seals a step's vnodes at ``collect_epoch``; Spark tasks beside the epoch jobs
+  export them (:mod:`workers.rescale.exports`);
 * at ``acquire_epoch`` the mapping sends them to the target, whose task ingests the verified
   exports, then applies the hold queue and the epoch's records in source order;
-* at ``drop_epoch`` the source deletes their ranges.
+* at ``drop_epoch``, the same epoch, the source deletes their ranges (operations recorded by an
+  earlier release drop one epoch later).
 
 Because the plan is derived, re-planning after a crash gives the same plan, and a re-run epoch
 reuses the plan recorded before it first ran. Every task action is idempotent for the same reason.
@@ -26,7 +27,7 @@ from typing import Any
 from workers.pipeline.placement import FragmentActions, SlotActions
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
-from workers.rescale.operation import OperationState
+from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import (
     STEP_ENDED,
     OperationStatus,
@@ -59,15 +60,18 @@ class LiveProtocol:
             if step.phase == StepPhase.PENDING and op.cancel_requested:
                 step.enter(StepPhase.CANCELLED)
             if (
-                step.phase == StepPhase.DROPPING
+                step.phase in (StepPhase.ACQUIRING, StepPhase.ACQUIRED, StepPhase.DROPPING)
                 and step.drop_epoch is not None
                 and step.drop_epoch < epoch
-            ):
+            ):  # its drop epoch has committed (a crash may have kept committed() from saying so)
+                if step.phase == StepPhase.ACQUIRING:
+                    self._moved(step)
                 step.enter(StepPhase.DONE)
             if (
                 step.phase in (StepPhase.ACQUIRING, StepPhase.ACQUIRED)
                 and step.acquire_epoch is not None
-                and (step.acquire_epoch < epoch)
+                and step.acquire_epoch < epoch
+                and step.drop_epoch is None  # recorded by a release that dropped a barrier later
             ):
                 step.drop_epoch = epoch
                 step.enter(StepPhase.DROPPING)
@@ -76,7 +80,10 @@ class LiveProtocol:
                 and step.collect_epoch is not None
                 and (step.collect_epoch < epoch)
             ):
-                step.acquire_epoch = epoch
+                # the source drops its sealed copy in the epoch the target acquires the vnodes:
+                # the verified exports, kept until the operation is settled, are the copy a
+                # re-run of this epoch ingests again (docs/rescale.md, "Acquire and drop")
+                step.acquire_epoch = step.drop_epoch = epoch
                 step.enter(StepPhase.ACQUIRING)
         for step in op.startable():
             step.collect_epoch = epoch
@@ -201,15 +208,22 @@ class LiveProtocol:
                             step.hold_rows[vnode] = step.hold_rows.get(vnode, 0) + rows
                             changed = True
                     if step.phase == StepPhase.ACQUIRING and step.acquire_epoch == epoch:
-                        step.keys_moved = sum(m["keys"] for m in step.exports.values())
-                        step.bytes_moved = sum(m["bytes"] for m in step.exports.values())
+                        self._moved(step)
                         step.enter(StepPhase.ACQUIRED)
                         changed = True
-                    if step.phase == StepPhase.DROPPING and step.drop_epoch == epoch:
+                    if (
+                        step.phase in (StepPhase.ACQUIRED, StepPhase.DROPPING)
+                        and step.drop_epoch == epoch
+                    ):
                         step.enter(StepPhase.DONE)
                         changed = True
                 if changed:
                     self.ledger.save(op)
+
+    @staticmethod
+    def _moved(step: StepState) -> None:
+        step.keys_moved = sum(m["keys"] for m in step.exports.values())
+        step.bytes_moved = sum(m["bytes"] for m in step.exports.values())
 
     def clean_up(self, op: OperationState) -> None:
         """Exports and hold queues of a settled operation are spent: its state file stays as the

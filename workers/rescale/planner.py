@@ -30,7 +30,7 @@ DEFAULT_EPOCH_S = 1.0
 # a wave of steps_in_flight steps is collected at one barrier and acquired at the next, which
 # collects the next wave; after the last wave's acquire come its drop and the completion
 EPOCHS_PER_WAVE = 1
-EPOCHS_AFTER_LAST_WAVE = 2
+EPOCHS_AFTER_LAST_WAVE = 1  # the last wave's acquire, whose epoch also drops the source copy
 
 
 def target_counts(
@@ -208,7 +208,7 @@ def estimate_seconds(
     epoch_s: float = DEFAULT_EPOCH_S,
 ) -> float:
     """Transfer time at the measured rate (or the cap), plus the barriers: one per wave of
-    steps, and two more for the last wave's acquire and drop."""
+    steps, and one more for the last wave's acquire (its epoch also drops the source copy)."""
     total_bytes = sum(s.bytes for s in steps)
     rate = min(bytes_per_s, granularity.bytes_per_second or math.inf)
     waves = math.ceil(len(steps) / granularity.steps_in_flight) if steps else 0
