@@ -42,11 +42,9 @@ from workers.control import (
     PuLoad,
     Topology,
 )
-from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID, task_location
+from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID
 from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, check_source, spark_info
-from workers.layout import store_path
-from workers.membership import ExecutorSeen, Membership, spark_executors
 from workers.pipeline.loading import (
     check_on_executors,
     load_pipeline,
@@ -81,7 +79,7 @@ from workers.recovery.snapshots import (
 from workers.recovery.tasks import CRASH_DURING
 from workers.rescale.executor import RescaleExecutor
 from workers.sinks.base import Sink, SinkError
-from workers.state import open_store
+from workers.worker_pool import ExecutorsMissing, WorkerPool
 
 log = logging.getLogger("workers.runner")
 
@@ -153,23 +151,13 @@ class PipelineRunner:
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
         self.ticks = BarrierTicks(config.pipeline_dir / TICKS_FILE, config.idle_barrier_s)
-        self.membership = Membership(
-            config.pipeline_dir,
-            local=config.is_local,
-            local_pus=config.pus_per_worker,
-            pus_per_executor=config.parallel_units,
-            host=task_location()[1],
-        )
-        # Spark's executor list, read at most every executor_poll_s by whichever asks first
-        # (the barrier, or the idle watch loop) and shared by both
-        self._executors_seen: tuple[float, list[ExecutorSeen]] | None = None
-        self._executors_lock = threading.Lock()
+        self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
 
     # -- set-up ------------------------------------------------------------------------------
     @property
     def worker_pus(self) -> dict[str, list[int]]:
-        return self.membership.worker_pus()
+        return self.workers.worker_pus()
 
     def _check_sink_not_ahead(self, committed: int | None = None) -> None:
         """Refuse to write into another run's target. A sink's record of what it wrote is keyed
@@ -313,7 +301,7 @@ class PipelineRunner:
             self.config.pipeline_dir,
             self.placements,
             backend=self.config.backend,
-            worker_pus=self.membership.usable_pus(),
+            worker_pus=self.workers.usable_pus(),
             report=report,
             spark=self.spark,
         )
@@ -344,120 +332,17 @@ class PipelineRunner:
             spark=spark_info(self.spark) if self.spark is not None else {},
         )
 
-    # -- workers (docs/elastic-workers.md) ------------------------------------------------------
-    def _executors(self) -> list[ExecutorSeen]:
-        return spark_executors(self.spark)
-
-    def _start_membership(self) -> None:
-        """Local mode: the one local worker. A cluster: wait until Spark's executors give the
-        pipeline its PUs (a first start needs ``initial_pus`` of them; a restart one executor to
-        bind its saved workers to), then bind or create the workers."""
-        cfg = self.config
-        if cfg.is_local:
-            self.membership.start([])
-            return
-        restarted = bool(self.membership.workers)
-        deadline = time.monotonic() + cfg.executors_wait_s
-        while True:
-            seen = self._executors()
-            offered = sum(cfg.parallel_units or max(e.cores, 1) for e in seen)
-            if seen and (restarted or offered >= cfg.initial_pus):
-                break
-            if time.monotonic() > deadline:
-                raise RunnerError(
-                    f"the master {cfg.spark_master} gave {len(seen)} executors ({offered} PUs) "
-                    f"in {cfg.executors_wait_s:.0f}s; the pipeline starts on {cfg.initial_pus} "
-                    f"PUs: start more Spark workers, or lower RESCALER_INITIAL_PUS"
-                )
-            log.info("waiting for executors: %d so far (%d PUs)", len(seen), offered)
-            time.sleep(1.0)
-        self.membership.start(seen)
-        for w in self.membership.snapshot():
-            log.info(
-                "worker %s: executor %s on %s, PUs %s%s",
-                w.name,
-                w.executor_id,
-                w.host,
-                list(w.parallel_units),
-                "" if w.alive else " (no executor: lost)",
-            )
-        self._bootstrap_pending(self._committed_epoch() + 1)
-
-    def _bootstrap_pending(self, epoch: int) -> None:
-        changed = self.membership.observe([], epoch, self._bootstrap, poll=False)
-        if changed:
-            log.info("workers bootstrapped at epoch %d", epoch)
-
-    def _bootstrap(self, pus: tuple[int, ...], epoch: int) -> None:
-        """Make new PUs ready for vnodes: each stateful fragment's store exists (created empty),
-        and the epoch and placement versions they join at are recorded beside it."""
-        root = self.config.pipeline_dir
-        for name in self.placements:
-            for pu in pus:
-                open_store(self.config.backend, store_path(root, name, pu)).close()
-        record = {
-            "epoch": epoch,
-            "mapping_versions": {n: p.version for n, p in self.placements.items()},
-        }
-        directory = root / "bootstrap"
-        directory.mkdir(parents=True, exist_ok=True)
-        for pu in pus:
-            (directory / f"pu-{pu}.json").write_text(json.dumps(record), "utf-8")
-
-    def _recent_executors(self) -> list[ExecutorSeen] | None:
-        """Spark's executors, read again only when the last read is older than
-        ``executor_poll_s``; None when the JVM cannot answer now (the next call reads again)."""
-        with self._executors_lock:
-            now = time.monotonic()
-            cached = self._executors_seen
-            if cached is not None and now - cached[0] < self.config.executor_poll_s:
-                return cached[1]
-            try:
-                seen = self._executors()
-            except Exception:  # the JVM is busy or going away
-                log.warning("could not read Spark's executors", exc_info=True)
-                return None
-            self._executors_seen = (now, seen)
-            return seen
-
-    def _observe_workers(self, epoch: int) -> None:
-        """At the barrier, before any command is read: joins are bootstrapped and reported,
-        gone workers reported."""
-        if self.config.is_local:
-            return
-        seen = self._recent_executors()
-        if seen is not None and self.membership.observe(seen, epoch, self._bootstrap):
-            self._workers_changed(epoch)
-
+    # -- workers (workers/worker_pool.py) -----------------------------------------------------
     def _workers_changed(self, epoch: int) -> None:
-        self.executor.set_worker_pus(self.membership.usable_pus())
-        self.control.report_workers(self.pipeline.name, epoch, self.membership.snapshot())
+        self.executor.set_worker_pus(self.workers.usable_pus())
+        self.control.report_workers(self.pipeline.name, epoch, self.workers.snapshot())
         self.control.register(self.topology())
 
     def _decommission(self, command: Command) -> str:
-        """``worker.decommission``: drop a drained worker's PUs. Its executor is then the worker
-        provider's to stop (the control plane asks it once the runner reports the worker gone);
-        until then Spark may still run other PUs' tasks on it."""
-        name = str(command.payload.get("worker", ""))
         holding = {
             pu for p in self.placements.values() for pu in (*p.parallel_units, *p.mapping)
         } | {s.spec.target_pu for op in self.executor.running() for s in op.steps.values()}
-        worker = self.membership.decommission(name, holding)
-        self._workers_changed(self.last_epoch + 1)
-        return (
-            f"worker {name} decommissioned: parallel units {list(worker.parallel_units)} "
-            f"dropped; executor {worker.executor_id} is left to the worker provider"
-        )
-
-    def _executors_changed(self) -> bool:
-        """An idle stream still notices a join or a loss within a second: force a barrier."""
-        if self.config.is_local:
-            return False
-        seen = self._recent_executors()
-        if seen is None:
-            return False
-        known = {w.executor_id for w in self.membership.snapshot() if w.alive}
-        return {e.executor_id for e in seen} - self.membership.retired != known
+        return self.workers.decommission(command, holding, self.last_epoch + 1)
 
     # -- the epoch ---------------------------------------------------------------------------
     def _source_offset(self, epoch: int) -> dict[str, Any]:
@@ -783,7 +668,10 @@ class PipelineRunner:
                 log.info("pipeline module %s shipped to the executors (addPyFile)", shipped.name)
             check_on_executors(self.spark, cfg.ref)
             record(cfg.pipeline_dir, cfg.ref, self.pipeline)
-            self._start_membership()
+            try:
+                self.workers.start(self.spark, self._committed_epoch() + 1)
+            except ExecutorsMissing as exc:
+                raise RunnerError(str(exc)) from None
             if restoring is not None:
                 self._restore(restoring)
             self.snapshots = self._make_snapshots()
@@ -800,7 +688,7 @@ class PipelineRunner:
             on_stop=self._stop.set,
             # before any operation reports its end, the control plane has the new placement
             on_placements_changed=lambda: self.control.register(self.topology()),
-            on_barrier=self._observe_workers,
+            on_barrier=self.workers.observe,
             on_decommission=self._decommission,
             on_snapshot=self._snapshot_now,
             clock=self.watermark.clock,
@@ -817,7 +705,7 @@ class PipelineRunner:
                 raise
         self.control.register(self.topology())
         self.last_epoch = self._committed_epoch()
-        self.control.report_workers(self.pipeline.name, self.last_epoch, self.membership.snapshot())
+        self.control.report_workers(self.pipeline.name, self.last_epoch, self.workers.snapshot())
         self.status = "running"
         heart = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heart.start()
@@ -888,7 +776,7 @@ class PipelineRunner:
                 lambda: (
                     self._first_epoch_waits()
                     or awaits_barrier(self.executor.running())
-                    or self._executors_changed()
+                    or self.workers.executors_changed()
                 ),
                 lambda: bool(self.control.poll_commands(self.pipeline.name)),
             )

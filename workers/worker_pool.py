@@ -1,0 +1,176 @@
+"""The runner's workers (docs/elastic-workers.md): Spark's executors bound to workers, new
+parallel units bootstrapped, drained workers decommissioned.
+
+The membership itself (which worker owns which PUs, joins, losses) is :mod:`workers.membership`;
+this is the runner's side of it: reading Spark's executor list (at most every
+``executor_poll_s``, shared by the barrier and the idle watch loop), preparing new PUs' stores,
+and telling the runner when the usable PUs changed. The epoch loop only calls :meth:`observe`
+at the barrier and :meth:`executors_changed` while idle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workers.config import RunnerConfig
+from workers.control import Command
+from workers.epoch import task_location
+from workers.layout import store_path
+from workers.membership import ExecutorSeen, Membership, WorkerInfo, spark_executors
+from workers.pipeline.placement import VnodeMapping
+from workers.state import open_store
+
+log = logging.getLogger("workers.runner")
+
+
+class ExecutorsMissing(Exception):
+    """The master gave too few executors in time; the message says what to do."""
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        config: RunnerConfig,
+        placements: Callable[[], dict[str, VnodeMapping]],
+        on_changed: Callable[[int], None],
+    ) -> None:
+        """``placements``: the runner's current placements (bootstrap creates a store per
+        stateful fragment). ``on_changed(epoch)``: the usable PUs changed (a join bootstrapped,
+        a loss seen, a decommission)."""
+        self.config = config
+        self._placements = placements
+        self._on_changed = on_changed
+        self.spark: Any = None
+        self.membership = Membership(
+            config.pipeline_dir,
+            local=config.is_local,
+            local_pus=config.pus_per_worker,
+            pus_per_executor=config.parallel_units,
+            host=task_location()[1],
+        )
+        self._seen: tuple[float, list[ExecutorSeen]] | None = None
+        self._lock = threading.Lock()
+
+    # -- queries -----------------------------------------------------------------------------
+    def worker_pus(self) -> dict[str, list[int]]:
+        return self.membership.worker_pus()
+
+    def usable_pus(self) -> set[int]:
+        return self.membership.usable_pus()
+
+    def snapshot(self) -> list[WorkerInfo]:
+        return self.membership.snapshot()
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, spark: Any, next_epoch: int) -> None:
+        """Local mode: the one local worker. A cluster: wait until Spark's executors give the
+        pipeline its PUs (a first start needs ``initial_pus`` of them; a restart one executor to
+        bind its saved workers to), then bind or create the workers and bootstrap what joined."""
+        self.spark = spark
+        cfg = self.config
+        if cfg.is_local:
+            self.membership.start([])
+            return
+        restarted = bool(self.membership.workers)
+        deadline = time.monotonic() + cfg.executors_wait_s
+        while True:
+            seen = self._executors()
+            offered = sum(cfg.parallel_units or max(e.cores, 1) for e in seen)
+            if seen and (restarted or offered >= cfg.initial_pus):
+                break
+            if time.monotonic() > deadline:
+                raise ExecutorsMissing(
+                    f"the master {cfg.spark_master} gave {len(seen)} executors ({offered} PUs) "
+                    f"in {cfg.executors_wait_s:.0f}s; the pipeline starts on {cfg.initial_pus} "
+                    f"PUs: start more Spark workers, or lower RESCALER_INITIAL_PUS"
+                )
+            log.info("waiting for executors: %d so far (%d PUs)", len(seen), offered)
+            time.sleep(1.0)
+        self.membership.start(seen)
+        for w in self.membership.snapshot():
+            log.info(
+                "worker %s: executor %s on %s, PUs %s%s",
+                w.name,
+                w.executor_id,
+                w.host,
+                list(w.parallel_units),
+                "" if w.alive else " (no executor: lost)",
+            )
+        if self.membership.observe([], next_epoch, self._bootstrap, poll=False):
+            log.info("workers bootstrapped at epoch %d", next_epoch)
+
+    # -- at the barrier and while idle -----------------------------------------------------------
+    def observe(self, epoch: int) -> None:
+        """At the barrier, before any command is read: joins are bootstrapped and reported,
+        gone workers reported."""
+        if self.config.is_local:
+            return
+        seen = self._recent()
+        if seen is not None and self.membership.observe(seen, epoch, self._bootstrap):
+            self._on_changed(epoch)
+
+    def executors_changed(self) -> bool:
+        """An idle stream still notices a join or a loss within a second: force a barrier."""
+        if self.config.is_local:
+            return False
+        seen = self._recent()
+        if seen is None:
+            return False
+        known = {w.executor_id for w in self.membership.snapshot() if w.alive}
+        return {e.executor_id for e in seen} - self.membership.retired != known
+
+    def decommission(self, command: Command, holding: set[int], epoch: int) -> str:
+        """``worker.decommission``: drop a drained worker's PUs (``holding``: the PUs that still
+        own or are about to receive vnodes, which refuse it). Its executor is then the worker
+        provider's to stop (the control plane asks it once the runner reports the worker gone);
+        until then Spark may still run other PUs' tasks on it."""
+        name = str(command.payload.get("worker", ""))
+        worker = self.membership.decommission(name, holding)
+        self._on_changed(epoch)
+        return (
+            f"worker {name} decommissioned: parallel units {list(worker.parallel_units)} "
+            f"dropped; executor {worker.executor_id} is left to the worker provider"
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+    def _executors(self) -> list[ExecutorSeen]:
+        return spark_executors(self.spark)
+
+    def _recent(self) -> list[ExecutorSeen] | None:
+        """Spark's executors, read again only when the last read is older than
+        ``executor_poll_s``; None when the JVM cannot answer now (the next call reads again)."""
+        with self._lock:
+            now = time.monotonic()
+            cached = self._seen
+            if cached is not None and now - cached[0] < self.config.executor_poll_s:
+                return cached[1]
+            try:
+                seen = self._executors()
+            except Exception:  # the JVM is busy or going away
+                log.warning("could not read Spark's executors", exc_info=True)
+                return None
+            self._seen = (now, seen)
+            return seen
+
+    def _bootstrap(self, pus: tuple[int, ...], epoch: int) -> None:
+        """Make new PUs ready for vnodes: each stateful fragment's store exists (created empty),
+        and the epoch and placement versions they join at are recorded beside it."""
+        root = Path(self.config.pipeline_dir)
+        placements = self._placements()
+        for name in placements:
+            for pu in pus:
+                open_store(self.config.backend, store_path(root, name, pu)).close()
+        record = {
+            "epoch": epoch,
+            "mapping_versions": {n: p.version for n, p in placements.items()},
+        }
+        directory = root / "bootstrap"
+        directory.mkdir(parents=True, exist_ok=True)
+        for pu in pus:
+            (directory / f"pu-{pu}.json").write_text(json.dumps(record), "utf-8")
