@@ -273,7 +273,9 @@ def api_not_found(request: HttpRequest, unmatched: str = "") -> HttpResponse:
             match = None
         if match is not None and match.func is not api_not_found:
             query = request.META.get("QUERY_STRING", "")
-            return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query else ""))
+            return HttpResponsePermanentRedirect(
+                request.path + "/" + (f"?{query}" if query else "")
+            )
     return page_not_found(request)
 
 
