@@ -9,7 +9,9 @@ so a page can tell how late it learns things.
 Connection policy: the dashboard needs a login, and so do its websockets. An anonymous
 connection is refused at the handshake (the close before accept becomes HTTP 403), so the
 cluster's live figures are never shown to a visitor who has not signed in. A path that names
-nothing is refused the same way, with its own close code, never with a server error.
+nothing is refused the same way, with its own close code, never with a server error: an
+operation's socket only for an operation that exists, so a signed-in client cannot listen on
+groups of ids it guesses before they are used.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from rescaler.events import CLUSTER_GROUP, operation_group
+from rescaler.operations.selectors import operation_exists
 from workers.rescale.protocol import Event
 
 # Application close codes (4000-4999), shown to the client.
@@ -41,7 +45,7 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
 
     joined: str | None = None
 
-    def group_name(self) -> str | None:
+    async def group_name(self) -> str | None:
         """The group to join; None refuses the connection as not found."""
         raise NotImplementedError
 
@@ -51,7 +55,7 @@ class EventConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        group = self.group_name()
+        group = await self.group_name()
         if group is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -75,16 +79,20 @@ for _event in Event:
 class ClusterConsumer(EventConsumer):
     """``/ws/cluster/``: the whole cluster's events (epochs, operations' requests and ends)."""
 
-    def group_name(self) -> str | None:
+    async def group_name(self) -> str | None:
         return CLUSTER_GROUP
 
 
 class OperationConsumer(EventConsumer):
     """``/ws/operations/<operation_id>/``: one operation's progress, phase by phase."""
 
-    def group_name(self) -> str | None:
+    async def group_name(self) -> str | None:
         operation_id = str(self.scope["url_route"]["kwargs"].get("operation_id", ""))
-        return operation_group(operation_id) if OPERATION_ID.fullmatch(operation_id) else None
+        if not OPERATION_ID.fullmatch(operation_id):
+            return None
+        if not await database_sync_to_async(operation_exists)(operation_id):
+            return None
+        return operation_group(operation_id)
 
 
 class NotFoundConsumer(AsyncJsonWebsocketConsumer):

@@ -258,6 +258,27 @@ def page_not_found(request: HttpRequest, exception: Exception | None = None) -> 
     ) or defaults.page_not_found(request, exception or Exception())
 
 
+def api_not_found(request: HttpRequest, unmatched: str = "") -> HttpResponse:
+    """Any path under /api/ that no endpoint matches (the last URL pattern there): the JSON 404
+    of :func:`page_not_found`, with ``DEBUG`` on too, where Django would answer its HTML debug
+    page instead of calling ``handler404``. A path that only lacks its trailing slash is
+    redirected to it, as ``APPEND_SLASH`` would have."""
+    from django.http import HttpResponsePermanentRedirect
+    from django.urls import Resolver404, resolve
+
+    if not request.path.endswith("/"):
+        try:
+            match = resolve(request.path + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(
+                request.path + "/" + (f"?{query}" if query else "")
+            )
+    return page_not_found(request)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     from django.views import defaults
 

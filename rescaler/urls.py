@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from dashboard import views as dashboard_views
@@ -31,6 +31,8 @@ urlpatterns = [
         name="swagger-ui",
     ),
     path("api/redoc/", docs_page(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
+    # the last pattern under /api/: JSON 404 there whatever DEBUG says
+    re_path(r"^api/(?P<unmatched>[\s\S]*)\Z", dashboard_views.api_not_found, name="api-not-found"),
     path("", include("dashboard.urls")),
 ]
 

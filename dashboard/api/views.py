@@ -348,6 +348,18 @@ class WorkerListView(APIView):
         )
 
 
+# the worker a path names; its example is the one a registered local cluster has, so that the
+# schema's explicit examples (and the fuzzer, which sends them first) reach a real worker's
+# cordon, uncordon and drain, not only the 404 of a random name
+WORKER_NAME = OpenApiParameter(
+    "name",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    description="The worker's name, as GET /api/v1/workers lists it.",
+    examples=[OpenApiExample("the local worker", value="local-0")],
+)
+
+
 class _WorkerStatusView(APIView):
     """An operator's change of one worker's status (cordon, uncordon): a reason in, the worker
     as it now is out."""
@@ -368,6 +380,7 @@ class _WorkerStatusView(APIView):
 @extend_schema_view(
     post=extend_schema(
         operation_id="workers_cordon",
+        parameters=[WORKER_NAME],
         description="Cordon a worker: no new vnodes go to it; it keeps what it has.",
         request=WorkerReasonSerializer,
         responses={
@@ -385,6 +398,7 @@ class WorkerCordonView(_WorkerStatusView):
 @extend_schema_view(
     post=extend_schema(
         operation_id="workers_uncordon",
+        parameters=[WORKER_NAME],
         description="Uncordon a worker: it takes vnodes again.",
         request=WorkerReasonSerializer,
         responses={
@@ -408,6 +422,7 @@ class WorkerDrainView(APIView):
 
     @extend_schema(
         operation_id="workers_drain",
+        parameters=[WORKER_NAME],
         request=WorkerDrainSerializer,
         responses={
             202: OpenApiResponse(

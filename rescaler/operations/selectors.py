@@ -14,6 +14,11 @@ from workers.rescale.protocol import OperationStatus, Strategy
 from workers.rescale.request import ClusterView, FragmentView
 
 
+def operation_exists(operation_id: str) -> bool:
+    """Whether an operation of that id was ever requested (a page may follow only those)."""
+    return RescaleOperation.objects.filter(operation_id=operation_id).exists()
+
+
 def current_mapping(fragment: Fragment) -> list[int]:
     row = (
         VnodeMapping.objects.filter(fragment=fragment, version=fragment.mapping_version)

@@ -111,6 +111,17 @@ async def test_the_origin_must_be_the_host_itself_even_with_any_host_allowed(
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
+async def test_an_operation_that_does_not_exist_cannot_be_followed(redis_service: str) -> None:
+    """Only the groups of real operations: a signed-in client cannot sit on the group of an id
+    it guesses and receive that operation's events once it is requested."""
+    cookie = await database_sync_to_async(_session_cookie)()
+    communicator = await _communicator(ORIGIN, (b"cookie", cookie), path="/ws/operations/abc123/")
+    connected, code = await communicator.connect(timeout=10)
+    assert not connected and code == CLOSE_NOT_FOUND
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
 async def test_an_unknown_path_is_refused_cleanly(redis_service: str) -> None:
     cookie = await database_sync_to_async(_session_cookie)()
     for path in ("/ws/nowhere/", "/ws/operations/../../x/", "/"):
@@ -121,19 +132,24 @@ async def test_an_unknown_path_is_refused_cleanly(redis_service: str) -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("path", ["/ws/cluster/", "/ws/operations/abc123/"])
+@pytest.mark.parametrize("page", ["cluster", "operation"])
 async def test_every_event_type_reaches_the_page_and_the_socket_stays_open(
-    redis_service: str, path: str
+    redis_service: str, monkeypatch: pytest.MonkeyPatch, page: str
 ) -> None:
     """A consumer without the handler of an event it receives closes its socket: each type."""
+    from rescaler.operations import requests as operation_requests
+
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    operation_id, _ = await database_sync_to_async(_operation_with_two_reports)()
+    path = "/ws/cluster/" if page == "cluster" else f"/ws/operations/{operation_id}/"
     cookie = await database_sync_to_async(_session_cookie)()
     communicator = await _communicator(ORIGIN, (b"cookie", cookie), path=path)
     connected, _ = await communicator.connect(timeout=10)
     assert connected
-    group = CLUSTER_GROUP if path == "/ws/cluster/" else operation_group("abc123")
+    group = CLUSTER_GROUP if page == "cluster" else operation_group(operation_id)
     try:
         for event in Event:
-            payload = {"operation_id": "abc123", "event": event.value}
+            payload = {"operation_id": operation_id, "event": event.value}
             await sync_to_async(publish)(group, event, payload)
             message = await communicator.receive_json_from(timeout=10)
             assert _without_time(message) == {"type": event.value, **payload}
