@@ -1,0 +1,153 @@
+"""A planned operation: moves, steps, each fragment's plan and the whole plan."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from workers.rescale.protocol.operation_request import ChangeKind, OperationRequest
+
+
+# -- the plan ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Move:
+    """One vnode leaving one PU for another."""
+
+    fragment: str
+    vnode: int
+    source_pu: int
+    target_pu: int
+    keys: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Move:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One unit of a live migration, as planned: vnodes going from one PU to another."""
+
+    step: int  # its number in the operation, from 1
+    fragment: str
+    source_pu: int
+    target_pu: int
+    vnodes: tuple[int, ...]
+    keys: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "vnodes": list(self.vnodes)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepSpec:
+        return cls(
+            step=data["step"],
+            fragment=data["fragment"],
+            source_pu=data["source_pu"],
+            target_pu=data["target_pu"],
+            vnodes=tuple(data["vnodes"]),
+            keys=data["keys"],
+            bytes=data["bytes"],
+        )
+
+
+@dataclass(frozen=True)
+class FragmentPlan:
+    fragment: str
+    kind: ChangeKind
+    parallel_units_before: tuple[int, ...]
+    parallel_units_after: tuple[int, ...]
+    mapping_before: tuple[int, ...]
+    mapping_after: tuple[int, ...]
+    moves: tuple[Move, ...]
+    load: dict[int, tuple[int, int]]  # vnode -> (keys, bytes) as measured
+
+    def balance(self, mapping: tuple[int, ...], parallel_units: tuple[int, ...]) -> dict[str, Any]:
+        counts = {pu: 0 for pu in parallel_units}
+        size = {pu: 0 for pu in parallel_units}
+        for vnode, pu in enumerate(mapping):
+            counts[pu] = counts.get(pu, 0) + 1
+            size[pu] = size.get(pu, 0) + self.load.get(vnode, (0, 0))[1]
+        mean_bytes = sum(size.values()) / max(len(parallel_units), 1)
+        return {
+            "vnodes_per_pu": {str(pu): n for pu, n in sorted(counts.items())},
+            "bytes_per_pu": {str(pu): b for pu, b in sorted(size.items())},
+            "max_vnodes_minus_min": max(counts.values()) - min(counts.values()),
+            "max_bytes_over_mean": round(max(size.values()) / mean_bytes, 3)
+            if mean_bytes
+            else None,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fragment": self.fragment,
+            "kind": self.kind,
+            "parallel_units_before": list(self.parallel_units_before),
+            "parallel_units_after": list(self.parallel_units_after),
+            "moves": [m.to_json() for m in self.moves],
+            "vnodes_moved": len(self.moves),
+            "keys_moved": sum(m.keys for m in self.moves),
+            "bytes_moved": sum(m.bytes for m in self.moves),
+            "balance_before": self.balance(self.mapping_before, self.parallel_units_before),
+            "balance_after": self.balance(self.mapping_after, self.parallel_units_after),
+            "mapping_before": list(self.mapping_before),
+            "mapping_after": list(self.mapping_after),
+            "load": {str(v): list(kb) for v, kb in self.load.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FragmentPlan:
+        return cls(
+            fragment=data["fragment"],
+            kind=ChangeKind(data["kind"]),
+            parallel_units_before=tuple(data["parallel_units_before"]),
+            parallel_units_after=tuple(data["parallel_units_after"]),
+            mapping_before=tuple(data["mapping_before"]),
+            mapping_after=tuple(data["mapping_after"]),
+            moves=tuple(Move.from_json(m) for m in data["moves"]),
+            load={int(v): (kb[0], kb[1]) for v, kb in data.get("load", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an operation will do. ``to_json`` is the dry run's answer; a stored operation keeps
+    only ``stored_json`` (fragments and estimate) beside its own columns and step rows, and
+    ``from_stored`` puts the record back together, so nothing is stored twice."""
+
+    request: OperationRequest
+    fragments: dict[str, FragmentPlan]
+    steps: tuple[StepSpec, ...]
+    estimate_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "strategy": self.request.strategy,
+            "granularity": self.request.granularity.to_json(),
+            "fragments": {n: p.to_json() for n, p in self.fragments.items()},
+            "steps": [s.to_json() for s in self.steps],
+            "estimated_duration_s": round(self.estimate_s, 3),
+        }
+
+    def stored_json(self) -> dict[str, Any]:
+        """The part of the plan no column or step row of the operation holds."""
+        return {
+            "fragments": {n: p.to_json() for n, p in self.fragments.items()},
+            "estimated_duration_s": round(self.estimate_s, 3),
+        }
+
+    @classmethod
+    def from_stored(
+        cls, request: OperationRequest, stored: dict[str, Any], steps: list[StepSpec]
+    ) -> Plan:
+        return cls(
+            request=request,
+            fragments={n: FragmentPlan.from_json(f) for n, f in stored["fragments"].items()},
+            steps=tuple(steps),
+            estimate_s=stored["estimated_duration_s"],
+        )

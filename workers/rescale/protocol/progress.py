@@ -1,0 +1,145 @@
+"""Progress, from the runner: each step and the operation at one barrier, and the summary
+an event or audit record carries."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from workers.rescale.protocol.phases import (
+    FINAL,
+    OperationStatus,
+    StepPhase,
+    StopStartPhase,
+    Strategy,
+    TickStatus,
+)
+from workers.rescale.protocol.records import shallow_fields
+
+
+# -- progress, from the runner -------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepProgress:
+    """One step as the runner reports it."""
+
+    step: int
+    fragment: str
+    source_pu: int
+    target_pu: int
+    vnodes: tuple[int, ...]
+    phase: StepPhase
+    collect_epoch: int | None = None
+    acquire_epoch: int | None = None
+    drop_epoch: int | None = None
+    keys_moved: int = 0
+    bytes_moved: int = 0
+    hold_queue: int = 0
+    per_vnode: dict[str, dict[str, Any]] = field(default_factory=dict)  # vnode -> figures
+    timings: dict[str, float] = field(default_factory=dict)  # phase -> unix time entered
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        # field by field, not ``asdict``: a progress report carries every step, at every change
+        return {
+            **shallow_fields(self),
+            "vnodes": list(self.vnodes),
+            "per_vnode": {v: dict(figures) for v, figures in self.per_vnode.items()},
+            "timings": dict(self.timings),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepProgress:
+        return cls(**{**data, "vnodes": tuple(data["vnodes"]), "phase": StepPhase(data["phase"])})
+
+
+@dataclass(frozen=True)
+class OperationProgress:
+    """An operation as the runner reports it: its whole state at one barrier. A report with a
+    FINAL status is the completion message."""
+
+    operation_id: str
+    strategy: Strategy
+    fragments: tuple[str, ...]
+    status: OperationStatus
+    phase: StopStartPhase
+    cancel_requested: bool = False
+    begun_epoch: int | None = None
+    finished_epoch: int | None = None
+    steps: tuple[StepProgress, ...] = ()
+    vnodes_moved: int = 0
+    keys_moved: int = 0
+    bytes_moved: int = 0
+    error: str = ""
+    # a stop-start's snapshot, clear and restore ran as Spark tasks: the executors they ran on
+    executors: tuple[str, ...] = ()
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **shallow_fields(self),
+            "fragments": list(self.fragments),
+            "executors": list(self.executors),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    def summary_json(self) -> dict[str, Any]:
+        """The report without its steps (what the cluster-wide event carries)."""
+        return {k: v for k, v in self.to_json().items() if k != "steps"}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OperationProgress:
+        return cls(
+            **{
+                **data,
+                "strategy": Strategy(data["strategy"]),
+                "fragments": tuple(data.get("fragments", ())),
+                "status": OperationStatus(data["status"]),
+                "phase": StopStartPhase(data.get("phase", StopStartPhase.BEGUN)),
+                "steps": tuple(StepProgress.from_json(s) for s in data.get("steps", ())),
+                "executors": tuple(data.get("executors", ())),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class OperationSummary:
+    """What an audit event's before/after and an operation event say of an operation."""
+
+    operation_id: str
+    status: OperationStatus
+    strategy: Strategy
+    fragments: tuple[str, ...]
+    vnodes_moved: int
+    keys_moved: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "fragments": list(self.fragments)}
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One orchestrator tick: what it found and the runner's last progress (None before the
+    first report)."""
+
+    status: TickStatus
+    progress: OperationProgress | None = None
+    error: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.status in (
+            TickStatus.COMPLETED,
+            TickStatus.CANCELLED,
+            TickStatus.FAILED,
+            TickStatus.TIMEOUT,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "progress": None if self.progress is None else self.progress.to_json(),
+            "error": self.error,
+        }
