@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -389,7 +390,9 @@ class LmdbStore(StateStore):
         e = self._writable()
         key = VNODE_PREFIX.pack(vnode)
         with e.txn(write=True) as txn:
-            deleted = _delete_range(txn, e.dbs["entries"], *vnode_range(vnode))
+            raw = txn.get(key, db=e.dbs["stats"])
+            expected = VnodeStats(*STATS.unpack(raw)).keys if raw else 0
+            deleted = _delete_range(txn, e.dbs["entries"], *vnode_range(vnode), expected)
             txn.delete(key, db=e.dbs["stats"])
             txn.delete(key, db=e.dbs["sealed"])
         return deleted
@@ -406,11 +409,22 @@ class LmdbStore(StateStore):
             raise StateStoreError(f"LMDB store {self.path}: checkpoint to {dest}: {exc}") from exc
 
 
-def _delete_range(txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | None) -> int:
+def _delete_range(
+    txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | None, expected: int = 0
+) -> int:
+    """Delete every key in ``[start, end)``; returns how many. ``expected``: how many the
+    range holds by its stats. When the keys confirm it (the last of them inside the range, the
+    next one past it), they are stepped over and deleted by LMDB's own cursor calls in C, with no
+    Python step per key (a vnode dropped in the epoch that acquires it elsewhere is on that
+    epoch's path); otherwise one by one."""
     cursor = txn.cursor(db=db)
-    deleted = 0
     if not cursor.set_range(start):
         return 0
+    if expected > 0 and _holds_exactly(txn, db, start, end, expected):
+        cursor.set_range(start)
+        deque(itertools.islice(iter(cursor.delete, False), expected), maxlen=0)
+        return expected
+    deleted = 0
     while True:
         # After deleting the last record the cursor is unpositioned and key() is b"", which
         # cannot be a real key (LMDB refuses empty keys).
@@ -419,6 +433,23 @@ def _delete_range(txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | Non
             return deleted
         cursor.delete()
         deleted += 1
+
+
+def _holds_exactly(
+    txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | None, count: int
+) -> bool:
+    """Whether ``[start, end)`` holds exactly ``count`` keys: its ``count``-th key from ``start``
+    lies inside, and the one after it (if any) outside. The cursor steps in C."""
+    cursor = txn.cursor(db=db)
+    if not cursor.set_range(start):
+        return False
+    found = cast(
+        "list[bytes]",
+        list(itertools.islice(cursor.iternext(values=False), count - 1, count + 1)),
+    )
+    if not found or (end is not None and found[0] >= end):
+        return False  # fewer keys than counted
+    return not (len(found) == 2 and (end is None or found[1] < end))  # not more
 
 
 def _apply_stats(txn: lmdb.Transaction, stats_db: Any, deltas: dict[int, tuple[int, int]]) -> None:

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from workers.state import (
     BACKENDS,
     DEFAULT_BACKEND,
+    STATS,
+    VNODE_PREFIX,
     ColumnUpdates,
     IngestMismatch,
     StateStore,
@@ -360,6 +362,26 @@ def test_drop_vnode_removes_exactly_its_range(store: StateStore, victim: int) ->
     assert list(store.scan()) == sorted(remaining)
     assert set(store.vnode_stats()) == set(vnodes) - {victim}
     assert store.sealed_vnodes() == {2} - {victim}
+
+
+@pytest.mark.parametrize("stats_keys", [0, 1, 3, 4, 5, 40])
+@pytest.mark.parametrize("victim", [1, 65535])
+def test_lmdb_drop_removes_exactly_its_range_whatever_its_stats_say(
+    tmp_path: Path, victim: int, stats_keys: int
+) -> None:
+    """LMDB deletes a vnode's keys in C when its stats' count is confirmed by the keys, one by
+    one otherwise: a wrong count (a damaged stats entry) never deletes a neighbour's key."""
+    vnodes = [0, 1, 2, 65534, 65535]
+    updates = [new(k(v, key), b"v") for v in vnodes for key in (b"", b"\x00", b"m", b"\xff\xff")]
+    with open_store("lmdb", tmp_path / "s") as store:
+        store.commit_epoch(0, updates)
+        env = store._writable()
+        with env.txn(write=True, db=env.dbs["stats"]) as txn:
+            txn.put(VNODE_PREFIX.pack(victim), STATS.pack(stats_keys, 4))
+        assert store.drop_vnode(victim) == 4
+        remaining = [(u.key, b"v") for u in updates if u.key[:2] != victim.to_bytes(2, "big")]
+        assert list(store.scan()) == sorted(remaining)
+        assert set(store.vnode_stats()) == set(vnodes) - {victim}
 
 
 def test_vnode_range_edges() -> None:
