@@ -67,6 +67,12 @@ class RunnerConfig:
     # before it gives up; meanwhile epochs wait at the barrier (workers.control.PatientControl)
     control_patience_s: float = 600.0
     spark_conf: tuple[tuple[str, str], ...] = ()
+    # bounded hold queues (docs/rescale.md, "Bounded hold queues"): once a collecting step's held
+    # records reach hold_queue_step_bytes, or a target PU's reach hold_queue_pu_bytes, the next
+    # epoch waits at its barrier until the step's export is verified and it is acquired
+    # (RESCALER_HOLD_QUEUE_STEP_BYTES, RESCALER_HOLD_QUEUE_PU_BYTES)
+    hold_queue_step_bytes: int = 256 * 1024**2
+    hold_queue_pu_bytes: int = 1024**3
     # a cluster master (spark://…, k8s://…): how often the barrier reads Spark's executors, and
     # how long the start waits for executors that give the pipeline its initial PUs
     executor_poll_s: float = 1.0
@@ -110,6 +116,9 @@ class RunnerConfig:
         for name in ("rows_per_epoch", "key_space", "vnodes", "initial_pus", "source_partitions"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        for name in ("hold_queue_step_bytes", "hold_queue_pu_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1 byte")
         if not 0 < self.idle_barrier_s <= 3600:
             raise ConfigError("idle_barrier_s must be above 0 and at most 3600 seconds")
         if not 0 < self.control_patience_s <= 86_400:
@@ -185,6 +194,12 @@ class RunnerConfig:
             env["sink"] = os.environ["RESCALER_SINK"]
         if os.environ.get("RESCALER_NATS_URL"):
             env["nats_url"] = os.environ["RESCALER_NATS_URL"]
+        for name, var in (
+            ("hold_queue_step_bytes", "RESCALER_HOLD_QUEUE_STEP_BYTES"),
+            ("hold_queue_pu_bytes", "RESCALER_HOLD_QUEUE_PU_BYTES"),
+        ):
+            if os.environ.get(var):
+                env[name] = int(os.environ[var])
         if os.environ.get("RESCALER_CONTROL_PATIENCE_S"):
             env["control_patience_s"] = float(os.environ["RESCALER_CONTROL_PATIENCE_S"])
         for name, var in (

@@ -269,10 +269,16 @@ def _is_processor(spec: TaskSpec) -> bool:
     return isinstance(spec.operator, ProcessorOperator | Region)
 
 
-def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> dict[str, int]:
-    """Append this epoch's held records (routed here, the target) to the hold queue file."""
+def _write_held(
+    spec: TaskSpec, actions: SlotActions, held: pa.Table | None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Append this epoch's held records (routed here, the target) to the hold queue file.
+
+    Returns the records and the bytes held per vnode: a vnode's share of the bytes written, in
+    proportion to its records (what the bounds of docs/rescale.md, "Bounded hold queues", count).
+    """
     if held is None or held.num_rows == 0:
-        return {}
+        return {}, {}
     if actions.hold_path is None:
         raise RoutingError(f"{spec.fragment}: held records reached a PU with no hold queue")
     from workers.rescale.transfer import write_hold
@@ -281,10 +287,14 @@ def _write_held(spec: TaskSpec, actions: SlotActions, held: pa.Table | None) -> 
     if _is_processor(spec):
         for name, value in zip(CLOCK_COLUMNS, spec.clock.to_json().values(), strict=True):
             rows = rows.append_column(name, pa.array([value] * rows.num_rows, pa.int64()))
-    write_hold(Path(actions.hold_path), rows)
+    written = write_hold(Path(actions.hold_path), rows)
     counts = held.group_by("vnode").aggregate([("seq", "count")])
-    return dict(
-        zip(map(str, counts.column("vnode").to_pylist()), counts.column("seq_count").to_pylist())
+    vnodes = list(map(str, counts.column("vnode").to_pylist()))
+    records = counts.column("seq_count").to_pylist()
+    total = sum(records)
+    return (
+        dict(zip(vnodes, records, strict=True)),
+        {v: -(-written * n // total) for v, n in zip(vnodes, records, strict=True)},
     )
 
 
@@ -482,7 +492,7 @@ def run_task(
         records = None
     arrived = [t for t in (records, held) if t is not None and t.num_rows]
     source_rows = sum(pc.sum(t.column("src")).as_py() or 0 for t in arrived)
-    held_counts = _write_held(spec, actions, held)  # durable before the commit below
+    held_counts, held_bytes = _write_held(spec, actions, held)  # durable before the commit
     # what the runner's watermark advances by: every row that arrived, held ones included
     event_ms = [max_event_ms(t, spec.event_time) for t in arrived]
 
@@ -535,6 +545,7 @@ def run_task(
             "records": n_records,
             "source_rows": source_rows,
             "held": held_counts,
+            "held_bytes": held_bytes,
             "outputs": outputs.num_rows,
             "keys": sum(s.keys for s in stats.values()),
             "bytes": sum(s.bytes for s in stats.values()),

@@ -77,7 +77,8 @@ from workers.recovery.snapshots import (
     restore_stores,
 )
 from workers.recovery.tasks import CRASH_DURING
-from workers.rescale.executor import RescaleExecutor
+from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
+from workers.rescale.exports import ExportWaitStopped
 from workers.sinks.base import Sink, SinkError
 from workers.worker_pool import ExecutorsMissing, WorkerPool
 
@@ -304,6 +305,10 @@ class PipelineRunner:
             worker_pus=self.workers.usable_pus(),
             report=report,
             spark=self.spark,
+            hold_queue_bounds=HoldQueueBounds(
+                self.config.hold_queue_step_bytes, self.config.hold_queue_pu_bytes
+            ),
+            should_stop=self._stop.is_set,
         )
 
     def topology(self) -> Topology:
@@ -386,6 +391,8 @@ class PipelineRunner:
                 plan = dataclasses.replace(plan, snapshot=pending.snapshot_id)
             planned = time.perf_counter()
             results = self.job.run(df, plan)
+        except ExportWaitStopped as exc:  # stopped at a barrier waiting for full hold queues
+            raise StopRequested(f"stopped before epoch {epoch}: {exc}") from exc
         except BaseException as exc:  # surfaced by run(); Spark would otherwise only log it
             self._error = exc
             raise

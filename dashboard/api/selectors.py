@@ -347,6 +347,7 @@ def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
                     "keys": figures.get("keys"),
                     "bytes": figures.get("bytes"),
                     "hold_queue": figures.get("hold_queue", 0),
+                    "hold_bytes": figures.get("hold_bytes", 0),
                 }
             )
     return sorted(rows, key=lambda r: (r["fragment"], r["vnode"]))
@@ -364,6 +365,7 @@ def operation_runner_progress(op: RescaleOperation) -> dict[str, Any]:
         "finished_epoch": report.get("finished_epoch"),
         "error": report.get("error", ""),
         "executors": list(report.get("executors", ())),
+        "hold_queue_full": list(report.get("hold_queue_full", ())),
     }
 
 

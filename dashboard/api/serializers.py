@@ -305,7 +305,8 @@ class StepSerializer(serializers.ModelSerializer):
         model = RescaleStep
         fields = [
             "step", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
-            "keys_moved", "bytes_moved", "hold_queue", "collect_epoch", "acquire_epoch",
+            "keys_moved", "bytes_moved", "hold_queue", "hold_bytes", "collect_epoch",
+            "acquire_epoch",
             "drop_epoch", "timings", "error", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
@@ -325,7 +326,8 @@ class OperationVnodeSerializer(serializers.Serializer):
     )
     keys = serializers.IntegerField(allow_null=True)
     bytes = serializers.IntegerField(allow_null=True)
-    hold_queue = serializers.IntegerField()
+    hold_queue = serializers.IntegerField(help_text="Records held for it.")
+    hold_bytes = serializers.IntegerField(help_text="Their bytes in the hold queue.")
 
 
 class RunnerProgressSerializer(serializers.Serializer):
@@ -345,6 +347,11 @@ class RunnerProgressSerializer(serializers.Serializer):
     error = serializers.CharField(allow_blank=True)
     executors = serializers.ListField(
         child=serializers.CharField(), help_text="Where a stop-start's Spark tasks ran."
+    )
+    hold_queue_full = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Steps whose hold queue reached its bound: the stream waits at the barrier "
+        "until their exports are verified (waiting_for hold_queue_full).",
     )
 
 
@@ -367,7 +374,8 @@ class WaitingSerializer(serializers.Serializer):
     waiting_for = serializers.ChoiceField(
         choices=[w.value for w in WaitingFor],
         help_text="What the operation waits for now: an orchestrator to take it, the runner "
-        "(down or silent), the next epoch barrier, exports in progress, or its own pacing.",
+        "(down or silent), the next epoch barrier, exports in progress, its own pacing, or "
+        "the exports of steps whose hold queue is full (the stream waits for them).",
     )
     detail = serializers.CharField(help_text="The same, in a sentence, with what to do if any.")
     stream_idle = serializers.BooleanField(

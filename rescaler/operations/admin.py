@@ -28,6 +28,7 @@ class StepInline(admin.TabularInline):
         "phase",
         "keys_moved",
         "hold_queue",
+        "hold_bytes",
         "collect_epoch",
         "acquire_epoch",
         "drop_epoch",

@@ -177,7 +177,8 @@ class RescaleStep(models.Model):
     bytes = models.BigIntegerField(default=0)
     keys_moved = models.BigIntegerField(default=0)
     bytes_moved = models.BigIntegerField(default=0)
-    hold_queue = models.BigIntegerField(default=0)
+    hold_queue = models.BigIntegerField(default=0)  # records held
+    hold_bytes = models.BigIntegerField(default=0)  # their bytes (the hold queue bounds count them)
     collect_epoch = models.BigIntegerField(null=True, blank=True)
     acquire_epoch = models.BigIntegerField(null=True, blank=True)
     drop_epoch = models.BigIntegerField(null=True, blank=True)
@@ -236,6 +237,7 @@ class RescaleStep(models.Model):
             keys_moved=self.keys_moved,
             bytes_moved=self.bytes_moved,
             hold_queue=self.hold_queue,
+            hold_bytes=self.hold_bytes,
             per_vnode=self.per_vnode,
             timings=self.timings,
             error=self.error,

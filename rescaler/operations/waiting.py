@@ -30,6 +30,8 @@ class WaitingFor(enum.StrEnum):
     BARRIER = "barrier"  # the next epoch boundary applies the next change
     EXPORT = "export"  # steps' state is being exported beside the epochs
     PACING = "pacing"  # the granularity holds the next steps back (steps in flight, bytes/s)
+    # a step's hold queue reached its bound: the stream waits at the barrier for its export
+    HOLD_QUEUE_FULL = "hold_queue_full"
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,19 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
     rows = list(op.steps.all())  # the prefetched rows when the API asks
     # the steps the runner knows (every one it was sent); a planned one was not sent yet
     steps = [s for s in rows if s.phase != StepPhase.PLANNED]
+    full = set(progress.get("hold_queue_full") or ())
+    if full:
+        waited = [s for s in steps if s.step in full]
+        return Waiting(
+            WaitingFor.HOLD_QUEUE_FULL,
+            f"hold queues full: {sum(s.hold_bytes for s in waited):,} bytes of records are "
+            f"held for {sum(len(s.vnodes) for s in waited)} vnodes (steps "
+            f"{', '.join(str(s.step) for s in waited)}), at their bound "
+            f"(RESCALER_HOLD_QUEUE_STEP_BYTES, RESCALER_HOLD_QUEUE_PU_BYTES). The stream waits "
+            f"at the barrier until their exports are verified; its records wait in the source, "
+            f"none is dropped.",
+            idle,
+        )
     exporting = [s for s in steps if s.phase == StepPhase.COLLECTING]
     if exporting:
         since = min(s.timings.get(StepPhase.COLLECTING, time.time()) for s in exporting)

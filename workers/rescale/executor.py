@@ -12,6 +12,9 @@ and per-PU actions. The executor composes the parts, which share one :class:`Ope
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,18 @@ from workers.rescale.operation import OperationState
 from workers.rescale.protocol import Strategy
 from workers.rescale.stop_start import StopStart
 
-__all__ = ["CommandRefused", "RescaleExecutor"]
+__all__ = ["CommandRefused", "HoldQueueBounds", "RescaleExecutor"]
+
+log = logging.getLogger("workers.rescale")
+
+
+@dataclass(frozen=True)
+class HoldQueueBounds:
+    """Bytes a collecting step's hold queue, and a target PU's hold queues together, may reach
+    before the next epoch waits for the step's export (docs/rescale.md, "Bounded hold queues")."""
+
+    step_bytes: int
+    pu_bytes: int
 
 
 class RescaleExecutor:
@@ -39,6 +53,8 @@ class RescaleExecutor:
         report: Reporter | None = None,
         background_exports: bool = True,
         spark: Any = None,
+        hold_queue_bounds: HoldQueueBounds | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.ledger = OperationLedger(pipeline_dir, placements, report)
         self.commands = CommandHandler(self.ledger, worker_pus)
@@ -46,6 +62,8 @@ class RescaleExecutor:
         self.exports = Exports(self.ledger, backend, spark=spark, background=background_exports)
         # stop-start's snapshot, clear and restore are Spark jobs (None: in this process)
         self.stop_start = StopStart(self.ledger, backend, spark)
+        self.hold_queue_bounds = hold_queue_bounds  # None: unbounded
+        self._should_stop = should_stop
         # a crash between saving an operation and saving the placement: apply it again
         with self.ledger.lock:
             self._apply_placements()
@@ -72,7 +90,12 @@ class RescaleExecutor:
 
     # -- the barrier ---------------------------------------------------------------------------
     def plan(self, epoch: int) -> dict[str, FragmentActions]:
-        """Move operations forward for ``epoch`` and derive its actions; updates placements."""
+        """Move operations forward for ``epoch`` and derive its actions; updates placements.
+
+        First, a step whose hold queue reached its bound keeps the epoch waiting here, and
+        with it the source, until the step's export is verified: this epoch then acquires it.
+        """
+        self.bound_hold_queues()
         with self.ledger.lock:
             for op in self.ledger.running():
                 if op.strategy == Strategy.STOP_START:
@@ -83,6 +106,40 @@ class RescaleExecutor:
             actions = self.live.actions(epoch)
         self.start_exports()
         return actions
+
+    def bound_hold_queues(self) -> None:
+        """Wait for the exports of the collecting steps whose hold queue reached its bound.
+
+        The epoch about to be planned has not read its records yet, so they stay in the source
+        while this waits: no hold queue grows past its bound by more than the one epoch that
+        crossed it, and nothing is dropped. The operations say which steps they wait for
+        (``hold_queue_full``), which the control plane shows as what the operation waits for.
+        """
+        bounds = self.hold_queue_bounds
+        if bounds is None:
+            return
+        with self.ledger.lock:
+            full = self.live.over_bound(bounds.step_bytes, bounds.pu_bytes)
+            if not full:
+                return
+            ops = {op.operation_id: op for op, _ in full}
+            for op in ops.values():
+                op.hold_queue_full = tuple(sorted(s.spec.step for o, s in full if o is op))
+                self.ledger.save(op)
+        log.warning(
+            "hold queues full (a step's bound %d bytes, a PU's %d): the stream waits for the "
+            "exports of %s",
+            bounds.step_bytes,
+            bounds.pu_bytes,
+            ", ".join(f"{op.operation_id} step {s.spec.step}" for op, s in full),
+        )
+        try:
+            self.exports.wait(full, should_stop=self._should_stop)
+        finally:
+            with self.ledger.lock:
+                for op in ops.values():
+                    op.hold_queue_full = ()
+                    self.ledger.save(op)
 
     def _apply_placements(self) -> None:
         """Placements as the operations' recorded epochs say (idempotent: safe after a crash).

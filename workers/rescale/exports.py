@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,11 @@ from workers.state.base import StateStoreError
 log = logging.getLogger("workers.rescale")
 
 EXPORT_FAILED = "export failed (will retry)"
+RETRY_AFTER_S = (1.0, 30.0)  # a waited-for export that failed starts again: back-off bounds
+
+
+class ExportWaitStopped(Exception):
+    """The runner is stopping while a barrier waits for exports: the epoch does not run."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ class Exports:
         self.spark = spark  # None: the tasks run in this process (simulations, unit tests)
         self._background = background
         self._exporting: set[tuple[str, int]] = set()
+        # notified whenever an export job ends, well or not (under the ledger's lock)
+        self._ended = threading.Condition(ledger.lock)
         self.last_runs: list[dict[str, Any]] = []  # what the last export job's tasks did
 
     def start(self) -> None:
@@ -135,6 +143,49 @@ class Exports:
         if todo:
             self._export(todo)
 
+    def wait(
+        self,
+        steps: list[tuple[OperationState, StepState]],
+        *,
+        should_stop: Callable[[], bool] = lambda: False,
+        poll_s: float = 0.5,
+    ) -> None:
+        """Block until every one of ``steps`` is exported (or its operation ended).
+
+        A failed export starts again after a back-off (doubling from 1 s to 30 s) until one
+        succeeds: the records the caller holds back stay in the source meanwhile, so nothing is
+        lost and no hold queue grows. ``should_stop`` ends the wait (:class:`ExportWaitStopped`).
+        """
+        delay = RETRY_AFTER_S[0]
+        while True:
+            with self._ended:
+                left = [
+                    (op, step)
+                    for op, step in steps
+                    if step.phase == StepPhase.COLLECTING and not op.final
+                ]
+                if not left:
+                    return
+                idle = any((op.operation_id, s.spec.step) not in self._exporting for op, s in left)
+                failed = any(s.error.startswith(EXPORT_FAILED) for _, s in left)
+            if should_stop():
+                raise ExportWaitStopped(
+                    f"stopping while {len(left)} steps' exports were awaited at the barrier"
+                )
+            if idle or not self._background:
+                if failed:
+                    deadline = time.monotonic() + delay
+                    while time.monotonic() < deadline and not should_stop():
+                        time.sleep(min(poll_s, delay))
+                    delay = min(delay * 2, RETRY_AFTER_S[1])
+                if self._background:
+                    self.start()
+                else:
+                    self.run()
+                    continue
+            with self._ended:
+                self._ended.wait(timeout=poll_s)
+
     def _export(self, todo: list[tuple[OperationState, StepState]]) -> None:
         tasks = export_tasks(self.ledger, self.backend, todo)
         vnodes = sum(len(t.exports) for t in tasks)
@@ -154,6 +205,7 @@ class Exports:
                         step.error = f"{EXPORT_FAILED}: {exc}"
                         self.ledger.save(op)
                     self._exporting.discard((op.operation_id, step.spec.step))
+                self._ended.notify_all()
             return
         self.last_runs = runs
         manifests = {
@@ -175,6 +227,7 @@ class Exports:
                 saved[op.operation_id] = op
             for op in saved.values():
                 self.ledger.save(op)
+            self._ended.notify_all()
         log.info(
             "exported %d vnodes (%d keys) in %d PU tasks: %s",
             vnodes,

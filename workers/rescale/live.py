@@ -30,6 +30,7 @@ from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import (
     STEP_ENDED,
+    STEP_HOLDING,
     OperationStatus,
     StepPhase,
     Strategy,
@@ -191,9 +192,12 @@ class LiveProtocol:
     def committed(self, epoch: int, stats: list[dict[str, Any]]) -> None:
         """After an epoch's job: record held rows, acquisitions and drops that it made durable."""
         held: dict[tuple[str, int], int] = {}
+        held_bytes: dict[tuple[str, int], int] = {}
         for stat in stats:
             for vnode, rows in stat.get("held", {}).items():
                 held[(stat["fragment"], int(vnode))] = rows
+            for vnode, size in stat.get("held_bytes", {}).items():
+                held_bytes[(stat["fragment"], int(vnode))] = size
         with self.ledger.lock:
             for op in self.ledger.running():
                 changed = False
@@ -206,6 +210,9 @@ class LiveProtocol:
                             StepPhase.EXPORTED,
                         ):
                             step.hold_rows[vnode] = step.hold_rows.get(vnode, 0) + rows
+                            step.hold_bytes[vnode] = step.hold_bytes.get(vnode, 0) + held_bytes.get(
+                                (frag, vnode), 0
+                            )
                             changed = True
                     if step.phase == StepPhase.ACQUIRING and step.acquire_epoch == epoch:
                         self._moved(step)
@@ -219,6 +226,33 @@ class LiveProtocol:
                         changed = True
                 if changed:
                     self.ledger.save(op)
+
+    def over_bound(self, step_bytes: int, pu_bytes: int) -> list[tuple[OperationState, StepState]]:
+        """The collecting steps whose hold queue holds ``step_bytes`` or more, or whose target
+        PU's hold queues (every holding step's, of any operation) hold ``pu_bytes`` or more.
+
+        Exported steps are not among them: the next barrier acquires them, which empties their
+        hold queues; a collecting one holds its vnodes until its export is verified.
+        """
+        holding = [
+            (op, step)
+            for op in self.ledger.running()
+            if op.strategy == Strategy.LIVE
+            for step in op.steps.values()
+            if step.phase in STEP_HOLDING
+        ]
+        per_pu: dict[tuple[str, int], int] = defaultdict(int)
+        for _, step in holding:
+            per_pu[(step.spec.fragment, step.spec.target_pu)] += sum(step.hold_bytes.values())
+        return [
+            (op, step)
+            for op, step in holding
+            if step.phase == StepPhase.COLLECTING
+            and (
+                sum(step.hold_bytes.values()) >= step_bytes
+                or per_pu[(step.spec.fragment, step.spec.target_pu)] >= pu_bytes
+            )
+        ]
 
     @staticmethod
     def _moved(step: StepState) -> None:

@@ -53,6 +53,7 @@ class StepState:
     drop_epoch: int | None = None
     exports: dict[int, dict[str, Any]] = field(default_factory=dict)  # vnode -> manifest
     hold_rows: dict[int, int] = field(default_factory=dict)  # vnode -> records held
+    hold_bytes: dict[int, int] = field(default_factory=dict)  # vnode -> bytes held
     keys_moved: int = 0
     bytes_moved: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # phase -> unix time entered
@@ -73,6 +74,7 @@ class StepState:
         data["spec"] = self.spec.to_json()
         data["exports"] = {str(v): dict(m) for v, m in self.exports.items()}
         data["hold_rows"] = {str(v): n for v, n in self.hold_rows.items()}
+        data["hold_bytes"] = {str(v): n for v, n in self.hold_bytes.items()}
         data["timings"] = dict(self.timings)
         return data
 
@@ -83,6 +85,7 @@ class StepState:
         data["phase"] = StepPhase(data["phase"])
         data["exports"] = {int(v): m for v, m in data.get("exports", {}).items()}
         data["hold_rows"] = {int(v): n for v, n in data.get("hold_rows", {}).items()}
+        data["hold_bytes"] = {int(v): n for v, n in data.get("hold_bytes", {}).items()}
         return cls(**data)
 
     def progress(self) -> StepProgress:
@@ -100,11 +103,13 @@ class StepState:
             keys_moved=self.keys_moved,
             bytes_moved=self.bytes_moved,
             hold_queue=sum(self.hold_rows.values()),
+            hold_bytes=sum(self.hold_bytes.values()),
             per_vnode={
                 str(v): {
                     "keys": self.exports.get(v, {}).get("keys"),
                     "bytes": self.exports.get(v, {}).get("bytes"),
                     "hold_queue": self.hold_rows.get(v, 0),
+                    "hold_bytes": self.hold_bytes.get(v, 0),
                 }
                 for v in self.spec.vnodes
             },
@@ -136,6 +141,9 @@ class OperationState:
     executors: tuple[str, ...] = ()
     error: str = ""
     created_at: float = field(default_factory=time.time)
+    # the steps whose hold queue reached its bound: the barrier waits for their exports, and the
+    # stream with it (docs/rescale.md, "Bounded hold queues"); empty when nothing waits
+    hold_queue_full: tuple[int, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -166,6 +174,7 @@ class OperationState:
         data["granularity"] = None if self.granularity is None else self.granularity.to_json()
         data["restored_moves"] = tuple(self.restored_moves)
         data["executors"] = list(self.executors)
+        data["hold_queue_full"] = list(self.hold_queue_full)
         return data
 
     @classmethod
@@ -180,6 +189,7 @@ class OperationState:
         data["phase"] = StopStartPhase(data["phase"])
         data["restored_moves"] = tuple(data.get("restored_moves", (0, 0, 0)))
         data["executors"] = tuple(data.get("executors", ()))
+        data["hold_queue_full"] = tuple(data.get("hold_queue_full", ()))
         return cls(**data)
 
     def progress(self) -> OperationProgress:
@@ -205,6 +215,7 @@ class OperationState:
             bytes_moved=moved_bytes,
             error=self.error,
             executors=self.executors,
+            hold_queue_full=self.hold_queue_full,
         )
 
 

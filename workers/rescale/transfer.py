@@ -117,8 +117,10 @@ def hold_path(root: Path, fragment: str, pu: int, epoch: int) -> Path:
     return Path(root) / "holdq" / fragment / f"pu-{pu}" / f"epoch-{epoch:010d}.arrow"
 
 
-def write_hold(path: Path, rows: pa.Table) -> None:
+def write_hold(path: Path, rows: pa.Table) -> int:
+    """Write one epoch's held rows for one target PU; returns the file's size in bytes."""
     write_table(path, rows)
+    return path.stat().st_size
 
 
 def read_hold(paths: Iterable[Path], vnodes: set[int]) -> pa.Table | None:

@@ -289,7 +289,7 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     RescaleStep.objects.filter(operation=op, step=1).update(
         phase="collecting",
         hold_queue=7,
-        per_vnode={"8": {"keys": 10, "bytes": 108, "hold_queue": 7}},
+        per_vnode={"8": {"keys": 10, "bytes": 108, "hold_queue": 7, "hold_bytes": 350}},
     )
     audit_record(actor_name="runner", action="step.collecting",
                  obj=("step", f"{op.operation_id}/1"))  # fmt: skip
@@ -304,7 +304,7 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     vnodes = {v["vnode"]: v for v in data["vnodes"]}
     assert vnodes[8] == {
         "fragment": "word_count", "vnode": 8, "step": 1, "routing": "hold_queue", "keys": 10,
-        "bytes": 108, "hold_queue": 7,
+        "bytes": 108, "hold_queue": 7, "hold_bytes": 350,
     }  # fmt: skip
     assert (data["steps"][0]["source_pu"], data["steps"][0]["target_pu"]) == (1, 0)
     assert data["progress"] is None, "the runner has reported nothing yet"
@@ -369,7 +369,7 @@ def test_the_document_carries_each_step_once(
     assert set(data["plan"]) == {"fragments", "estimated_duration_s"}
     assert data["progress"] == {
         "status": "running", "phase": "begun", "cancel_requested": False, "begun_epoch": 4,
-        "finished_epoch": None, "error": "", "executors": [],
+        "finished_epoch": None, "error": "", "executors": [], "hold_queue_full": [],
     }  # fmt: skip
     assert data["vnodes_moved"] == 1, "the counters are the operation's, said once"
     assert data["progress_version"] == 1, "the version of the last progress event"

@@ -74,6 +74,23 @@ def test_waiting_says_why_and_notices_an_idle_stream(
     export = waiting(viewer_client, op)
     assert export["waiting_for"] == "export" and "2 vnodes" in export["detail"]
 
+    # the step's hold queue reached its bound: the runner says so, and the stream waits
+    RescaleOperation.objects.filter(pk=op.pk).update(
+        progress={"operation_id": op.operation_id, "status": "running", "hold_queue_full": [1]}
+    )
+    RescaleStep.objects.filter(operation=op, step=1).update(hold_queue=9_000, hold_bytes=300_123)
+    op.refresh_from_db()
+    full = waiting(viewer_client, op)
+    assert full["waiting_for"] == "hold_queue_full"
+    assert "300,123 bytes" in full["detail"] and "2 vnodes" in full["detail"]
+    assert "none is dropped" in full["detail"]
+    document = viewer_client.get(f"{URL}/{op.operation_id}").json()
+    assert document["progress"]["hold_queue_full"] == [1]
+    assert document["steps"][0]["hold_bytes"] == 300_123
+    RescaleOperation.objects.filter(pk=op.pk).update(
+        progress={"operation_id": op.operation_id, "status": "running"}
+    )
+
     Pipeline.objects.filter(name=PIPELINE).update(
         heartbeat_at=timezone.now() - dt.timedelta(minutes=5)
     )

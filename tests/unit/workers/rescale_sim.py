@@ -25,7 +25,7 @@ from workers.hashing import vnode_of
 from workers.layout import store_path
 from workers.operators import KeyedOperator, Record
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
-from workers.rescale.executor import RescaleExecutor
+from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
 from workers.state import open_store
 from workers.state.base import decode_key
 
@@ -69,7 +69,14 @@ class EpochResult:
 
 class SimRunner:
     def __init__(
-        self, root: Path, *, vnodes: int, pu_count: int, initial: list[int], backend: str = "lmdb"
+        self,
+        root: Path,
+        *,
+        vnodes: int,
+        pu_count: int,
+        initial: list[int],
+        backend: str = "lmdb",
+        hold_queue_bounds: HoldQueueBounds | None = None,
     ) -> None:
         self.root = root
         self.vnodes = vnodes
@@ -87,6 +94,7 @@ class SimRunner:
             worker_pus=set(range(pu_count)),
             report=lambda p: self.control.report_progress("sim", p),
             background_exports=False,
+            hold_queue_bounds=hold_queue_bounds,
         )
         self.barrier = Barrier(
             "sim", self.control, self.executor, self.placements, self.placement_store

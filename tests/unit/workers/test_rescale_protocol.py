@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.unit.workers.rescale_sim import FRAGMENT, Crash, SimRunner, oracle
 from workers.hashing import vnode_of
+from workers.rescale.executor import HoldQueueBounds
 from workers.rescale.orchestrator import Orchestrator
 from workers.rescale.planner import plan_request
 from workers.rescale.protocol import CommandKind, OperationRequest
@@ -81,19 +82,30 @@ class Harness:
         vnodes: int = VNODES,
         keys: list[str] = KEYS,
         per_epoch: int = 40,
+        hold_queue_bounds: HoldQueueBounds | None = None,
     ) -> None:
         self.root = root
+        self.hold_queue_bounds = hold_queue_bounds
         self.initial = initial
         self.vnodes = vnodes
         self.keys = keys
         self.per_epoch = per_epoch
-        self.sim = SimRunner(root, vnodes=vnodes, pu_count=4, initial=initial)
+        self.sim = self._sim()
         self.epoch = 0
         self.fed: list[tuple[str, int]] = []
         self.rng = random.Random(7)
 
+    def _sim(self) -> SimRunner:
+        return SimRunner(
+            self.root,
+            vnodes=self.vnodes,
+            pu_count=4,
+            initial=self.initial,
+            hold_queue_bounds=self.hold_queue_bounds,
+        )
+
     def restart(self) -> None:
-        self.sim = SimRunner(self.root, vnodes=self.vnodes, pu_count=4, initial=self.initial)
+        self.sim = self._sim()
 
     def run_epoch(self, crash_after: int | None = None) -> None:
         records = epoch_records(self.epoch, self.per_epoch, self.keys)

@@ -33,7 +33,8 @@ class StepProgress:
     drop_epoch: int | None = None
     keys_moved: int = 0
     bytes_moved: int = 0
-    hold_queue: int = 0
+    hold_queue: int = 0  # records held
+    hold_bytes: int = 0  # their bytes, what the hold queue bounds count
     per_vnode: dict[str, dict[str, Any]] = field(default_factory=dict)  # vnode -> figures
     timings: dict[str, float] = field(default_factory=dict)  # phase -> unix time entered
     error: str = ""
@@ -72,6 +73,8 @@ class OperationProgress:
     error: str = ""
     # a stop-start's snapshot, clear and restore ran as Spark tasks: the executors they ran on
     executors: tuple[str, ...] = ()
+    # steps whose hold queue reached its bound: the stream waits at the barrier for their exports
+    hold_queue_full: tuple[int, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -82,6 +85,7 @@ class OperationProgress:
             **shallow_fields(self),
             "fragments": list(self.fragments),
             "executors": list(self.executors),
+            "hold_queue_full": list(self.hold_queue_full),
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -100,6 +104,7 @@ class OperationProgress:
                 "phase": StopStartPhase(data.get("phase", StopStartPhase.BEGUN)),
                 "steps": tuple(StepProgress.from_json(s) for s in data.get("steps", ())),
                 "executors": tuple(data.get("executors", ())),
+                "hold_queue_full": tuple(data.get("hold_queue_full", ())),
             }
         )
 
