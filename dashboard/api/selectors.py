@@ -122,6 +122,15 @@ def _worker_rows(
                 "joined_at": worker.joined_at,
                 "left_at": worker.left_at,
                 "drain_operation_id": worker.drain_operation_id or None,
+                "notice": (
+                    None
+                    if worker.notice_deadline is None
+                    else {
+                        "at": worker.notice_at,
+                        "deadline": worker.notice_deadline,
+                        "origin": worker.notice_origin,
+                    }
+                ),
                 "locality": locality(home, total),
             }
         )

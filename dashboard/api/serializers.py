@@ -21,7 +21,13 @@ from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipelin
 from rescaler.operations.models import PLAN_ID_CHARS, RescaleOperation, RescaleStep, choices
 from rescaler.operations.plans import plan_id_parse
 from rescaler.operations.waiting import WaitingFor, operation_waiting
-from rescaler.runner.workers import CORES_MAX, CORES_MIN, cores_parse
+from rescaler.runner.workers import (
+    CORES_MAX,
+    CORES_MIN,
+    NOTICE_ORIGINS,
+    cores_parse,
+    deadline_parse,
+)
 from workers.rescale import errors
 from workers.rescale.protocol import (
     FRAGMENT_NAME_MAX_CHARS,
@@ -478,6 +484,15 @@ class PipelineInfoSerializer(serializers.Serializer):
     locality = LocalitySerializer(help_text="Over every PU of the pipeline.")
 
 
+class WorkerNoticeInfoSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="When the notice came.")
+    deadline = serializers.DateTimeField(help_text="When the worker says it goes.")
+    origin = serializers.ChoiceField(
+        choices=NOTICE_ORIGINS,
+        help_text="Who said so: a platform hook (the API), or Spark decommissioning its executor.",
+    )
+
+
 class WorkerInfoSerializer(serializers.Serializer):
     name = serializers.CharField()
     pipeline = serializers.CharField()
@@ -506,6 +521,11 @@ class WorkerInfoSerializer(serializers.Serializer):
     left_at = serializers.DateTimeField(allow_null=True)
     drain_operation_id = serializers.CharField(
         allow_null=True, help_text="The operation that drains (or drained) it."
+    )
+    notice = WorkerNoticeInfoSerializer(
+        allow_null=True,
+        help_text="Its preemption notice, if it gave one: it was cordoned then, and drained "
+        "under RESCALER_PREEMPTION_POLICY=drain.",
     )
     locality = LocalitySerializer(help_text="Over its PUs.")
 
@@ -642,6 +662,38 @@ class WorkerDrainSerializer(WorkerReasonSerializer):
     granularity = GranularityField(required=False)
 
     fields_allowed = {"reason", "granularity"}
+
+
+class WorkerNoticeSerializer(WorkerReasonSerializer):
+    """Validation is the service's own (``deadline_parse``): a refusal is 400."""
+
+    deadline_s = serializers.FloatField(
+        required=False,
+        help_text="Seconds from now until the worker goes (1 to 86,400); default "
+        "RESCALER_PREEMPTION_DEADLINE_S (120).",
+    )
+
+    fields_allowed = {"reason", "deadline_s"}
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if "deadline_s" in value:
+            value["deadline_s"] = deadline_parse(value["deadline_s"])
+        return value
+
+
+class WorkerNoticedSerializer(serializers.Serializer):
+    worker = WorkerInfoSerializer()
+    operation = OperationDetailSerializer(
+        allow_null=True,
+        help_text="Its drain, started with priority (all at once); null when none started yet "
+        "(see waiting_for and detail) or under RESCALER_PREEMPTION_POLICY=cordon.",
+    )
+    waiting_for = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Operations on its fragments asked to cancel: its drain starts when they end.",
+    )
+    detail = serializers.CharField(allow_blank=True, help_text="Why no drain started, if none.")
 
 
 class WorkerDrainedSerializer(serializers.Serializer):

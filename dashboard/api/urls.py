@@ -29,6 +29,7 @@ urlpatterns = [
     path("workers", views.WorkerListView.as_view(), name="workers"),
     path("workers/<str:name>/cordon", views.WorkerCordonView.as_view(), name="worker-cordon"),
     path("workers/<str:name>/uncordon", views.WorkerUncordonView.as_view(), name="worker-uncordon"),
+    path("workers/<str:name>/notice", views.WorkerNoticeView.as_view(), name="worker-notice"),
     path("workers/<str:name>/drain", views.WorkerDrainView.as_view(), name="worker-drain"),
     path(
         "pipelines/<str:name>/snapshots",

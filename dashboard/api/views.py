@@ -53,6 +53,8 @@ from dashboard.api.serializers import (
     WorkerDrainedSerializer,
     WorkerDrainSerializer,
     WorkerInfoSerializer,
+    WorkerNoticedSerializer,
+    WorkerNoticeSerializer,
     WorkerReasonSerializer,
 )
 from rescaler.audit.models import AuditEvent
@@ -411,6 +413,53 @@ class WorkerUncordonView(_WorkerStatusView):
     """Uncordon a worker: it takes vnodes again."""
 
     change = staticmethod(worker_services.worker_uncordon)
+
+
+class WorkerNoticeView(APIView):
+    """A preemption notice, from a platform hook: the worker is cordoned at once and, under
+    RESCALER_PREEMPTION_POLICY=drain, drained with priority."""
+
+    permission_classes = [IsAuthenticated, CanRescale]
+    parser_classes = [StrictJSONParser]
+
+    @extend_schema(
+        operation_id="workers_notice",
+        parameters=[WORKER_NAME],
+        description="A worker will leave soon (a spot interruption, a Kubernetes eviction): "
+        "cordoned at once and audited as self-reported, with its deadline; under "
+        "RESCALER_PREEMPTION_POLICY=drain its drain starts all at once, after asking an "
+        "operation already on its fragments to cancel. A second notice keeps the earlier "
+        "deadline. 409 when the worker is already leaving or gone.",
+        request=WorkerNoticeSerializer,
+        responses={
+            202: OpenApiResponse(WorkerNoticedSerializer, description="Noticed."),
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        body = WorkerNoticeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        notice = worker_services.worker_notice(
+            user=request.user,
+            name=_path_text(name, "worker"),
+            deadline_s=body.validated_data.get("deadline_s"),
+            reason=body.validated_data["reason"],
+        )
+        headers = {}
+        operation = None
+        if notice.operation is not None:
+            op = selectors.operation_get(operation_id=notice.operation.operation_id)
+            operation = OperationDetailSerializer(op).data
+            headers["Location"] = api_reverse(
+                "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request
+            )
+        data = {
+            "worker": WorkerInfoSerializer(_worker_row(notice.worker.name)).data,
+            "operation": operation,
+            "waiting_for": list(notice.waiting_for),
+            "detail": notice.detail,
+        }
+        return Response(data, status=status.HTTP_202_ACCEPTED, headers=headers)
 
 
 class WorkerDrainView(APIView):

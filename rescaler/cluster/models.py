@@ -66,6 +66,11 @@ class Worker(models.Model):
     left_at = models.DateTimeField(null=True, blank=True)
     # the operation that drains it (status draining, and kept afterwards for the record)
     drain_operation_id = models.CharField(max_length=32, blank=True)
+    # a preemption notice: when it came, when the worker says it goes, and who said so
+    # (rescaler/runner/workers/notices.py)
+    notice_at = models.DateTimeField(null=True, blank=True)
+    notice_deadline = models.DateTimeField(null=True, blank=True)
+    notice_origin = models.CharField(max_length=16, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from rescaler.dbsetup import DEFAULT_DATABASE_URL
 from rescaler.preflight import DEFAULT_REDIS_URL
 from workers.state import DEFAULT_BACKEND
@@ -57,6 +59,15 @@ RESCALER_DRIVE_BUDGET_S = env_float("RESCALER_DRIVE_BUDGET_S", 60.0)
 RESCALER_LEASE_S = env_float("RESCALER_LEASE_S", 15.0)
 # A dry run's plan_id starts its plan for this long (docs/api.md, "A binding dry run").
 RESCALER_PLAN_TTL_S = env_float("RESCALER_PLAN_TTL_S", 900.0)
+# A preemption notice (POST /api/v1/workers/<name>/notice) cordons the worker; "drain" also
+# drains it at once with priority, "cordon" leaves that to an operator. A notice without a
+# deadline gives the worker this long (docs/elastic-workers.md, "Preemption").
+RESCALER_PREEMPTION_POLICY = env_str("RESCALER_PREEMPTION_POLICY", "drain")
+if RESCALER_PREEMPTION_POLICY not in ("drain", "cordon"):
+    raise ImproperlyConfigured(
+        f"RESCALER_PREEMPTION_POLICY must be 'drain' or 'cordon', not {RESCALER_PREEMPTION_POLICY!r}"
+    )
+RESCALER_PREEMPTION_DEADLINE_S = env_float("RESCALER_PREEMPTION_DEADLINE_S", 120.0)
 
 # --- Django -------------------------------------------------------------------------------------
 INSTALLED_APPS = [

@@ -6,6 +6,8 @@ the pages and the runner's control channel call. One module per concern:
 - ``cordons`` and ``drains``: what operators ask (``worker_cordon``, ``worker_uncordon``,
   ``worker_drain``), and how a drain ends (``worker_drain_settled``, the receiver of
   ``rescaler.operations.signals.operation_finished``);
+- ``notices``: preemption notices (``worker_notice``: cordon at once, drain with priority;
+  ``notice_drains_resume``: the drains that waited for a busy fragment, when an operation ends);
 - ``machines``: the worker provider (``worker_add``, ``worker_release``), and ``tasks``: the
   release as a Celery task with retries;
 - ``changes``: one change of a worker, saved, audited (object type ``worker``) and published to
@@ -35,26 +37,38 @@ from rescaler.runner.workers.machines import (
     worker_add,
     worker_release,
 )
+from rescaler.runner.workers.notices import (
+    NOTICE_ORIGINS,
+    WorkerNotice,
+    deadline_parse,
+    notice_drains_resume,
+    worker_notice,
+)
 from rescaler.runner.workers.reports import worker_command_acked, workers_record
 
 __all__ = [
     "CORES_MAX",
     "CORES_MIN",
+    "NOTICE_ORIGINS",
     "DrainEmptiesFragment",
     "ProviderRefused",
     "UnknownWorker",
     "WorkerAdded",
     "WorkerDrain",
     "WorkerError",
+    "WorkerNotice",
     "WorkerStatusConflict",
     "cores_parse",
+    "deadline_parse",
     "drain_request",
+    "notice_drains_resume",
     "worker_add",
     "worker_command_acked",
     "worker_cordon",
     "worker_drain",
     "worker_drain_settled",
     "worker_get",
+    "worker_notice",
     "worker_release",
     "worker_summary",
     "worker_uncordon",

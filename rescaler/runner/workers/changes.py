@@ -29,6 +29,7 @@ def worker_summary(worker: Worker) -> dict[str, Any]:
         "cores": worker.cores,
         "bootstrapped_epoch": worker.bootstrapped_epoch,
         "drain_operation_id": worker.drain_operation_id or None,
+        "notice_deadline": worker.notice_deadline.isoformat() if worker.notice_deadline else None,
         "parallel_units": sorted(worker.parallel_units.values_list("number", flat=True)),
     }
 

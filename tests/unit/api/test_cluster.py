@@ -57,6 +57,7 @@ def test_workers_pus_fragments_mapping_and_load(
             "joined_at": None,
             "left_at": None,
             "drain_operation_id": None,
+            "notice": None,
             "locality": no_tasks,
         }
     ]

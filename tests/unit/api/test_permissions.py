@@ -55,6 +55,8 @@ MUTATIONS: dict[str, tuple[Call, int]] = {
     "POST workers/{name}/uncordon": (lambda c, op: c.post("/api/v1/workers/local-0/uncordon"), 200),
     # the operator reaches the service: word_count runs only on local-0's PUs
     "POST workers/{name}/drain": (lambda c, op: c.post("/api/v1/workers/local-0/drain"), 409),
+    # cordoned at once; its drain is refused for the same reason, which the answer says
+    "POST workers/{name}/notice": (lambda c, op: c.post("/api/v1/workers/local-0/notice"), 202),
     # the operator reaches the provider: there is none in the tests' environment
     "POST workers": (lambda c, op: c.post("/api/v1/workers", {"cores": 1}, format="json"), 409),
 }
@@ -164,7 +166,7 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
         "/api/v1/operations/{operation_id}/cancel", "/api/v1/fragments/{fragment}/keys/{key}",
         "/api/v1/audit", "/api/v1/workers", "/api/v1/workers/{name}/cordon",
         "/api/v1/workers/{name}/uncordon", "/api/v1/workers/{name}/drain",
-        "/api/v1/pipelines/{name}/snapshots",
+        "/api/v1/workers/{name}/notice", "/api/v1/pipelines/{name}/snapshots",
     }  # fmt: skip
     assert "Error" in schema.json()["components"]["schemas"]
     for ui in ("/api/docs/", "/api/redoc/"):
