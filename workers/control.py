@@ -80,6 +80,9 @@ class WorkerInfo:
     # the first epoch whose barrier saw this worker's PUs bootstrapped (stores created, the epoch
     # and the placement version known); -1 while it is not yet: no vnode may go to it before
     bootstrapped_epoch: int = -1
+    # when Spark began decommissioning its executor (a preemption notice: SIGPWR to a standalone
+    # worker, a Kubernetes eviction), unix seconds; None: no notice
+    notice_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

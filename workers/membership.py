@@ -42,13 +42,18 @@ class ExecutorSeen:
     executor_id: str
     host: str
     cores: int
+    # Spark is decommissioning it since then (unix seconds): its worker gave notice
+    decommissioning_since: float | None = None
 
 
 def spark_executors(spark: Any) -> list[ExecutorSeen]:
     """The application's live executors, from the driver's status store (kept by Spark's own
-    listener, with or without the UI). Local mode lists only the driver, which is the executor."""
+    listener, with or without the UI), each with the time Spark began decommissioning it, if it
+    did (the task scheduler's own record). Local mode lists only the driver, the executor."""
     sc = spark.sparkContext
-    summaries = sc._jsc.sc().statusStore().executorList(True)
+    jsc = sc._jsc.sc()
+    summaries = jsc.statusStore().executorList(True)
+    scheduler = jsc.taskScheduler()
     seen = []
     for i in range(summaries.size()):
         s = summaries.apply(i)
@@ -56,7 +61,9 @@ def spark_executors(spark: Any) -> list[ExecutorSeen]:
         if executor_id == DRIVER and not sc.master.startswith("local"):
             continue  # the driver runs no task on a cluster
         host = str(s.hostPort()).rsplit(":", 1)[0]
-        seen.append(ExecutorSeen(executor_id, host, int(s.totalCores())))
+        state = scheduler.getExecutorDecommissionState(executor_id)
+        since = state.get().startTime() / 1000 if state.isDefined() else None
+        seen.append(ExecutorSeen(executor_id, host, int(s.totalCores()), since))
     return sorted(seen, key=lambda e: (len(e.executor_id), e.executor_id))
 
 
@@ -227,11 +234,21 @@ class Membership:
     def _diff(self, executors: list[ExecutorSeen]) -> bool:
         changed = False
         by_executor = {w.executor_id: w for w in self.workers.values() if w.alive}
-        present = {e.executor_id for e in executors}
+        present = {e.executor_id: e for e in executors}
         for w in by_executor.values():
             if w.executor_id not in present:
                 log.warning("worker %s (executor %s) is gone", w.name, w.executor_id)
                 self.workers[w.name] = replace(w, alive=False)
+                changed = True
+                continue
+            since = present[w.executor_id].decommissioning_since
+            if since is not None and w.notice_at is None:
+                log.warning(
+                    "worker %s (executor %s) gave notice: Spark is decommissioning it",
+                    w.name,
+                    w.executor_id,
+                )
+                self.workers[w.name] = replace(w, notice_at=since)
                 changed = True
         for e in executors:
             if e.executor_id in by_executor or e.executor_id in self.retired:

@@ -116,14 +116,23 @@ class WorkerPool:
             self._on_changed(epoch)
 
     def executors_changed(self) -> bool:
-        """An idle stream still notices a join or a loss within a second: force a barrier."""
+        """An idle stream still notices a join, a loss or a notice within a second: force a
+        barrier."""
         if self.config.is_local:
             return False
         seen = self._recent()
         if seen is None:
             return False
-        known = {w.executor_id for w in self.membership.snapshot() if w.alive}
-        return {e.executor_id for e in seen} - self.membership.retired != known
+        workers = [w for w in self.membership.snapshot() if w.alive]
+        known = {w.executor_id for w in workers}
+        if {e.executor_id for e in seen} - self.membership.retired != known:
+            return True
+        noticed = {w.executor_id for w in workers if w.notice_at is not None}
+        return any(
+            e.decommissioning_since is not None
+            for e in seen
+            if e.executor_id in known and e.executor_id not in noticed
+        )
 
     def decommission(self, command: Command, holding: set[int], epoch: int) -> str:
         """``worker.decommission``: drop a drained worker's PUs (``holding``: the PUs that still

@@ -3,6 +3,7 @@ refusals of a ``worker.decommission``."""
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 
@@ -15,8 +16,11 @@ from rescaler.cluster.models import ParallelUnit, Pipeline, RunnerCommand, Worke
 from rescaler.cluster.services import GONE, PipelineNotFound
 from rescaler.runner.workers import tasks
 from rescaler.runner.workers.changes import announce, audit_object, status_set, worker_summary
+from rescaler.runner.workers.notices import worker_notice
 from workers.control import WorkerInfo, WorkerStatus
 from workers.rescale.protocol import CommandKind, Event
+
+log = logging.getLogger(__name__)
 
 
 @transaction.atomic
@@ -102,6 +106,17 @@ def _worker_seen(
         )
     if changed or pus_changed:
         announce(Event.WORKER_STATUS, worker)
+    if info.notice_at is not None and worker.notice_at is None:
+        # Spark is decommissioning its executor: the worker's own notice, taken once this
+        # report is committed (a drain is an operation request of its own)
+        transaction.on_commit(partial(_spark_notice, worker.name))
+
+
+def _spark_notice(name: str) -> None:
+    try:
+        worker_notice(user=None, name=name, origin="spark")
+    except Exception:  # the worker left meanwhile, or the drain was refused: it is logged
+        log.exception("the preemption notice of worker %s (from Spark) was not taken", name)
 
 
 def _pus_record(worker: Worker, numbers: tuple[int, ...]) -> bool:

@@ -16,8 +16,10 @@ from rescaler.cluster.models import Pipeline, Worker
 from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import request_body
+from rescaler.runner.workers import workers_record
+from tests.unit.api.fixtures import PIPELINE, request_body
 from tests.unit.api.test_workers import URL, workers  # noqa: F401 (the fixture)
+from workers.control import WorkerInfo
 from workers.rescale.protocol import Granularity, OperationStatus
 
 pytestmark = pytest.mark.django_db
@@ -176,3 +178,25 @@ def test_a_viewer_may_not_give_notice_and_a_gone_worker_is_409(
     Worker.objects.filter(name="w2").update(status="lost")
     gone = notice(operator_client)
     assert gone.status_code == 409 and gone.json()["code"] == "worker_status_conflict"
+
+
+def test_spark_decommissioning_an_executor_is_the_workers_own_notice(
+    operator_client: APIClient,
+    workers: Pipeline,  # noqa: F811
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    report = [
+        WorkerInfo("w1", "1", "host-a", 2, (0, 1), True, 0),
+        WorkerInfo("w2", "2", "host-b", 2, (2, 3), True, 0, notice_at=1_700_000_000.0),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_record(pipeline=PIPELINE, epoch=3, workers=report)
+    worker = Worker.objects.get(name="w2")
+    assert worker.notice_origin == "spark" and worker.status == "draining"
+    event = AuditEvent.objects.get(action="worker.notice")
+    assert event.actor_name == "worker w2 (self-reported)" and event.after["origin"] == "spark"
+    # the runner reports the same notice at every later barrier: taken once
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_record(pipeline=PIPELINE, epoch=4, workers=report)
+    assert AuditEvent.objects.filter(action="worker.notice").count() == 1
+    assert RescaleOperation.objects.count() == 1

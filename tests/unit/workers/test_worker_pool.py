@@ -73,6 +73,25 @@ def test_a_join_and_a_loss_reach_the_runner_at_the_barrier(tmp_path: Path) -> No
     assert p.pool.usable_pus() == {0, 1}
 
 
+def test_a_decommissioning_executor_is_its_workers_notice_reported_once(tmp_path: Path) -> None:
+    p = Pool(tmp_path)
+    p.seen = [ExecutorSeen("0", "h0", 1), ExecutorSeen("1", "h1", 1)]
+    p.pool.start(spark=None, next_epoch=0)
+    p.seen[1] = ExecutorSeen("1", "h1", 1, decommissioning_since=1_700_000_000.5)
+    assert p.pool.executors_changed(), "an idle stream gets a barrier for the notice"
+    p.pool.observe(4)
+    assert p.changes == [4]
+    (w2,) = [w for w in p.pool.snapshot() if w.name == "w2"]
+    assert w2.notice_at == 1_700_000_000.5 and w2.alive
+    assert [w.notice_at for w in p.pool.snapshot() if w.name == "w1"] == [None]
+    assert not p.pool.executors_changed(), "noticed: no more barriers for it"
+    p.pool.observe(5)
+    assert p.changes == [4], "the same notice is not reported twice"
+    # it survives a restart of the runner (the workers file)
+    again = Pool(tmp_path)
+    assert [w.notice_at for w in again.pool.snapshot() if w.name == "w2"] == [1_700_000_000.5]
+
+
 def test_decommission_refuses_a_worker_holding_vnodes_and_drops_a_drained_one(
     tmp_path: Path,
 ) -> None:
