@@ -61,10 +61,23 @@ def spark_executors(spark: Any) -> list[ExecutorSeen]:
         if executor_id == DRIVER and not sc.master.startswith("local"):
             continue  # the driver runs no task on a cluster
         host = str(s.hostPort()).rsplit(":", 1)[0]
-        state = scheduler.getExecutorDecommissionState(executor_id)
-        since = state.get().startTime() / 1000 if state.isDefined() else None
-        seen.append(ExecutorSeen(executor_id, host, int(s.totalCores()), since))
+        seen.append(
+            ExecutorSeen(
+                executor_id, host, int(s.totalCores()), _decommissioning(scheduler, executor_id)
+            )
+        )
     return sorted(seen, key=lambda e: (len(e.executor_id), e.executor_id))
+
+
+def _decommissioning(scheduler: Any, executor_id: str) -> float | None:
+    """Since when Spark decommissions the executor (unix seconds), or None; a scheduler that
+    cannot say (another Spark's internals) is read as no notice, never as no executor."""
+    try:
+        state = scheduler.getExecutorDecommissionState(executor_id)
+        return float(state.get().startTime()) / 1000 if state.isDefined() else None
+    except Exception:
+        log.debug("no decommission state for executor %s", executor_id, exc_info=True)
+        return None
 
 
 class Membership:
