@@ -71,6 +71,9 @@ def build_spark(config: RunnerConfig, app_name: str) -> Any:
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
         .config("spark.sql.streaming.minBatchesToRetain", "20")
+        # a decommissioning executor (its worker got SIGPWR, its pod an eviction) is the
+        # worker's preemption notice (docs/elastic-workers.md, "Preemption")
+        .config("spark.decommission.enabled", "true")
     )
     for key, value in config.spark_conf:
         builder = builder.config(key, value)

@@ -241,7 +241,22 @@ class LocalProvider:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=_java_env({"SPARK_WORKER_DIR": str(work_dir)}),
+                env=_java_env(
+                    {
+                        "SPARK_WORKER_DIR": str(work_dir),
+                        # SIGPWR (a spot agent's, a node drain's) decommissions the worker and its
+                        # executors gracefully: the driver sees it as a notice (docs/elastic-workers.md)
+                        "SPARK_WORKER_OPTS": " ".join(
+                            filter(
+                                None,
+                                (
+                                    os.environ.get("SPARK_WORKER_OPTS", ""),
+                                    "-Dspark.decommission.enabled=true",
+                                ),
+                            )
+                        ),
+                    }
+                ),
                 start_new_session=True,
             )
         worker = LocalWorker(worker_id, proc.pid, port, webui, cores, str(work_dir), str(log_path))

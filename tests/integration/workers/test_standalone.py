@@ -169,3 +169,57 @@ def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
 
     # 5. exact state, on the PUs the mapping says
     finish_and_check(state, inbox, runner, rows)
+
+
+def test_a_preempted_worker_is_drained_and_nothing_is_lost_when_it_goes_mid_drain(
+    tmp_path: Path, cluster: Any
+) -> None:
+    """Preemption (docs/elastic-workers.md, "Preemption"), the hard case: the notice starts the
+    drain (all at once, as the control plane's notices.py does), and the worker is sent SIGPWR
+    at once, as a spot instance's agent does when the deadline is short: Spark decommissions its
+    executor in the middle of the drain. The runner sees the decommission as the worker's notice
+    if its barrier comes first, else the worker's loss; either way the drain completes (PU tasks
+    run on the other executor, the state directory is shared) and the state equals the oracle."""
+    master, provider = cluster
+    inbox = Inbox(tmp_path / "inbox")
+    state = tmp_path / "state"
+    provider.add(1)
+    provider.add(1)
+    runner = start_runner(
+        state,
+        PIPELINE,
+        "--source",
+        f"dir:{inbox.dir}",
+        "--initial-pus",
+        "1",
+        env={"SPARK_MASTER": master.url, "RESCALER_VNODES": str(VNODES)},
+    )
+    rows = 0
+
+    def more(n: int) -> None:
+        nonlocal rows
+        inbox.drop(n)
+        rows += n
+        wait_idle(runner, rows)
+
+    more(1_000)
+    wait_workers(runner, "two workers", lambda ws: ready(ws.get("w1")) and ready(ws.get("w2")))
+    w2 = workers(runner)["w2"]
+    live(state, runner, "onto-w2", {"added_parallel_units": list(w2.parallel_units)})
+    more(1_000)
+    assert workers(runner)["w2"].notice_at is None
+
+    host = provider.executor_host(w2.executor_id)
+    assert host is not None
+    drain = request({"removed_parallel_units": list(w2.parallel_units)}, "live", "all_at_once")
+    orch = orchestrator(state, runner, "drain-w2", drain, step_timeout_s=120)
+    inbox.drop(1_000)  # records arrive while it drains
+    rows += 1_000
+    os.kill(host.pid, signal.SIGPWR)
+    outcome = orch.run(timeout_s=300).to_json()
+    assert outcome["status"] == "completed", outcome
+    wait_workers(runner, "w2 to go", lambda ws: not ws["w2"].alive)
+    gone = workers(runner)["w2"]
+    print(f"\nw2 gone; its notice {'was' if gone.notice_at else 'was not'} seen first")
+    wait_idle(runner, rows)
+    finish_and_check(state, inbox, runner, rows)
