@@ -11,6 +11,11 @@ urlpatterns = [
     path("rescale/", views.rescale_page, name="rescale"),
     path("operations/", views.history_page, name="history"),
     path("operations/<str:operation_id>/", views.operation_page, name="operation"),
+    path(
+        "operations/<str:operation_id>/cancel",
+        views.operation_cancel_view,
+        name="operation-cancel",
+    ),
     path("snapshots/", snapshots.snapshots_page, name="snapshots"),
     path("snapshots/<str:pipeline>/", snapshots.snapshots_page, name="pipeline-snapshots"),
 ]

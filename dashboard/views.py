@@ -7,23 +7,32 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
+from django_tables2 import RequestConfig
 
 from dashboard.api.errors import ApiError
 from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_get, operation_list
 from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
-from dashboard.format import moved_figures
+from dashboard.forms import CancelForm
+from dashboard.operation_page import page_context as operation_page_context
+from dashboard.tables import StepTable
 from rescaler.health import down_components, public_components, system_health
+from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.requests import operation_cancel
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
+from workers.rescale.errors import RescaleError
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
+
+STEPS_PER_PAGE = 100
 
 
 def _health_body() -> tuple[bool, dict[str, Any]]:
@@ -134,22 +143,42 @@ def cluster_partial(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/partials/cluster.html", _matrix_context(request))
 
 
-@login_required
-@require_GET
-def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
-    """One operation, live: its vnodes by phase, progress, steps and timeline. The page reads
-    ``GET /api/v1/operations/<operation_id>`` and re-reads it on every websocket event."""
+def _operation_or_404(operation_id: str) -> RescaleOperation:
     try:
-        op = operation_get(operation_id=operation_id)
+        return operation_get(operation_id=operation_id)
     except ApiError:
         raise Http404(f"no operation {operation_id!r}") from None
+
+
+def _operation_live_context(
+    request: HttpRequest, op: RescaleOperation, cancel_form: CancelForm | None = None
+) -> dict[str, Any]:
+    """The live part of the operation page: its head, placement, vnodes, steps (a sortable,
+    paginated table), timeline, and the cancel form for those allowed."""
+    steps = StepTable(RescaleStep.objects.filter(operation=op), request=request)
+    RequestConfig(request, paginate={"per_page": STEPS_PER_PAGE}).configure(steps)
+    return {
+        **operation_page_context(op),
+        "steps_table": steps,
+        "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
+        "cancel_form": cancel_form or CancelForm(),
+    }
+
+
+def _render_operation(
+    request: HttpRequest, op: RescaleOperation, cancel_form: CancelForm | None = None
+) -> HttpResponse:
+    context = _operation_live_context(request, op, cancel_form)
+    if request.headers.get("HX-Target") == "operation-live":
+        # the page re-reads its live part (the server saw it miss a version, or an event
+        # that changes the whole page): the same template, without the page around it
+        return render(request, "dashboard/operation/live.html", context)
     return render(
         request,
         "dashboard/operation.html",
         {
-            "op": op,
-            "moved": moved_figures(op),
-            "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
+            **context,
+            "socket_path": f"/ws/operations/{op.operation_id}/page/?version={op.progress_version}",
             "key_fragments": op.fragments,
             "key_fragment": op.fragments[0] if op.fragments else None,
             # the epochs around the operation: a minute before it began to a minute after it ended
@@ -161,7 +190,36 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
             "span_start": (op.started_at or op.created_at).timestamp(),
             "span_end": op.finished_at.timestamp() if op.finished_at else None,
         },
+        status=400 if cancel_form is not None and cancel_form.errors else 200,
     )
+
+
+@login_required
+@require_GET
+def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
+    """One operation: its head (planned against moved, what it waits for), placement, vnodes
+    by phase, steps and timeline, all rendered here (complete without JavaScript). Live, the
+    websocket ``/ws/operations/<id>/page/`` brings each progress event as rendered rows."""
+    return _render_operation(request, _operation_or_404(operation_id))
+
+
+@login_required
+@require_POST
+def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpResponse:
+    """The page's cancel form: the service the API's cancel calls, the same refusals, shown on
+    the form; then back to the operation (a redirect, so a reload does not post again)."""
+    op = _operation_or_404(operation_id)
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("cancelling needs the permission operations.rescale")
+    form = CancelForm(request.POST)
+    if form.is_valid():
+        try:
+            operation_cancel(user=request.user, operation=op)
+        except RescaleError as refused:
+            form.add_error(None, str(refused))
+    if form.errors:
+        return _render_operation(request, _operation_or_404(operation_id), form)
+    return redirect("dashboard:operation", operation_id=op.operation_id)
 
 
 @login_required
