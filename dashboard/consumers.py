@@ -16,12 +16,14 @@ groups of ids it guesses before they are used.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.utils.html import format_html
 
 from rescaler.events import CLUSTER_GROUP, operation_group
 from rescaler.operations.models import RescaleOperation
@@ -90,6 +92,41 @@ class ClusterConsumer(EventConsumer):
         return CLUSTER_GROUP
 
 
+# what the operation page's socket sends: the state of the connection, and the order to re-read
+# the page's live part (an element swapped in by id, whose load makes htmx GET the page again)
+LIVE = '<span id="live-state" class="live" hx-swap-oob="true">live</span>'
+RESYNC = (
+    '<div id="live-resync" hx-swap-oob="true" hx-get="" hx-trigger="load" '
+    'hx-target="#operation-live" hx-swap="outerHTML" hidden></div>'
+)
+
+
+class ClusterPageConsumer(ClusterConsumer):
+    """``/ws/cluster/page/``: the cluster page's socket (htmx's websocket extension). It says the
+    page is live, then each event as one hidden element swapped in by id (``#cluster-event``),
+    after which the page re-reads its live part and the charts add an epoch; JSON clients use
+    ``/ws/cluster/``."""
+
+    async def connect(self) -> None:
+        await super().connect()
+        if self.joined:
+            await self.send(text_data=LIVE)
+
+    async def as_element(self, event: dict[str, Any]) -> None:
+        await self.send(
+            text_data=format_html(
+                '<div id="cluster-event" hx-swap-oob="true" hidden data-type="{}" '
+                'data-payload="{}"></div>',
+                event.get("type", ""),
+                json.dumps(event.get("payload", {}), default=str),
+            )
+        )
+
+
+for _event in Event:
+    setattr(ClusterPageConsumer, _event.value.replace(".", "_"), ClusterPageConsumer.as_element)
+
+
 class OperationConsumer(EventConsumer):
     """``/ws/operations/<operation_id>/``: one operation's progress, phase by phase."""
 
@@ -100,15 +137,6 @@ class OperationConsumer(EventConsumer):
         if not await database_sync_to_async(operation_exists)(operation_id):
             return None
         return operation_group(operation_id)
-
-
-# what the operation page's socket sends: the state of the connection, and the order to re-read
-# the page's live part (an element swapped in by id, whose load makes htmx GET the page again)
-LIVE = '<span id="live-state" class="live" hx-swap-oob="true">live</span>'
-RESYNC = (
-    '<div id="live-resync" hx-swap-oob="true" hx-get="" hx-trigger="load" '
-    'hx-target="#operation-live" hx-swap="outerHTML" hidden></div>'
-)
 
 
 @database_sync_to_async

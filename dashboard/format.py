@@ -52,6 +52,17 @@ def duration(seconds: Any) -> str:
     return f"{h // 24} d {h % 24} h"
 
 
+def vnode_ranges(vnodes: Any) -> str:
+    """Vnodes as runs: "0–127 256 300–301" (16,384 vnodes in a row stay one word)."""
+    runs: list[list[int]] = []
+    for v in sorted(int(v) for v in vnodes):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return " ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs) or "none"
+
+
 def percent(share: float | None) -> str:
     """A share (0..1) as a whole percentage, never over 100 %."""
     return "" if share is None else f"{min(round(share * 100), 100)} %"

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Prefetch
+
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
 from rescaler.audit.models import AuditEvent
@@ -78,6 +80,36 @@ class Summary:
     steps_total: int
     cancellable: bool  # still running and not already cancelling (the service decides)
     progress_version: int
+
+
+# what the page reads of every step (not the per-vnode figures: the steps table reads its own
+# page of full rows)
+PAGE_STEP_FIELDS = (
+    "operation",
+    "step",
+    "fragment",
+    "source_pu",
+    "target_pu",
+    "vnodes",
+    "phase",
+    "keys",
+    "bytes",
+    "keys_moved",
+    "bytes_moved",
+    "timings",
+)
+
+
+def operation_for_page(*, operation_id: str) -> RescaleOperation | None:
+    """One operation with what the page reads of its steps (16,384 steps: each a few fields,
+    not the whole row); None if there is none."""
+    steps = RescaleStep.objects.only(*PAGE_STEP_FIELDS).order_by("step")
+    return (
+        RescaleOperation.objects.select_related("pipeline", "requested_by")
+        .prefetch_related(Prefetch("steps", queryset=steps))
+        .filter(operation_id=operation_id)
+        .first()
+    )
 
 
 def _elapsed_s(op: RescaleOperation, now: float) -> float | None:

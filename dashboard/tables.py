@@ -4,26 +4,14 @@ declared once. Sorting is the query string's ``sort`` (``?sort=-keys``), paginat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import django_tables2 as tables
 from django.utils.html import format_html
 
-from dashboard.format import count, size
+from dashboard.format import count, duration, size, vnode_ranges
 from dashboard.operation_page import PHASE_SYMBOL, in_phase
 from rescaler.operations.models import RescaleStep
-
-
-def vnode_ranges(vnodes: Iterable[int]) -> str:
-    """Vnodes as runs: "0–127 256 300–301" (a step of 16,384 vnodes stays one line)."""
-    runs: list[list[int]] = []
-    for v in sorted(int(v) for v in vnodes):
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    return " ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs) or "none"
 
 
 class CountColumn(tables.Column):
@@ -87,3 +75,114 @@ class StepTable(tables.Table):
 
     def render_in_phase(self, record: RescaleStep) -> str:
         return in_phase(record)
+
+
+class WorkerTable(tables.Table):
+    """The workers of the cluster page: status, where they run, their PUs; sortable with
+    ``?workers-sort=``. The actions column (for those allowed) links each action its status
+    allows (``WorkerRow``) to its form."""
+
+    name = tables.Column(verbose_name="Worker", attrs={"td": {"class": "name"}})
+    status = tables.TemplateColumn(
+        template_name="dashboard/partials/worker_status.html", verbose_name="Status"
+    )
+    executor_id = tables.Column(verbose_name="Executor", default="–")
+    host = tables.Column(verbose_name="Host", default="–", attrs={"td": {"class": "host"}})
+    cores = CountColumn(verbose_name="Cores")
+    parallel_units = tables.Column(verbose_name="PUs", orderable=False)
+    bootstrap = tables.Column(
+        verbose_name="Bootstrapped", order_by=("bootstrapped_epoch",), empty_values=()
+    )
+    locality = tables.Column(verbose_name="Locality", empty_values=())
+    reason = tables.Column(
+        verbose_name="Reason", orderable=False, attrs={"td": {"class": "reason"}}
+    )
+    actions = tables.TemplateColumn(
+        template_name="dashboard/partials/worker_actions.html",
+        verbose_name="Actions",
+        orderable=False,
+        attrs={"td": {"class": "worker-actions"}},
+    )
+
+    class Meta:
+        attrs = {"class": "components workers", "aria-labelledby": "workers-title"}
+        row_attrs = {
+            "data-worker": lambda record: record.name,
+            "data-status": lambda record: record.status,
+            "class": lambda record: "worker-row gone" if record.gone else "worker-row",
+        }
+        empty_text = (
+            "No worker has registered yet: the runner reports its executors at its first barrier."
+        )
+        prefix = "workers-"
+
+    def render_parallel_units(self, value: Any) -> str:
+        return vnode_ranges(value) if value else "none"
+
+    def render_locality(self, value: float | None) -> str:
+        return "–" if value is None else f"{round(value * 100)} %"
+
+    def render_reason(self, value: str) -> str:
+        return value
+
+    def order_bootstrap(self, records: Any, is_descending: bool) -> tuple[Any, bool]:
+        """Never-bootstrapped (-1) first, then by epoch; a worker there from the start last."""
+        key = lambda r: (r.bootstrapped_epoch is None, r.bootstrapped_epoch or 0)  # noqa: E731
+        return sorted(records, key=key, reverse=is_descending), True
+
+    def order_locality(self, records: Any, is_descending: bool) -> tuple[Any, bool]:
+        key = lambda r: (r.locality is None, r.locality or 0.0)  # noqa: E731
+        return sorted(records, key=key, reverse=is_descending), True
+
+
+class HistoryTable(tables.Table):
+    """Every operation with its reason and what it moved (numbers as every page prints them),
+    newest first; sortable with ``?sort=``, 50 to a page."""
+
+    operation_id = tables.Column(
+        verbose_name="Operation",
+        linkify=("dashboard:operation", {"operation_id": tables.A("operation_id")}),
+    )
+    fragments = tables.Column(verbose_name="Fragments", orderable=False)
+    strategy = tables.Column(verbose_name="Strategy")
+    status = tables.Column(verbose_name="Status")
+    requested_by = tables.Column(
+        verbose_name="Requested by", accessor="requested_by__username", default="—"
+    )
+    reason = tables.Column(
+        verbose_name="Reason", orderable=False, attrs={"td": {"class": "reason"}}
+    )
+    created_at = tables.DateTimeColumn(verbose_name="Requested", format="Y-m-d H:i:s")
+    duration = tables.Column(verbose_name="Duration", accessor="duration_s", orderable=False)
+    vnodes_moved = CountColumn(verbose_name="Vnodes")
+    keys_moved = CountColumn(verbose_name="Keys")
+    bytes_moved = SizeColumn(verbose_name="Bytes")
+    outcome = tables.Column(verbose_name="Outcome", orderable=False, default="")
+
+    class Meta:
+        attrs = {"class": "components history"}
+        row_attrs = {"data-operation": lambda record: record.operation_id}
+        empty_text = "No operation matches."
+        order_by = ("-created_at",)
+
+    def render_operation_id(self, value: str) -> str:
+        return format_html("<code>{}</code>", value)
+
+    def render_fragments(self, value: Any) -> str:
+        return ", ".join(value)
+
+    def render_status(self, value: str) -> str:
+        return format_html('<span class="badge status-{}">{}</span>', value, value)
+
+    def render_reason(self, value: str) -> str:
+        if len(value) > 120:
+            return format_html('<span title="{}">{}…</span>', value, value[:119])
+        return value
+
+    def render_duration(self, value: float | None) -> str:
+        return "—" if value is None else duration(value)
+
+    def render_outcome(self, value: str, record: Any) -> str:
+        if record.error_code:
+            return format_html("{} <code>{}</code>", value, record.error_code)
+        return value

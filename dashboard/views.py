@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
@@ -16,23 +17,34 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_tables2 import RequestConfig
 
-from dashboard.api.errors import ApiError
 from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
-from dashboard.api.selectors import cluster_info, operation_get, operation_list
-from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
-from dashboard.forms import CancelForm
+from dashboard.api.selectors import cluster_info, operation_list
+from dashboard.console import (
+    METRICS,
+    WorkerRow,
+    cluster_matrix,
+    epoch_series,
+    matrix_view,
+    worker_rows,
+)
+from dashboard.format import count, vnode_ranges
+from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm
+from dashboard.operation_page import operation_for_page
 from dashboard.operation_page import page_context as operation_page_context
-from dashboard.tables import StepTable
+from dashboard.tables import HistoryTable, StepTable, WorkerTable
+from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_cancel
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
+from rescaler.runner import workers as worker_services
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
 from workers.rescale.errors import RescaleError
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
 
 STEPS_PER_PAGE = 100
+HISTORY_PER_PAGE = 50
 
 
 def _health_body() -> tuple[bool, dict[str, Any]]:
@@ -81,48 +93,124 @@ def _component_rows(components: dict[str, dict[str, Any]]) -> list[dict[str, Any
     ]
 
 
-def _matrix_context(request: HttpRequest) -> dict[str, Any]:
-    """The matrix and the workers table, from one ``cluster_info()``. Whether the user may act
-    on workers decides only which buttons are drawn: the API refuses the action itself."""
-    cluster = cluster_info()
+def _last_epoch(pipeline: str | None) -> dict[str, Any] | None:
+    """The pipeline's last committed epoch: its number, records and time, as the ticker says."""
+    if pipeline is None:
+        return None
+    last = (
+        EpochMetric.objects.filter(pipeline__name=pipeline)
+        .order_by("-epoch")
+        .values("epoch", "rows", "duration_s")
+        .first()
+    )
+    if last is None:
+        return None
     return {
-        "matrix": cluster_matrix(cluster),
+        "epoch": last["epoch"],
+        "rows": count(last["rows"]),
+        "duration": f"{last['duration_s'] * 1000:.0f} ms",
+    }
+
+
+def _worker_action(
+    request: HttpRequest,
+    rows: tuple[WorkerRow, ...],
+    *,
+    action: str | None,
+    name: str | None,
+    form: forms.Form | None = None,
+) -> dict[str, Any] | None:
+    """The worker action the page has open (``?act=drain&on=local-0``, or a refused post):
+    its words, and its form. None when the user may not act or the worker's status does not
+    offer it (the service would refuse it anyway)."""
+    if not request.user.has_perm(RESCALE_PERMISSION) or action not in WORKER_ACTIONS:
+        return None
+    row = next((r for r in rows if r.name == name), None)
+    if row is None:
+        return None
+    offered = {"cordon": row.can_cordon, "uncordon": row.can_uncordon, "drain": row.can_drain}
+    if form is None and not offered[action]:
+        return None
+    words = WORKER_ACTIONS[action]
+    fill = {"worker": row.name, "pus": vnode_ranges(row.parallel_units)}
+    return {
+        "action": action,
+        "worker": row.name,
+        "title": words["title"].format(**fill),
+        "what": words["what"].format(**fill),
+        "button": words["button"].format(**fill),
+        "destructive": action == "drain",
+        "form": form or words["form"](),
+    }
+
+
+def _cluster_context(
+    request: HttpRequest,
+    *,
+    action: dict[str, Any] | None = None,
+    add_form: AddWorkerForm | None = None,
+) -> dict[str, Any]:
+    """The cluster page's live part from one ``cluster_info()``: the matrix as the query string
+    asks for it (metric, by PU or worker, a selected cell), the workers table, the running
+    operations and the last epoch. Whether the user may act on workers decides only which
+    forms are drawn: the services refuse the action itself."""
+    cluster = cluster_info()
+    matrix = cluster_matrix(cluster)
+    rows = worker_rows(cluster)
+    can_act = request.user.has_perm(RESCALE_PERMISSION)
+    workers = WorkerTable(rows, exclude=() if can_act else ("actions",))
+    RequestConfig(request, paginate=False).configure(workers)
+    pipelines = [p["name"] for p in cluster["pipelines"]]
+    query = request.GET
+    return {
+        "matrix": matrix_view(
+            matrix,
+            metric=query.get("metric"),
+            by=query.get("by"),
+            worker=query.get("worker"),
+            cell=query.get("cell"),
+        ),
         "metrics": METRICS,
         "cluster": cluster,
-        "workers": worker_rows(cluster),
-        "can_act": request.user.has_perm(RESCALE_PERMISSION),
+        "workers_table": workers,
+        "can_act": can_act,
         "cores_min": CORES_MIN,
         "cores_max": CORES_MAX,
+        "add_form": add_form or AddWorkerForm(),
+        "worker_action": action
+        or _worker_action(request, rows, action=query.get("act"), name=query.get("on")),
+        "running": operation_list().exclude(status__in=FINAL)[:20],
+        "last_epoch": _last_epoch(pipelines[0] if pipelines else None),
+        "key_fragments": [row.fragment for row in matrix.rows],
+        "epochs_pipeline": pipelines[0] if pipelines else None,
     }
+
+
+def _render_home(request: HttpRequest, status: int = 200, **forms_: Any) -> HttpResponse:
+    context = _cluster_context(request, **forms_)
+    ok, body = _health_body()
+    pipeline = context["epochs_pipeline"]
+    return render(
+        request,
+        "dashboard/cluster.html",
+        {
+            **context,
+            "health": body,
+            "all_up": ok,
+            "components": _component_rows(body["components"]),
+            "epochs": epoch_series(pipeline=pipeline) if pipeline else None,
+        },
+        status=status,
+    )
 
 
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """The cluster page: component health, the fragment × PU matrix, the workers (with their
-    actions, for those allowed) and running operations. The last-epoch ticker, the matrix and
-    the workers table update live over ws/cluster/."""
-    ok, body = _health_body()
-    last_epoch = body["components"]["runner"].get("last_epoch")
-    running = operation_list().exclude(status__in=FINAL)[:20]
-    matrix = _matrix_context(request)
-    pipelines = [p["name"] for p in matrix["cluster"]["pipelines"]]
-    return render(
-        request,
-        "dashboard/cluster.html",
-        {
-            **matrix,
-            "health": body,
-            "all_up": ok,
-            "components": _component_rows(body["components"]),
-            # The runner reports -1 until its first epoch commits.
-            "last_epoch": last_epoch if isinstance(last_epoch, int) and last_epoch >= 0 else None,
-            "running": running,
-            "key_fragments": [row.fragment for row in matrix["matrix"].rows],
-            "epochs_pipeline": pipelines[0] if pipelines else None,
-            "epochs": epoch_series(pipeline=pipelines[0]) if pipelines else None,
-        },
-    )
+    actions, for those allowed) and running operations, complete without JavaScript. Live, the
+    page re-reads its live part (``cluster_partial``) after the events of ``ws/cluster/``."""
+    return _render_home(request)
 
 
 @never_cache
@@ -130,24 +218,92 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 def matrix_partial(request: HttpRequest) -> HttpResponse:
     """The matrix alone."""
-    return render(request, "dashboard/partials/matrix.html", _matrix_context(request))
+    return render(request, "dashboard/partials/matrix.html", _cluster_context(request))
 
 
 @never_cache
 @login_required
 @require_GET
 def cluster_partial(request: HttpRequest) -> HttpResponse:
-    """The matrix and the workers table, re-fetched together by the cluster page when the
-    cluster changes (an epoch, an operation, a worker's event): one query of the cluster for
-    both, so the headers and the table never show two different moments."""
-    return render(request, "dashboard/partials/cluster.html", _matrix_context(request))
+    """The cluster page's live part (the last epoch, the matrix, the workers table and the
+    running operations) as the same query string shows it, re-read by the page (htmx) when the
+    cluster changes: one query of the cluster for all, so they never show two moments."""
+    return render(request, "dashboard/partials/cluster.html", _cluster_context(request))
+
+
+@never_cache
+@login_required
+@require_GET
+def health_partial(request: HttpRequest) -> HttpResponse:
+    """The components' health, re-read by the cluster page every 10 s."""
+    ok, body = _health_body()
+    return render(
+        request,
+        "dashboard/partials/health.html",
+        {"health": body, "all_up": ok, "components": _component_rows(body["components"])},
+    )
+
+
+@login_required
+@require_POST
+def worker_add_view(request: HttpRequest) -> HttpResponse:
+    """The page's "add worker" form: the service the API calls (``worker_add``), its refusal
+    on the form; then back to the cluster page."""
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("adding a worker needs the permission operations.rescale")
+    form = AddWorkerForm(request.POST)
+    if form.is_valid():
+        try:
+            added = worker_services.worker_add(user=request.user, cores=form.cleaned_data["cores"])
+        except RescaleError as refused:
+            form.add_error(None, f"{refused.code}: {refused}")
+        else:
+            messages.success(request, f"Asked {added.provider} for a worker: {added.answer}")
+            return redirect("dashboard:home")
+    return _render_home(request, status=400, add_form=form)
+
+
+WORKER_SERVICES: dict[str, Any] = {
+    "cordon": worker_services.worker_cordon,
+    "uncordon": worker_services.worker_uncordon,
+    "drain": worker_services.worker_drain,
+}
+
+
+@login_required
+@require_POST
+def worker_action_view(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Cordon, uncordon or drain one worker from its form: the services the API calls, their
+    refusals on the form, then back to the cluster page with what was done."""
+    if action not in WORKER_SERVICES:
+        raise Http404(f"no worker action {action!r}")
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("worker actions need the permission operations.rescale")
+    form = WORKER_ACTIONS[action]["form"](request.POST)
+    if form.is_valid():
+        try:
+            done = WORKER_SERVICES[action](
+                user=request.user, name=name, reason=form.cleaned_data["reason"]
+            )
+        except RescaleError as refused:
+            form.add_error(None, f"{refused.code}: {refused}")
+        else:
+            said = WORKER_ACTIONS[action]["done"].format(worker=name)
+            operation = getattr(done, "operation", None)
+            if operation is not None:
+                said += f" Operation {operation.operation_id} moves its vnodes."
+            messages.success(request, said)
+            return redirect("dashboard:home")
+    rows = worker_rows(cluster_info())
+    opened = _worker_action(request, rows, action=action, name=name, form=form)
+    return _render_home(request, status=400, action=opened)
 
 
 def _operation_or_404(operation_id: str) -> RescaleOperation:
-    try:
-        return operation_get(operation_id=operation_id)
-    except ApiError:
-        raise Http404(f"no operation {operation_id!r}") from None
+    op = operation_for_page(operation_id=operation_id)
+    if op is None:
+        raise Http404(f"no operation {operation_id!r}")
+    return op
 
 
 def _operation_live_context(
@@ -155,7 +311,7 @@ def _operation_live_context(
 ) -> dict[str, Any]:
     """The live part of the operation page: its head, placement, vnodes, steps (a sortable,
     paginated table), timeline, and the cancel form for those allowed."""
-    steps = StepTable(RescaleStep.objects.filter(operation=op), request=request)
+    steps = StepTable(RescaleStep.objects.filter(operation=op))
     RequestConfig(request, paginate={"per_page": STEPS_PER_PAGE}).configure(steps)
     return {
         **operation_page_context(op),
@@ -245,7 +401,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
 @require_GET
 def history_page(request: HttpRequest) -> HttpResponse:
     """Every operation, newest first, filtered exactly as ``GET /api/v1/operations`` filters
-    (the same FilterSet), 50 to a page."""
+    (the same FilterSet), 50 to a page, sorted by any column with ``?sort=``."""
     params = request.GET.copy()
     for name in ("created_after", "created_before"):  # the browser's local time, no zone
         value = params.get(name, "")
@@ -256,13 +412,15 @@ def history_page(request: HttpRequest) -> HttpResponse:
     filterset = OperationFilter(params, queryset=operation_list())
     errors = {} if filterset.is_valid() else filterset.errors
     operations = filterset.qs if not errors else operation_list().none()
-    page = Paginator(operations, 50).get_page(request.GET.get("page"))
-    params.pop("page", None)
+    table = HistoryTable(operations)
+    RequestConfig(request, paginate={"per_page": HISTORY_PER_PAGE}).configure(table)
+    for name in ("page", "sort"):
+        params.pop(name, None)
     return render(
         request,
         "dashboard/history.html",
         {
-            "page": page,
+            "table": table,
             "errors": errors,
             "current": {k: request.GET.get(k) for k in OperationFilter.base_filters},
             "query": params.urlencode(),

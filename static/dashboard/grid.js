@@ -98,14 +98,6 @@
   });
   // the live part re-read whole: new canvases
   document.body.addEventListener("htmx:afterSettle", drawNew);
-  // the socket's state, as htmx's websocket extension reports it (the server says "live")
-  document.body.addEventListener("htmx:wsClose", () => {
-    const state = document.getElementById("live-state");
-    if (state) {
-      state.textContent = "not live: reconnecting";
-      state.className = "muted";
-    }
-  });
   let resized = null;
   window.addEventListener("resize", () => {
     window.clearTimeout(resized);

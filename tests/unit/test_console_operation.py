@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from dashboard.format import vnode_ranges
 from dashboard.live import operation_delta_html
 from dashboard.operation_page import PHASE_INDEX, fragment_views, operation_summary
-from dashboard.tables import vnode_ranges
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.progress import operation_progress_record
