@@ -2,24 +2,12 @@
 // /api/v1/operations, first with dry_run), so the page and automation share one path: the same
 // parser, validation, refusals and audit. The plan is drawn against the current placement
 // before anything moves; Start sends the dry run's plan_id, so the operation is exactly the
-// plan shown (or refused with plan_stale); a refusal is shown next to the field it concerns.
+// plan shown (or refused with plan_stale); a refusal is shown next to the field the API says it
+// concerns (the error's "field").
 (function () {
   "use strict";
 
   const $ = (id) => document.getElementById(id);
-  // which form field each refusal code concerns
-  const FIELD_OF_CODE = {
-    unknown_fragment: "fragment", fragment_not_stateful: "fragment", fragment_busy: "fragment",
-    unknown_parallel_unit: "added_parallel_units", parallel_unit_on_dead_worker: "added_parallel_units",
-    parallel_unit_already_in_fragment: "added_parallel_units",
-    // elastic workers: a PU whose worker takes no new vnodes (docs/elastic-workers.md)
-    worker_not_active: "added_parallel_units", worker_not_bootstrapped: "added_parallel_units",
-    parallel_unit_lost: "added_parallel_units", parallel_unit_removed: "added_parallel_units",
-    parallel_unit_not_in_fragment: "removed_parallel_units",
-    removes_every_parallel_unit: "removed_parallel_units",
-    parallel_unit_added_and_removed: "removed_parallel_units",
-    nothing_to_do: "added_parallel_units",
-  };
   const { bytes, el } = window.rescalerFormat;
   const number = (v) => window.rescalerFormat.number(v || 0);
 
@@ -95,18 +83,9 @@
     $("form-error").hidden = true;
   }
 
-  function fieldOf(code, detail, about) {
-    // a refusal about the plan_id (plan_stale, unknown_plan) concerns no field of the form
-    if (about === "plan_id") return null;
-    if (FIELD_OF_CODE[code]) return FIELD_OF_CODE[code];
-    if (/granularity/.test(detail || "")) return "granularity";
-    if (/reason/.test(detail || "")) return "reason";
-    if (/strategy/.test(detail || "")) return "strategy";
-    return null;
-  }
-
-  function showError(code, detail, about) {
-    const field = fieldOf(code, detail, about);
+  // the API names the request field a refusal concerns (its "field"); the form has a box of
+  // that name, or shows the refusal above its buttons (plan_id, or no one field)
+  function showError(code, detail, field) {
     const box = field && form.querySelector(`.field[data-field="${field}"]`);
     const text = `${code}: ${detail}`;
     if (box) {
