@@ -20,7 +20,7 @@ def count(value: int | float | None) -> str:
 
 
 def size(value: int | float | None) -> str:
-    """Bytes in the largest unit under 1024 of it ("2.7 MB"), as ``format.js`` ``bytes``."""
+    """Bytes in the largest unit under 1024 of it ("2.7 MB")."""
     if value is None:
         return "–"
     amount = float(value)

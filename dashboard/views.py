@@ -14,12 +14,14 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_tables2 import RequestConfig
 
+from dashboard.api.errors import status_for
 from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_list
+from dashboard.api.serializers import DryRunSerializer
 from dashboard.console import (
     METRICS,
     WorkerRow,
@@ -30,13 +32,15 @@ from dashboard.console import (
 )
 from dashboard.format import count, vnode_ranges
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm
+from dashboard.key_finder import key_finder
 from dashboard.operation_page import operation_for_page
 from dashboard.operation_page import page_context as operation_page_context
+from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
 from dashboard.tables import HistoryTable, StepTable, WorkerTable
 from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
 from rescaler.operations.models import RescaleOperation, RescaleStep
-from rescaler.operations.requests import operation_cancel
+from rescaler.operations.requests import operation_cancel, operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from rescaler.runner import workers as worker_services
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
@@ -199,6 +203,7 @@ def _render_home(request: HttpRequest, status: int = 200, **forms_: Any) -> Http
             "all_up": ok,
             "components": _component_rows(body["components"]),
             "epochs": epoch_series(pipeline=pipeline) if pipeline else None,
+            "finder": key_finder(request.GET, context["key_fragments"]),
         },
         status=status,
     )
@@ -336,7 +341,7 @@ def _render_operation(
             **context,
             "socket_path": f"/ws/operations/{op.operation_id}/page/?version={op.progress_version}",
             "key_fragments": op.fragments,
-            "key_fragment": op.fragments[0] if op.fragments else None,
+            "finder": key_finder(request.GET, list(op.fragments)),
             # the epochs around the operation: a minute before it began to a minute after it ended
             "epochs": epoch_series(
                 pipeline=op.pipeline.name,
@@ -379,21 +384,75 @@ def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpRespon
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def rescale_page(request: HttpRequest) -> HttpResponse:
-    """Pick a fragment and its new PUs, preview the plan (a dry run), then start it: the page
-    posts to ``/api/v1/operations`` like any client, so it has no rules of its own."""
+    """Pick a fragment and its new PUs, preview the plan (a dry run), then start exactly it (its
+    ``plan_id``): a Django form whose body is the API's request, given to the service the API
+    calls, so the page has no rules of its own and its refusals land on their fields."""
     cluster = cluster_info()
-    matrix = cluster_matrix(cluster)
+    fragments = [f for f in cluster["fragments"] if f["kind"] == "stateful"]
+    columns = cluster_matrix(cluster).columns
+    open_pus = set(parallel_units_open_to_vnodes())
+    can_rescale = request.user.has_perm(RESCALE_PERMISSION)
+    options: dict[str, Any] = {
+        "fragments": fragments,
+        "parallel_units": columns,
+        "open_pus": open_pus,
+    }
+    plan = None
+    status = 200
+    if request.method == "POST":
+        if not can_rescale:
+            raise PermissionDenied("rescaling needs the permission operations.rescale")
+        form = RescaleForm(request.POST, **options)
+        if not form.is_valid():
+            status = 400
+        else:
+            plan_id = form.cleaned_data["plan_id"] if request.POST.get("action") == "start" else ""
+            try:
+                if plan_id:
+                    op = operation_request(
+                        user=request.user, body=form.body(dry_run=False), plan_id=plan_id
+                    )
+                    return redirect("dashboard:operation", operation_id=op.operation_id)
+                planned = operation_request(user=request.user, body=form.body(dry_run=True))
+            except RescaleError as refused:
+                form.refuse(refused)
+                status = status_for(refused)
+            else:
+                shown = plan_view(DryRunSerializer(planned).data)
+                data = request.POST.copy()
+                data["plan_id"] = shown["plan_id"]
+                data.setlist("add", [str(p) for p in form.cleaned_data["add"]])
+                data.setlist("remove", [str(p) for p in form.cleaned_data["remove"]])
+                form = RescaleForm(data, **options)
+                form.is_valid()
+                plan = shown
+    else:
+        form = RescaleForm(initial={"fragment": request.GET.get("fragment")}, **options)
+    chosen_name = (form.data.get("fragment") if form.is_bound else None) or request.GET.get(
+        "fragment"
+    )
+    chosen = next((f for f in fragments if f["name"] == chosen_name), None) or (
+        fragments[0] if fragments else None
+    )
     return render(
         request,
         "dashboard/rescale.html",
         {
-            "fragments": [f for f in cluster["fragments"] if f["kind"] == "stateful"],
-            "parallel_units": matrix.columns,
-            "open_pus": parallel_units_open_to_vnodes(),
-            "can_rescale": request.user.has_perm(RESCALE_PERMISSION),
+            "form": form,
+            "plan": plan,
+            "fragments": fragments,
+            "chosen": chosen,
+            "chosen_pus": set(chosen["parallel_units"]) if chosen else set(),
+            "added": form.ticked("add"),
+            "removed": form.ticked("remove"),
+            "parallel_units": columns,
+            "open_pus": open_pus,
+            "custom": CUSTOM,
+            "can_rescale": can_rescale,
         },
+        status=status,
     )
 
 

@@ -36,6 +36,12 @@ def get(mapping: dict[str, Any], key: str) -> Any:
 
 
 @register.filter
+def get_field(form: Any, name: str) -> Any:
+    """``form[name]``: a bound field by a name held in a variable."""
+    return form[name]
+
+
+@register.filter
 def percent(share: float | None) -> str:
     """A share (0..1) as a whole percentage; "–" when there is none yet (no task counted),
     which is not the same as 0 % (every task ran away from home)."""

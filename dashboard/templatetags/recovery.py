@@ -1,5 +1,5 @@
 """Template filters of the Snapshots page: numbers as the other pages print them (thousands
-separated by commas, as ``format.js`` does with ``toLocaleString``), ages and durations."""
+separated by commas, ``dashboard.format``), ages and durations."""
 
 from __future__ import annotations
 

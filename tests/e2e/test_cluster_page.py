@@ -67,7 +67,6 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert "word_count on PU 1" in detail.inner_text()
     assert "vnodes: 8–15" in detail.inner_text()
     page.wait_for_selector('#live-state:text("live")')
-    page.evaluate("window.__sameDocument = true")
     assert page.locator("#epoch-charts").get_attribute("data-points") == "1"
 
     # the key finder: hash -> vnode -> the PU that owns it
@@ -79,6 +78,8 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert f"vnode{vnode} (mapping v1)" in facts.inner_text().replace("\n", "")
     assert f"owner nowPU {0 if vnode < 8 else 1}" in facts.inner_text().replace("\n", "")
     screenshot(page, "cluster")
+    page.wait_for_selector('#live-state:text("live")')
+    page.evaluate("window.__sameDocument = true")
 
     # the runner moves four vnodes to PU 2 and commits an epoch: the page follows, no reload
     mapping = [0] * 6 + [2] * 4 + [1] * 6

@@ -46,7 +46,6 @@ def request_from_page(page: Any, live_url: str, target: int, preset: str, reason
     page.goto(f"{live_url}/rescale/")
     page.get_by_label("Fragment", exact=True).select_option("word_count")
     page.get_by_label("Number of parallel units", exact=True).fill(str(target))
-    page.get_by_label("Number of parallel units", exact=True).dispatch_event("change")
     page.get_by_label("Preset", exact=True).select_option(preset)
     page.get_by_label("Reason (goes to the audit trail)", exact=True).fill(reason)
     page.get_by_role("button", name="Preview plan").click()
@@ -68,12 +67,11 @@ def test_an_operator_rescales_from_the_browser_and_follows_it_live(
     running_pipeline(processes)
     processes.worker("worker-1")
     page = sign_in(browser, live_url, "operator", perms=("rescale",))
-    page.wait_for_selector('button.cell[data-fragment="word_count"][data-pu="1"]')
-    assert page.locator('button.cell[data-fragment="word_count"]').count() == 2
+    page.wait_for_selector('a.cell[data-fragment="word_count"][data-pu="1"]')
+    assert page.locator('a.cell[data-fragment="word_count"]').count() == 2
 
     # scale out 2 -> 4, one vnode at a time, watched from the operation page without reload
     first = request_from_page(page, live_url, 4, "fluid", "e2e: scale out for the peak")
-    page.evaluate("window.__sameDocument = true")
     page.locator("#live-state:text('live')").wait_for()
 
     # the key finder on a key whose vnode this operation will move (the last planned one)
@@ -86,6 +84,9 @@ def test_an_operator_rescales_from_the_browser_and_follows_it_live(
     facts = page.locator("#key-result dl").inner_text()
     assert f"vnode\n{vnode} " in facts and f"operation {first}" in facts, facts
     assert "→" in facts.split("moving", 1)[1].split("state", 1)[0], facts
+    # the key finder is a form (the page reloaded): from here on, no reload
+    page.locator("#live-state:text('live')").wait_for()
+    page.evaluate("window.__sameDocument = true")
     done = '#phase-counts-word_count li[data-phase="done"]'
     page.wait_for_selector(done, timeout=240_000)
     screenshot(page, "operation-mid-migration")

@@ -144,8 +144,9 @@ def test_the_rescale_page_offers_only_the_pus_the_cluster_view_opens_to_vnodes(
     page = client.get("/rescale/").content.decode()
     for pu in (2, 4, 5):
         assert "disabled" in _add_box(page, pu), pu
-    for pu in (0, 1, 3):
-        assert "disabled" not in _add_box(page, pu), pu
+    assert "disabled" not in _add_box(page, 3)
+    for pu in (0, 1):  # in the fragment already: offered for removal only
+        assert f'name="add" value="{pu}"' not in page and f'name="remove" value="{pu}"' in page
 
 
 def test_the_matrix_is_shown_by_pu_or_by_worker_from_the_query_string(signed_in: Client) -> None:
@@ -176,3 +177,54 @@ def test_past_32_pus_the_matrix_is_one_column_per_worker() -> None:
     columns = tuple(PuColumn(pu=n, worker=f"w{n // 8}", alive=True) for n in range(64))
     view = matrix_view(Matrix(columns=columns, rows=(), epoch=None))
     assert len(columns) > PU_COLUMNS_MAX and view.by == "worker" and len(view.columns) == 8
+
+
+def test_the_rescale_form_previews_then_starts_exactly_the_plan_shown(signed_in: Client) -> None:
+    """The page's form is the API's request: a dry run first, then its plan_id; the service's
+    refusals land on the field the API names, "reason required" on the reason."""
+    form = {
+        "fragment": "word_count",
+        "target": "4",
+        "strategy": "live",
+        "preset": "batched",
+        "reason": "more room",
+    }
+    no_reason = signed_in.post("/rescale/", {**form, "reason": "", "action": "preview"})
+    assert no_reason.status_code == 400 and "reason_required" in no_reason.content.decode()
+    refused = signed_in.post(
+        "/rescale/", {**form, "target": "", "remove": ["0", "1"], "action": "preview"}
+    )
+    page = refused.content.decode()
+    box = page[
+        page.index('data-field="remove"') : page.index(
+            "</fieldset>", page.index('data-field="remove"')
+        )
+    ]
+    assert "removes_every_parallel_unit" in box
+    preview = signed_in.post("/rescale/", {**form, "action": "preview"})
+    page = preview.content.decode()
+    assert preview.status_code == 200 and "scale out: 8 vnodes move" in page
+    assert RescaleOperation.objects.count() == 0, "a preview creates nothing"
+    plan_id = re.search(r'name="plan_id" value="([0-9a-f]+)"', page)
+    assert plan_id is not None
+    for pu in (2, 3):  # the target ticked the two lowest open PUs
+        assert re.search(rf'name="add" value="{pu}" checked', page)
+    started = signed_in.post(
+        "/rescale/",
+        {**form, "target": "", "add": ["2", "3"], "plan_id": plan_id[1], "action": "start"},
+    )
+    op = RescaleOperation.objects.get()
+    assert started.status_code == 302 and started["Location"] == f"/operations/{op.operation_id}/"
+
+
+def test_the_key_finder_answers_on_the_page(signed_in: Client) -> None:
+    from workers.hashing import vnode_of
+
+    page = signed_in.get("/", {"kf": "word_count", "key": "hello", "metric": "keys"})
+    html = page.content.decode()
+    vnode = vnode_of("hello", 16)
+    assert f"<dt>vnode</dt><dd>{vnode} (mapping v1)</dd>" in html
+    assert f"<dt>owner now</dt><dd>PU {0 if vnode < 8 else 1}</dd>" in html
+    assert '<input type="hidden" name="metric" value="keys">' in html, "the page's view is kept"
+    unknown = signed_in.get("/", {"kf": "nope", "key": "x"}).content.decode()
+    assert "unknown_fragment: no fragment &#x27;nope&#x27;" in unknown

@@ -272,9 +272,9 @@ def test_add_worker_in_local_mode_shows_the_providers_refusal(
 
 
 def test_the_rescale_form_offers_no_cordoned_pu_to_add(workers: Pipeline) -> None:
-    """The form would only meet worker_not_active; the PU is still offered for removal."""
+    """The form would only meet worker_not_active; the fragment's PUs are offered for removal."""
     worker_cordon(user=None, name="w3")
     page = signed_in("operator", rescale=True).get("/rescale/").content.decode()
     add = re.search(r'<input type="checkbox" name="add" value="4"[^>]*>', page)
     assert add and "disabled" in add.group(0)
-    assert re.search(r'name="remove" value="4"> PU 4 <span class="muted">w3, cordoned', page)
+    assert re.search(r'name="remove" value="2"> PU 2 <span class="muted">w2', page)
