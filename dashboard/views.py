@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_tables2 import RequestConfig
@@ -333,7 +334,20 @@ def _render_operation(
     if request.headers.get("HX-Target") == "operation-live":
         # the page re-reads its live part (the server saw it miss a version, or an event
         # that changes the whole page): the same template, without the page around it
-        return render(request, "dashboard/operation/live.html", context)
+        response = render(request, "dashboard/operation/live.html", context)
+    else:
+        response = _render_operation_page(request, op, context, cancel_form)
+    # one URL, two answers: a cache (the browser's back button) must not mix them up
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    return response
+
+
+def _render_operation_page(
+    request: HttpRequest,
+    op: RescaleOperation,
+    context: dict[str, Any],
+    cancel_form: CancelForm | None,
+) -> HttpResponse:
     return render(
         request,
         "dashboard/operation.html",

@@ -141,10 +141,12 @@ def test_cancel_needs_the_permission(client: Client, op: RescaleOperation) -> No
 
 def test_the_live_part_alone_for_htmx(client: Client, op: RescaleOperation) -> None:
     client.force_login(make_user("viewer"))
-    live = client.get(
+    response = client.get(
         f"/operations/{op.operation_id}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="operation-live"
-    ).content.decode()
+    )
+    live = response.content.decode()
     assert live.lstrip().startswith('<div id="operation-live"')
+    assert "HX-Target" in response["Vary"], "a cache never answers the page with the part"
     assert "<html" not in live
 
 
