@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from dashboard.format import count, size, vnode_ranges
 from rescaler.cluster.models import EpochMetric, ParallelUnit
 from workers.control import WorkerStatus
 
@@ -279,6 +280,170 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
         if e.get("source") or e.get("sink")
     )
     return Matrix(columns=columns, rows=tuple(rows), epoch=epoch, ends=described)
+
+
+# up to this many PU columns the matrix shows one column per PU; past it, one per worker, each
+# opening onto its own PUs (1,024 PUs stay a table a person can read)
+PU_COLUMNS_MAX = 32
+BY_PU = "pu"
+BY_WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class ShownColumn:
+    """A column of the matrix as shown: one PU, or one worker's PUs together."""
+
+    key: str  # "pu-3" or "worker-local-0": what a cell's selection names
+    label: str
+    worker: str
+    pus: tuple[PuColumn, ...]
+    aggregated: bool
+
+    @property
+    def pu(self) -> int | None:
+        return None if self.aggregated else self.pus[0].pu
+
+    @property
+    def state(self) -> str:
+        """A lost PU first, else the worker's (or the PU's) status."""
+        lost = [c for c in self.pus if c.lost]
+        return (lost[0] if lost else self.pus[0]).state
+
+    @property
+    def lost(self) -> bool:
+        return any(c.lost for c in self.pus)
+
+    @property
+    def alive(self) -> bool:
+        return all(c.alive for c in self.pus)
+
+
+@dataclass(frozen=True)
+class ShownCell:
+    """One fragment on one shown column: the sum of its PUs' cells there."""
+
+    column: ShownColumn
+    vnodes: int
+    keys: int
+    bytes: int
+    rows: int
+    vnode_list: tuple[int, ...]
+    value: int  # of the chosen metric
+    text: str  # the value as printed
+    heat: float  # value over the largest value of its row (0..1)
+
+    @property
+    def vnode_text(self) -> str:
+        return vnode_ranges(self.vnode_list)
+
+
+@dataclass(frozen=True)
+class ShownRow:
+    row: MatrixRow
+    cells: tuple[ShownCell | None, ...]
+    skew: str
+
+
+@dataclass(frozen=True)
+class MatrixView:
+    """The matrix as the page shows it: the chosen metric, by PU or by worker (or one
+    worker's PUs), and the selected cell, all from the query string (no script needed)."""
+
+    metric: str
+    metric_label: str
+    by: str
+    worker: str | None  # the worker drilled into
+    columns: tuple[ShownColumn, ...]
+    rows: tuple[ShownRow, ...]
+    selected: tuple[MatrixRow, ShownCell] | None
+    epoch: int | None
+    ends: tuple[PipelineEnds, ...]
+    pu_count: int
+
+
+def matrix_view(
+    matrix: Matrix,
+    *,
+    metric: str | None = None,
+    by: str | None = None,
+    worker: str | None = None,
+    cell: str | None = None,
+) -> MatrixView:
+    """``matrix`` shown for ``metric`` (default vnodes), ``by`` PU or worker (default: by PU
+    up to ``PU_COLUMNS_MAX`` columns), or only ``worker``'s PUs; ``cell`` ("fragment/column
+    key") selects a cell whose vnodes are listed. Unknown values fall back to the defaults."""
+    labels = dict(METRICS)
+    metric = metric if metric in labels else METRICS[0][0]
+    workers = {c.worker for c in matrix.columns}
+    worker = worker if worker in workers else None
+    if worker is not None:
+        by = BY_PU
+    elif by not in (BY_PU, BY_WORKER):
+        by = BY_PU if len(matrix.columns) <= PU_COLUMNS_MAX else BY_WORKER
+    index = {c.pu: i for i, c in enumerate(matrix.columns)}
+    if by == BY_PU:
+        columns = tuple(
+            ShownColumn(f"pu-{c.pu}", f"PU {c.pu}", c.worker, (c,), aggregated=False)
+            for c in matrix.columns
+            if worker is None or c.worker == worker
+        )
+    else:
+        grouped: dict[str, list[PuColumn]] = {}
+        for c in matrix.columns:
+            grouped.setdefault(c.worker, []).append(c)
+        columns = tuple(
+            ShownColumn(f"worker-{name}", name, name, tuple(pus), aggregated=True)
+            for name, pus in grouped.items()
+        )
+    show = size if metric == "bytes" else count
+    rows = []
+    selected = None
+    for row in matrix.rows:
+        sums: list[ShownCell | None] = []
+        for column in columns:
+            cells = [row.cells[index[c.pu]] for c in column.pus if row.cells[index[c.pu]]]
+            if not cells:
+                sums.append(None)
+                continue
+            figures = {m: sum(x.value(m) for x in cells if x) for m, _ in METRICS}
+            vnodes = tuple(sorted(v for x in cells if x for v in x.vnode_list))
+            sums.append(
+                ShownCell(
+                    column=column,
+                    vnodes=figures["vnodes"],
+                    keys=figures["keys"],
+                    bytes=figures["bytes"],
+                    rows=figures["rows"],
+                    vnode_list=vnodes,
+                    value=figures[metric],
+                    text=show(figures[metric]),
+                    heat=0.0,
+                )
+            )
+        top = max((c.value for c in sums if c), default=0)
+        shown = tuple(
+            None
+            if c is None
+            else ShownCell(**{**c.__dict__, "heat": c.value / top if top else 0.0})
+            for c in sums
+        )
+        value = row.skew.get(metric)
+        rows.append(ShownRow(row, shown, "–" if value is None else f"{value:.2f}"))
+        for one in shown:
+            if one is not None and cell == f"{row.fragment}/{one.column.key}":
+                selected = (row, one)
+    return MatrixView(
+        metric=metric,
+        metric_label=labels[metric],
+        by=by,
+        worker=worker,
+        columns=columns,
+        rows=tuple(rows),
+        selected=selected,
+        epoch=matrix.epoch,
+        ends=matrix.ends,
+        pu_count=len(matrix.columns),
+    )
 
 
 def epoch_series(

@@ -16,15 +16,23 @@ groups of ids it guesses before they are used.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.utils.html import format_html
 
 from rescaler.events import CLUSTER_GROUP, operation_group
+from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import operation_exists
 from workers.rescale.protocol import Event
+
+# the payload key of an operation.progress event that holds its rendered rows, for the
+# operation page's socket only (dashboard/live.py); JSON clients never receive it
+PAGE_HTML = "page_html"
 
 # Application close codes (4000-4999), shown to the client.
 CLOSE_UNAUTHENTICATED = 4401
@@ -34,7 +42,8 @@ OPERATION_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
 
 def _forwarder(event_type: Event) -> Any:
     async def forward(self: EventConsumer, event: dict[str, Any]) -> None:
-        await self.send_json({"type": event_type.value, **event.get("payload", {})})
+        payload = {k: v for k, v in event.get("payload", {}).items() if k != PAGE_HTML}
+        await self.send_json({"type": event_type.value, **payload})
 
     forward.__doc__ = f"``{event_type.value}``: forwarded to the browser as it is."
     return forward
@@ -83,6 +92,41 @@ class ClusterConsumer(EventConsumer):
         return CLUSTER_GROUP
 
 
+# what the operation page's socket sends: the state of the connection, and the order to re-read
+# the page's live part (an element swapped in by id, whose load makes htmx GET the page again)
+LIVE = '<span id="live-state" class="live" hx-swap-oob="true">live</span>'
+RESYNC = (
+    '<div id="live-resync" hx-swap-oob="true" hx-get="" hx-trigger="load" '
+    'hx-target="#operation-live" hx-swap="outerHTML" hidden></div>'
+)
+
+
+class ClusterPageConsumer(ClusterConsumer):
+    """``/ws/cluster/page/``: the cluster page's socket (htmx's websocket extension). It says the
+    page is live, then each event as one hidden element swapped in by id (``#cluster-event``),
+    after which the page re-reads its live part and the charts add an epoch; JSON clients use
+    ``/ws/cluster/``."""
+
+    async def connect(self) -> None:
+        await super().connect()
+        if self.joined:
+            await self.send(text_data=LIVE)
+
+    async def as_element(self, event: dict[str, Any]) -> None:
+        await self.send(
+            text_data=format_html(
+                '<div id="cluster-event" hx-swap-oob="true" hidden data-type="{}" '
+                'data-payload="{}"></div>',
+                event.get("type", ""),
+                json.dumps(event.get("payload", {}), default=str),
+            )
+        )
+
+
+for _event in Event:
+    setattr(ClusterPageConsumer, _event.value.replace(".", "_"), ClusterPageConsumer.as_element)
+
+
 class OperationConsumer(EventConsumer):
     """``/ws/operations/<operation_id>/``: one operation's progress, phase by phase."""
 
@@ -93,6 +137,64 @@ class OperationConsumer(EventConsumer):
         if not await database_sync_to_async(operation_exists)(operation_id):
             return None
         return operation_group(operation_id)
+
+
+@database_sync_to_async
+def _progress_version(operation_id: str) -> int | None:
+    return (
+        RescaleOperation.objects.filter(operation_id=operation_id)
+        .values_list("progress_version", flat=True)
+        .first()
+    )
+
+
+class OperationPageConsumer(OperationConsumer):
+    """``/ws/operations/<operation_id>/page/?version=N``: the operation page's socket (htmx's
+    websocket extension). Each progress event goes out as the rows it changed, rendered once
+    by the publisher, to be swapped in by id. The consumer holds the version the page has: the
+    next one is sent as it is; after a gap (an event lost on the channel layer, or a page
+    rendered before an event the socket did not carry), or any other event of the operation,
+    it tells the page to re-read its live part. So a page that misses a version re-reads the
+    document, and is never left holding a delta applied to the wrong version."""
+
+    version = 0
+
+    async def connect(self) -> None:
+        await super().connect()
+        if not self.joined:
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        try:
+            self.version = int(query.get("version", ["-1"])[0])
+        except ValueError:
+            self.version = -1
+        operation_id = str(self.scope["url_route"]["kwargs"]["operation_id"])
+        now = await _progress_version(operation_id)
+        stale = now is None or now != self.version
+        self.version = now or 0
+        await self.send(text_data=LIVE + (RESYNC if stale else ""))
+
+    async def resync(self, event: dict[str, Any]) -> None:
+        """Any event but progress (requested, cancelling, finished): re-read the page."""
+        await self.send(text_data=RESYNC)
+
+    async def operation_progress(self, event: dict[str, Any]) -> None:
+        payload = event.get("payload", {})
+        version = payload.get("progress_version")
+        if not isinstance(version, int) or version <= self.version:
+            return  # the page already holds it (it re-read the document after it)
+        if version != self.version + 1 or not payload.get(PAGE_HTML):
+            self.version = version
+            await self.send(text_data=RESYNC)
+            return
+        self.version = version
+        for html in payload[PAGE_HTML]:
+            await self.send(text_data=html)
+
+
+for _event in Event:
+    if _event != Event.OPERATION_PROGRESS:
+        setattr(OperationPageConsumer, _event.value.replace(".", "_"), OperationPageConsumer.resync)
 
 
 class NotFoundConsumer(AsyncJsonWebsocketConsumer):

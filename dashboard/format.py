@@ -1,6 +1,6 @@
-"""Numbers in the console's words, on the server: the same formats as ``static/dashboard/
-format.js`` (thousands separators, sizes in 1024-steps), so a server-rendered page and a live
-update print a figure the same way."""
+"""Numbers in the console's words, decided once, on the server: thousands separators, sizes in
+1024-steps, durations. Every page, partial and rendered live update prints a figure through
+these (the browser formats nothing)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def count(value: int | float | None) -> str:
 
 
 def size(value: int | float | None) -> str:
-    """Bytes in the largest unit under 1024 of it ("2.7 MB"), as ``format.js`` ``bytes``."""
+    """Bytes in the largest unit under 1024 of it ("2.7 MB")."""
     if value is None:
         return "–"
     amount = float(value)
@@ -29,6 +29,38 @@ def size(value: int | float | None) -> str:
         amount /= 1024
         unit += 1
     return f"{amount:.{1 if unit else 0}f} {SIZE_UNITS[unit]}"
+
+
+def duration(seconds: Any) -> str:
+    """Seconds as "0.42 s", "12.5 s", "3 min 20 s", "2 h 5 min", "3 d 4 h"; "–" for none."""
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return "–"
+    if s < 0 or s != s:
+        return "–"
+    if s < 1:
+        return f"{s:.2f} s"
+    if s < 60:
+        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+    m = int(s // 60)
+    if m < 60:
+        return f"{m} min {round(s % 60)} s"
+    h = m // 60
+    if h < 24:
+        return f"{h} h {m % 60} min"
+    return f"{h // 24} d {h % 24} h"
+
+
+def vnode_ranges(vnodes: Any) -> str:
+    """Vnodes as runs: "0–127 256 300–301" (16,384 vnodes in a row stay one word)."""
+    runs: list[list[int]] = []
+    for v in sorted(int(v) for v in vnodes):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return " ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs) or "none"
 
 
 def percent(share: float | None) -> str:

@@ -8,15 +8,24 @@ the report changed, and ``moved``, ``waiting`` and ``steps_done`` each time); ``
 rows whose figures changed; ``vnodes``, those steps' vnodes; ``events``, the audit events
 appended. A page applies it when it holds the version before, and re-reads the document
 otherwise. docs/api.md, "Websocket events", has the shapes.
+
+The same event carries, for the console's operation page only, the rows it changed rendered
+as HTML (``page_html``, rendered once here, whatever the number of pages watching): the
+operation page's consumer sends them to htmx, which swaps each in by its id
+(``hx-swap-oob``); JSON clients receive the event without them.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from django.db.models import Prefetch, prefetch_related_objects
 from django.dispatch import receiver
+from django.template.loader import render_to_string
 
+from dashboard import operation_page
 from dashboard.api import selectors
 from dashboard.api.serializers import (
     AuditEventSerializer,
@@ -24,6 +33,8 @@ from dashboard.api.serializers import (
     OperationVnodeSerializer,
     StepSerializer,
 )
+from dashboard.consumers import PAGE_HTML
+from dashboard.tables import StepTable
 from rescaler import events as channel
 from rescaler.audit.models import AuditEvent
 from rescaler.events import operation_group
@@ -47,7 +58,10 @@ def operation_delta(
     events: list[AuditEvent],
 ) -> dict[str, Any]:
     """The delta event of one progress report (see the module's docstring)."""
-    every = RescaleStep.objects.only(*STEP_FIGURES, "keys_moved", "bytes_moved")
+    # (and what the page's rendered delta reads: per source PU, the placement now)
+    every = RescaleStep.objects.only(
+        *STEP_FIGURES, "keys_moved", "bytes_moved", "fragment", "source_pu", "target_pu"
+    )
     prefetch_related_objects([operation], Prefetch("steps", queryset=every))
     operation.steps_done = sum(  # type: ignore[attr-defined]  # as the document's annotation
         1 for s in operation.steps.all() if s.phase == StepPhase.DONE
@@ -78,18 +92,55 @@ def operation_delta(
     }
 
 
+def operation_delta_html(
+    *,
+    operation: RescaleOperation,
+    steps: list[RescaleStep],
+    events: list[AuditEvent],
+    waiting: dict[str, Any] | None,
+) -> list[str]:
+    """The operation page's rendered delta, as the websocket messages htmx swaps in: the table
+    rows first, alone (HTML parses ``<tr>`` only among rows), then the rest. Its size grows with
+    the steps that changed, not with the operation's vnodes. ``operation`` has its steps
+    prefetched (``operation_delta`` did), and ``waiting`` is the delta's own (one query less)."""
+    touched = operation_page.step_pus(steps)
+    fragments = operation_page.fragment_views(operation, pus=touched)
+    context = {
+        "oob": True,
+        "steps_table": StepTable(sorted(steps, key=lambda s: s.step)),
+        "fragments": fragments,
+        "per_source": operation_page.per_source(
+            operation, only={(s.fragment, s.source_pu) for s in steps}
+        ),
+        "summary": operation_page.operation_summary(
+            operation, waiting=operation_page.waiting_of(waiting)
+        ),
+        "measures": operation_page.MEASURES,
+        "patch": json.dumps(operation_page.vnode_patch(steps), separators=(",", ":")),
+        "events": events,
+        # when the delta left the server, for the page's measure of how late events reach it
+        "rendered_at": f"{time.time():.3f}",
+    }
+    rows = render_to_string("dashboard/operation/delta_rows.html", context).strip()
+    rest = render_to_string("dashboard/operation/delta.html", context).strip()
+    return [html for html in (rows, rest) if html]
+
+
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")
 def operation_progress_publish(sender: Any, **report: Any) -> None:
     """Publish a progress report to the operation's page as its delta event."""
     operation: RescaleOperation = report["operation"]
-    channel.publish(
-        operation_group(operation.operation_id),
-        Event.OPERATION_PROGRESS,
-        operation_delta(
-            operation=operation,
-            version=report["version"],
-            columns=report["columns"],
-            steps=report["steps"],
-            events=report["events"],
-        ),
+    delta = operation_delta(
+        operation=operation,
+        version=report["version"],
+        columns=report["columns"],
+        steps=report["steps"],
+        events=report["events"],
     )
+    delta[PAGE_HTML] = operation_delta_html(
+        operation=operation,
+        steps=report["steps"],
+        events=report["events"],
+        waiting=delta["operation"]["waiting"],
+    )
+    channel.publish(operation_group(operation.operation_id), Event.OPERATION_PROGRESS, delta)

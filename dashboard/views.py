@@ -5,25 +5,51 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_tables2 import RequestConfig
 
-from dashboard.api.errors import ApiError
+from dashboard.api.errors import status_for
 from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
-from dashboard.api.selectors import cluster_info, operation_get, operation_list
-from dashboard.console import METRICS, cluster_matrix, epoch_series, worker_rows
-from dashboard.format import moved_figures
+from dashboard.api.selectors import cluster_info, operation_list
+from dashboard.api.serializers import DryRunSerializer
+from dashboard.console import (
+    METRICS,
+    WorkerRow,
+    cluster_matrix,
+    epoch_series,
+    matrix_view,
+    worker_rows,
+)
+from dashboard.format import count, vnode_ranges
+from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm
+from dashboard.key_finder import key_finder
+from dashboard.operation_page import operation_for_page
+from dashboard.operation_page import page_context as operation_page_context
+from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
+from dashboard.tables import HistoryTable, StepTable, WorkerTable
+from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
+from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.requests import operation_cancel, operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
+from rescaler.runner import workers as worker_services
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
+from workers.rescale.errors import RescaleError
 from workers.rescale.protocol import FINAL, OperationStatus, Strategy
+
+STEPS_PER_PAGE = 100
+HISTORY_PER_PAGE = 50
 
 
 def _health_body() -> tuple[bool, dict[str, Any]]:
@@ -72,48 +98,125 @@ def _component_rows(components: dict[str, dict[str, Any]]) -> list[dict[str, Any
     ]
 
 
-def _matrix_context(request: HttpRequest) -> dict[str, Any]:
-    """The matrix and the workers table, from one ``cluster_info()``. Whether the user may act
-    on workers decides only which buttons are drawn: the API refuses the action itself."""
-    cluster = cluster_info()
+def _last_epoch(pipeline: str | None) -> dict[str, Any] | None:
+    """The pipeline's last committed epoch: its number, records and time, as the ticker says."""
+    if pipeline is None:
+        return None
+    last = (
+        EpochMetric.objects.filter(pipeline__name=pipeline)
+        .order_by("-epoch")
+        .values("epoch", "rows", "duration_s")
+        .first()
+    )
+    if last is None:
+        return None
     return {
-        "matrix": cluster_matrix(cluster),
+        "epoch": last["epoch"],
+        "rows": count(last["rows"]),
+        "duration": f"{last['duration_s'] * 1000:.0f} ms",
+    }
+
+
+def _worker_action(
+    request: HttpRequest,
+    rows: tuple[WorkerRow, ...],
+    *,
+    action: str | None,
+    name: str | None,
+    form: forms.Form | None = None,
+) -> dict[str, Any] | None:
+    """The worker action the page has open (``?act=drain&on=local-0``, or a refused post):
+    its words, and its form. None when the user may not act or the worker's status does not
+    offer it (the service would refuse it anyway)."""
+    if not request.user.has_perm(RESCALE_PERMISSION) or action not in WORKER_ACTIONS:
+        return None
+    row = next((r for r in rows if r.name == name), None)
+    if row is None:
+        return None
+    offered = {"cordon": row.can_cordon, "uncordon": row.can_uncordon, "drain": row.can_drain}
+    if form is None and not offered[action]:
+        return None
+    words = WORKER_ACTIONS[action]
+    fill = {"worker": row.name, "pus": vnode_ranges(row.parallel_units)}
+    return {
+        "action": action,
+        "worker": row.name,
+        "title": words["title"].format(**fill),
+        "what": words["what"].format(**fill),
+        "button": words["button"].format(**fill),
+        "destructive": action == "drain",
+        "form": form or words["form"](),
+    }
+
+
+def _cluster_context(
+    request: HttpRequest,
+    *,
+    action: dict[str, Any] | None = None,
+    add_form: AddWorkerForm | None = None,
+) -> dict[str, Any]:
+    """The cluster page's live part from one ``cluster_info()``: the matrix as the query string
+    asks for it (metric, by PU or worker, a selected cell), the workers table, the running
+    operations and the last epoch. Whether the user may act on workers decides only which
+    forms are drawn: the services refuse the action itself."""
+    cluster = cluster_info()
+    matrix = cluster_matrix(cluster)
+    rows = worker_rows(cluster)
+    can_act = request.user.has_perm(RESCALE_PERMISSION)
+    workers = WorkerTable(rows, exclude=() if can_act else ("actions",))
+    RequestConfig(request, paginate=False).configure(workers)
+    pipelines = [p["name"] for p in cluster["pipelines"]]
+    query = request.GET
+    return {
+        "matrix": matrix_view(
+            matrix,
+            metric=query.get("metric"),
+            by=query.get("by"),
+            worker=query.get("worker"),
+            cell=query.get("cell"),
+        ),
         "metrics": METRICS,
         "cluster": cluster,
-        "workers": worker_rows(cluster),
-        "can_act": request.user.has_perm(RESCALE_PERMISSION),
+        "workers_table": workers,
+        "can_act": can_act,
         "cores_min": CORES_MIN,
         "cores_max": CORES_MAX,
+        "add_form": add_form or AddWorkerForm(),
+        "worker_action": action
+        or _worker_action(request, rows, action=query.get("act"), name=query.get("on")),
+        "running": operation_list().exclude(status__in=FINAL)[:20],
+        "last_epoch": _last_epoch(pipelines[0] if pipelines else None),
+        "key_fragments": [row.fragment for row in matrix.rows],
+        "epochs_pipeline": pipelines[0] if pipelines else None,
     }
+
+
+def _render_home(request: HttpRequest, status: int = 200, **forms_: Any) -> HttpResponse:
+    context = _cluster_context(request, **forms_)
+    ok, body = _health_body()
+    pipeline = context["epochs_pipeline"]
+    return render(
+        request,
+        "dashboard/cluster.html",
+        {
+            **context,
+            "health": body,
+            "all_up": ok,
+            "components": _component_rows(body["components"]),
+            "epochs": epoch_series(pipeline=pipeline) if pipeline else None,
+            "finder": key_finder(request.GET, context["key_fragments"]),
+        },
+        status=status,
+    )
 
 
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """The cluster page: component health, the fragment × PU matrix, the workers (with their
-    actions, for those allowed) and running operations. The last-epoch ticker, the matrix and
-    the workers table update live over ws/cluster/."""
-    ok, body = _health_body()
-    last_epoch = body["components"]["runner"].get("last_epoch")
-    running = operation_list().exclude(status__in=FINAL)[:20]
-    matrix = _matrix_context(request)
-    pipelines = [p["name"] for p in matrix["cluster"]["pipelines"]]
-    return render(
-        request,
-        "dashboard/cluster.html",
-        {
-            **matrix,
-            "health": body,
-            "all_up": ok,
-            "components": _component_rows(body["components"]),
-            # The runner reports -1 until its first epoch commits.
-            "last_epoch": last_epoch if isinstance(last_epoch, int) and last_epoch >= 0 else None,
-            "running": running,
-            "key_fragments": [row.fragment for row in matrix["matrix"].rows],
-            "epochs_pipeline": pipelines[0] if pipelines else None,
-            "epochs": epoch_series(pipeline=pipelines[0]) if pipelines else None,
-        },
-    )
+    actions, for those allowed) and running operations, complete without JavaScript. Live, the
+    page re-reads its live part (``cluster_partial``) after the events of ``ws/cluster/``."""
+    return _render_home(request)
 
 
 @never_cache
@@ -121,37 +224,138 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 def matrix_partial(request: HttpRequest) -> HttpResponse:
     """The matrix alone."""
-    return render(request, "dashboard/partials/matrix.html", _matrix_context(request))
+    return render(request, "dashboard/partials/matrix.html", _cluster_context(request))
 
 
 @never_cache
 @login_required
 @require_GET
 def cluster_partial(request: HttpRequest) -> HttpResponse:
-    """The matrix and the workers table, re-fetched together by the cluster page when the
-    cluster changes (an epoch, an operation, a worker's event): one query of the cluster for
-    both, so the headers and the table never show two different moments."""
-    return render(request, "dashboard/partials/cluster.html", _matrix_context(request))
+    """The cluster page's live part (the last epoch, the matrix, the workers table and the
+    running operations) as the same query string shows it, re-read by the page (htmx) when the
+    cluster changes: one query of the cluster for all, so they never show two moments."""
+    return render(request, "dashboard/partials/cluster.html", _cluster_context(request))
+
+
+@never_cache
+@login_required
+@require_GET
+def health_partial(request: HttpRequest) -> HttpResponse:
+    """The components' health, re-read by the cluster page every 10 s."""
+    ok, body = _health_body()
+    return render(
+        request,
+        "dashboard/partials/health.html",
+        {"health": body, "all_up": ok, "components": _component_rows(body["components"])},
+    )
 
 
 @login_required
-@require_GET
-def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
-    """One operation, live: its vnodes by phase, progress, steps and timeline. The page reads
-    ``GET /api/v1/operations/<operation_id>`` and re-reads it on every websocket event."""
-    try:
-        op = operation_get(operation_id=operation_id)
-    except ApiError:
-        raise Http404(f"no operation {operation_id!r}") from None
+@require_POST
+def worker_add_view(request: HttpRequest) -> HttpResponse:
+    """The page's "add worker" form: the service the API calls (``worker_add``), its refusal
+    on the form; then back to the cluster page."""
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("adding a worker needs the permission operations.rescale")
+    form = AddWorkerForm(request.POST)
+    if form.is_valid():
+        try:
+            added = worker_services.worker_add(user=request.user, cores=form.cleaned_data["cores"])
+        except RescaleError as refused:
+            form.add_error(None, f"{refused.code}: {refused}")
+        else:
+            messages.success(request, f"Asked {added.provider} for a worker: {added.answer}")
+            return redirect("dashboard:home")
+    return _render_home(request, status=400, add_form=form)
+
+
+WORKER_SERVICES: dict[str, Any] = {
+    "cordon": worker_services.worker_cordon,
+    "uncordon": worker_services.worker_uncordon,
+    "drain": worker_services.worker_drain,
+}
+
+
+@login_required
+@require_POST
+def worker_action_view(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Cordon, uncordon or drain one worker from its form: the services the API calls, their
+    refusals on the form, then back to the cluster page with what was done."""
+    if action not in WORKER_SERVICES:
+        raise Http404(f"no worker action {action!r}")
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("worker actions need the permission operations.rescale")
+    form = WORKER_ACTIONS[action]["form"](request.POST)
+    if form.is_valid():
+        try:
+            done = WORKER_SERVICES[action](
+                user=request.user, name=name, reason=form.cleaned_data["reason"]
+            )
+        except RescaleError as refused:
+            form.add_error(None, f"{refused.code}: {refused}")
+        else:
+            said = WORKER_ACTIONS[action]["done"].format(worker=name)
+            operation = getattr(done, "operation", None)
+            if operation is not None:
+                said += f" Operation {operation.operation_id} moves its vnodes."
+            messages.success(request, said)
+            return redirect("dashboard:home")
+    rows = worker_rows(cluster_info())
+    opened = _worker_action(request, rows, action=action, name=name, form=form)
+    return _render_home(request, status=400, action=opened)
+
+
+def _operation_or_404(operation_id: str) -> RescaleOperation:
+    op = operation_for_page(operation_id=operation_id)
+    if op is None:
+        raise Http404(f"no operation {operation_id!r}")
+    return op
+
+
+def _operation_live_context(
+    request: HttpRequest, op: RescaleOperation, cancel_form: CancelForm | None = None
+) -> dict[str, Any]:
+    """The live part of the operation page: its head, placement, vnodes, steps (a sortable,
+    paginated table), timeline, and the cancel form for those allowed."""
+    steps = StepTable(RescaleStep.objects.filter(operation=op))
+    RequestConfig(request, paginate={"per_page": STEPS_PER_PAGE}).configure(steps)
+    return {
+        **operation_page_context(op),
+        "steps_table": steps,
+        "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
+        "cancel_form": cancel_form or CancelForm(),
+    }
+
+
+def _render_operation(
+    request: HttpRequest, op: RescaleOperation, cancel_form: CancelForm | None = None
+) -> HttpResponse:
+    context = _operation_live_context(request, op, cancel_form)
+    if request.headers.get("HX-Target") == "operation-live":
+        # the page re-reads its live part (the server saw it miss a version, or an event
+        # that changes the whole page): the same template, without the page around it
+        response = render(request, "dashboard/operation/live.html", context)
+    else:
+        response = _render_operation_page(request, op, context, cancel_form)
+    # one URL, two answers: a cache (the browser's back button) must not mix them up
+    patch_vary_headers(response, ("HX-Request", "HX-Target"))
+    return response
+
+
+def _render_operation_page(
+    request: HttpRequest,
+    op: RescaleOperation,
+    context: dict[str, Any],
+    cancel_form: CancelForm | None,
+) -> HttpResponse:
     return render(
         request,
         "dashboard/operation.html",
         {
-            "op": op,
-            "moved": moved_figures(op),
-            "can_cancel": request.user.has_perm(RESCALE_PERMISSION),
+            **context,
+            "socket_path": f"/ws/operations/{op.operation_id}/page/?version={op.progress_version}",
             "key_fragments": op.fragments,
-            "key_fragment": op.fragments[0] if op.fragments else None,
+            "finder": key_finder(request.GET, list(op.fragments)),
             # the epochs around the operation: a minute before it began to a minute after it ended
             "epochs": epoch_series(
                 pipeline=op.pipeline.name,
@@ -161,25 +365,108 @@ def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
             "span_start": (op.started_at or op.created_at).timestamp(),
             "span_end": op.finished_at.timestamp() if op.finished_at else None,
         },
+        status=400 if cancel_form is not None and cancel_form.errors else 200,
     )
 
 
 @login_required
 @require_GET
+def operation_page(request: HttpRequest, operation_id: str) -> HttpResponse:
+    """One operation: its head (planned against moved, what it waits for), placement, vnodes
+    by phase, steps and timeline, all rendered here (complete without JavaScript). Live, the
+    websocket ``/ws/operations/<id>/page/`` brings each progress event as rendered rows."""
+    return _render_operation(request, _operation_or_404(operation_id))
+
+
+@login_required
+@require_POST
+def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpResponse:
+    """The page's cancel form: the service the API's cancel calls, the same refusals, shown on
+    the form; then back to the operation (a redirect, so a reload does not post again)."""
+    op = _operation_or_404(operation_id)
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("cancelling needs the permission operations.rescale")
+    form = CancelForm(request.POST)
+    if form.is_valid():
+        try:
+            operation_cancel(user=request.user, operation=op)
+        except RescaleError as refused:
+            form.add_error(None, str(refused))
+    if form.errors:
+        return _render_operation(request, _operation_or_404(operation_id), form)
+    return redirect("dashboard:operation", operation_id=op.operation_id)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
 def rescale_page(request: HttpRequest) -> HttpResponse:
-    """Pick a fragment and its new PUs, preview the plan (a dry run), then start it: the page
-    posts to ``/api/v1/operations`` like any client, so it has no rules of its own."""
+    """Pick a fragment and its new PUs, preview the plan (a dry run), then start exactly it (its
+    ``plan_id``): a Django form whose body is the API's request, given to the service the API
+    calls, so the page has no rules of its own and its refusals land on their fields."""
     cluster = cluster_info()
-    matrix = cluster_matrix(cluster)
+    fragments = [f for f in cluster["fragments"] if f["kind"] == "stateful"]
+    columns = cluster_matrix(cluster).columns
+    open_pus = set(parallel_units_open_to_vnodes())
+    can_rescale = request.user.has_perm(RESCALE_PERMISSION)
+    options: dict[str, Any] = {
+        "fragments": fragments,
+        "parallel_units": columns,
+        "open_pus": open_pus,
+    }
+    plan = None
+    status = 200
+    if request.method == "POST":
+        if not can_rescale:
+            raise PermissionDenied("rescaling needs the permission operations.rescale")
+        form = RescaleForm(request.POST, **options)
+        if not form.is_valid():
+            status = 400
+        else:
+            plan_id = form.cleaned_data["plan_id"] if request.POST.get("action") == "start" else ""
+            try:
+                if plan_id:
+                    op = operation_request(
+                        user=request.user, body=form.body(dry_run=False), plan_id=plan_id
+                    )
+                    return redirect("dashboard:operation", operation_id=op.operation_id)
+                planned = operation_request(user=request.user, body=form.body(dry_run=True))
+            except RescaleError as refused:
+                form.refuse(refused)
+                status = status_for(refused)
+            else:
+                shown = plan_view(DryRunSerializer(planned).data)
+                data = request.POST.copy()
+                data["plan_id"] = shown["plan_id"]
+                data.setlist("add", [str(p) for p in form.cleaned_data["add"]])
+                data.setlist("remove", [str(p) for p in form.cleaned_data["remove"]])
+                form = RescaleForm(data, **options)
+                form.is_valid()
+                plan = shown
+    else:
+        form = RescaleForm(initial={"fragment": request.GET.get("fragment")}, **options)
+    chosen_name = (form.data.get("fragment") if form.is_bound else None) or request.GET.get(
+        "fragment"
+    )
+    chosen = next((f for f in fragments if f["name"] == chosen_name), None) or (
+        fragments[0] if fragments else None
+    )
     return render(
         request,
         "dashboard/rescale.html",
         {
-            "fragments": [f for f in cluster["fragments"] if f["kind"] == "stateful"],
-            "parallel_units": matrix.columns,
-            "open_pus": parallel_units_open_to_vnodes(),
-            "can_rescale": request.user.has_perm(RESCALE_PERMISSION),
+            "form": form,
+            "plan": plan,
+            "fragments": fragments,
+            "chosen": chosen,
+            "chosen_pus": set(chosen["parallel_units"]) if chosen else set(),
+            "added": form.ticked("add"),
+            "removed": form.ticked("remove"),
+            "parallel_units": columns,
+            "open_pus": open_pus,
+            "custom": CUSTOM,
+            "can_rescale": can_rescale,
         },
+        status=status,
     )
 
 
@@ -187,7 +474,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
 @require_GET
 def history_page(request: HttpRequest) -> HttpResponse:
     """Every operation, newest first, filtered exactly as ``GET /api/v1/operations`` filters
-    (the same FilterSet), 50 to a page."""
+    (the same FilterSet), 50 to a page, sorted by any column with ``?sort=``."""
     params = request.GET.copy()
     for name in ("created_after", "created_before"):  # the browser's local time, no zone
         value = params.get(name, "")
@@ -198,13 +485,15 @@ def history_page(request: HttpRequest) -> HttpResponse:
     filterset = OperationFilter(params, queryset=operation_list())
     errors = {} if filterset.is_valid() else filterset.errors
     operations = filterset.qs if not errors else operation_list().none()
-    page = Paginator(operations, 50).get_page(request.GET.get("page"))
-    params.pop("page", None)
+    table = HistoryTable(operations)
+    RequestConfig(request, paginate={"per_page": HISTORY_PER_PAGE}).configure(table)
+    for name in ("page", "sort"):
+        params.pop(name, None)
     return render(
         request,
         "dashboard/history.html",
         {
-            "page": page,
+            "table": table,
             "errors": errors,
             "current": {k: request.GET.get(k) for k in OperationFilter.base_filters},
             "query": params.urlencode(),

@@ -39,6 +39,35 @@ STATUS_BY_CODE: dict[str, int] = {
     "runner_down": status.HTTP_409_CONFLICT,
 }
 
+# The field of a rescale request each refusal concerns (``field`` in the error body; the
+# console shows the refusal on that field). The names are the request's own: ``changes`` for the
+# fragment it names (a key of ``changes``), ``added_parallel_units``/``removed_parallel_units``
+# for the PUs of its change. A refusal of several fields, or of none, has no ``field``.
+FIELD_BY_CODE: dict[str, str] = {
+    "unknown_fragment": "changes",
+    "fragment_not_stateful": "changes",
+    "fragment_busy": "changes",
+    "unknown_parallel_unit": "added_parallel_units",
+    "parallel_unit_on_dead_worker": "added_parallel_units",
+    "parallel_unit_already_in_fragment": "added_parallel_units",
+    "worker_not_active": "added_parallel_units",
+    "worker_not_bootstrapped": "added_parallel_units",
+    "parallel_unit_lost": "added_parallel_units",
+    "parallel_unit_removed": "added_parallel_units",
+    "parallel_unit_not_in_fragment": "removed_parallel_units",
+    "removes_every_parallel_unit": "removed_parallel_units",
+    "parallel_unit_added_and_removed": "removed_parallel_units",
+    "nothing_to_do": "added_parallel_units",
+}
+
+
+def field_of(exc: rescale_errors.RescaleError) -> str | None:
+    """The request field a refusal concerns, if it is one: a plan's refusal says its own."""
+    if isinstance(exc, PlanError):
+        return str(exc.details().get("field") or "") or None
+    return FIELD_BY_CODE.get(exc.code)
+
+
 # DRF's own codes renamed to the API's words.
 RENAMED_CODES = {"parse_error": "malformed_request"}
 
@@ -73,6 +102,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's ``EXCEPTION_HANDLER``: the error body of every refusal, whatever raised it."""
     if isinstance(exc, rescale_errors.RescaleError):
         body: dict[str, Any] = {"code": exc.code, "detail": str(exc)}
+        field = field_of(exc)
+        if field:
+            body["field"] = field
         if isinstance(exc, PlanError):
             body.update(exc.details())
         return Response(body, status=status_for(exc))
@@ -116,7 +148,8 @@ class ErrorSerializer(serializers.Serializer):
     )
     field = serializers.CharField(
         required=False,
-        help_text="The request field the refusal concerns, when it is one field (plan_id).",
+        help_text="The request field the refusal concerns, when it is one field: changes (the "
+        "fragment), added_parallel_units, removed_parallel_units, plan_id.",
     )
     changed = serializers.ListField(
         required=False,

@@ -13,20 +13,32 @@ register = template.Library()
 
 @register.filter
 def count(value: int | float | None) -> str:
-    """A count with thousands separators, as the pages' scripts print it ("34,033")."""
+    """A count with thousands separators, as every page prints it ("34,033")."""
     return console_format.count(value)
 
 
 @register.filter
 def size(value: int | float | None) -> str:
-    """Bytes in the largest unit under 1024 of it, as the pages' scripts print it ("2.7 MB")."""
+    """Bytes in the largest unit under 1024 of it, as every page prints it ("2.7 MB")."""
     return console_format.size(value)
+
+
+@register.filter
+def duration(seconds: Any) -> str:
+    """Seconds in words ("12.5 s", "3 min 20 s")."""
+    return console_format.duration(seconds)
 
 
 @register.filter
 def get(mapping: dict[str, Any], key: str) -> Any:
     """``mapping[key]`` (None when absent), for keys held in variables."""
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def get_field(form: Any, name: str) -> Any:
+    """``form[name]``: a bound field by a name held in a variable."""
+    return form[name]
 
 
 @register.filter

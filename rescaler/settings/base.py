@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "django_filters",
+    "django_tables2",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",

@@ -1,6 +1,7 @@
 // Rescaler console: epoch throughput and epoch latency charts (uPlot, vendored under
 // static/vendor/uplot). The page embeds the recent epochs (#epoch-series); the cluster page
-// appends each epoch.committed event; the operation page shades the operation's span.
+// appends each epoch.committed event its socket swaps in; the operation page shades the
+// operation's span. It also says when a live page's socket closed (htmx reconnects it).
 (function () {
   "use strict";
 
@@ -58,9 +59,20 @@
     const delay = make($("chart-latency"), "Epoch latency", "ms", "#d55e00", [at, latency], span);
     if (holder) holder.dataset.points = String(at.length);
 
-    document.addEventListener("rescaler:cluster-changed", (event) => {
-      const m = event.detail || {};
-      if (m.type !== "epoch.committed" || !m.committed_at || !(m.duration_s > 0)) return;
+    // the cluster page's socket swaps each event in as #cluster-event (dashboard/consumers.py)
+    let last = $("cluster-event");
+    document.body.addEventListener("htmx:wsAfterMessage", () => {
+      const element = $("cluster-event");
+      if (!element || element === last) return;
+      last = element;
+      if (element.dataset.type !== "epoch.committed") return;
+      let m;
+      try {
+        m = JSON.parse(element.dataset.payload || "{}");
+      } catch (err) {
+        return;
+      }
+      if (!m.committed_at || !(m.duration_s > 0)) return;
       at.push(Date.parse(m.committed_at) / 1000);
       rate.push(m.rows / m.duration_s);
       latency.push(m.duration_s * 1000);
@@ -72,6 +84,16 @@
       throughput.setData([at, rate]);
       delay.setData([at, latency]);
       if (holder) holder.dataset.points = String(at.length);
+    });
+  });
+
+  document.addEventListener("DOMContentLoaded", () => {
+    document.body.addEventListener("htmx:wsClose", () => {
+      const state = $("live-state");
+      if (state) {
+        state.textContent = "not live: reconnecting";
+        state.className = "muted";
+      }
     });
   });
 })();

@@ -41,7 +41,7 @@ def as_the_runner(action: Callable[[], None]) -> None:
 
 
 def cell(page: Any, pu: int) -> Any:
-    return page.locator(f'button.cell[data-fragment="{FRAGMENT}"][data-pu="{pu}"]')
+    return page.locator(f'a.cell[data-fragment="{FRAGMENT}"][data-pu="{pu}"]')
 
 
 def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live_url: str) -> None:
@@ -55,16 +55,18 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert cell(page, 2).count() == 0, "the fragment does not run on PU 2"
     assert page.locator("td.skew").inner_text() == "1.00"
 
-    # another metric: keys (register_cluster reports 10 keys per vnode)
-    page.get_by_label("keys", exact=True).check()
+    # another metric: keys (register_cluster reports 10 keys per vnode), a link
+    page.get_by_role("link", name="keys", exact=True).click()
+    page.wait_for_url("**metric=keys**")
     assert cell(page, 0).inner_text() == "80"
     # a cell lists its vnodes, for the keyboard too
     cell(page, 1).focus()
     page.keyboard.press("Enter")
     detail = page.locator("#cell-detail")
+    detail.wait_for()
     assert "word_count on PU 1" in detail.inner_text()
-    assert "vnodes: 8 9 10 11 12 13 14 15" in detail.inner_text()
-    page.wait_for_selector('#ws-state:text("connected")')
+    assert "vnodes: 8–15" in detail.inner_text()
+    page.wait_for_selector('#live-state:text("live")')
     assert page.locator("#epoch-charts").get_attribute("data-points") == "1"
 
     # the key finder: hash -> vnode -> the PU that owns it
@@ -76,6 +78,8 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert f"vnode{vnode} (mapping v1)" in facts.inner_text().replace("\n", "")
     assert f"owner nowPU {0 if vnode < 8 else 1}" in facts.inner_text().replace("\n", "")
     screenshot(page, "cluster")
+    page.wait_for_selector('#live-state:text("live")')
+    page.evaluate("window.__sameDocument = true")
 
     # the runner moves four vnodes to PU 2 and commits an epoch: the page follows, no reload
     mapping = [0] * 6 + [2] * 4 + [1] * 6
@@ -105,10 +109,12 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
 
     published = time.monotonic()
     as_the_runner(move_and_commit)
-    page.wait_for_selector(f'button.cell[data-fragment="{FRAGMENT}"][data-pu="2"]', timeout=10_000)
+    page.wait_for_selector(f'a.cell[data-fragment="{FRAGMENT}"][data-pu="2"]', timeout=10_000)
     seen = time.monotonic() - published
     assert page.locator("#epoch-charts").get_attribute("data-points") == "2", "charted live"
     assert page.locator("#chart-latency canvas").count() == 1
     assert cell(page, 2).inner_text() == "40", "the chosen metric (keys) is kept"
+    assert page.evaluate("window.__sameDocument === true"), "followed without a reload"
+    assert "vnodes: 10–15" in page.locator("#cell-detail").inner_text(), "the selection is kept"
     assert "mapping v2" in page.locator("table.matrix tbody th.frag").inner_text()
     print(f"placement change to matrix on screen: {seen:.2f}s")

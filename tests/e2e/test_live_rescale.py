@@ -46,7 +46,6 @@ def request_from_page(page: Any, live_url: str, target: int, preset: str, reason
     page.goto(f"{live_url}/rescale/")
     page.get_by_label("Fragment", exact=True).select_option("word_count")
     page.get_by_label("Number of parallel units", exact=True).fill(str(target))
-    page.get_by_label("Number of parallel units", exact=True).dispatch_event("change")
     page.get_by_label("Preset", exact=True).select_option(preset)
     page.get_by_label("Reason (goes to the audit trail)", exact=True).fill(reason)
     page.get_by_role("button", name="Preview plan").click()
@@ -68,17 +67,16 @@ def test_an_operator_rescales_from_the_browser_and_follows_it_live(
     running_pipeline(processes)
     processes.worker("worker-1")
     page = sign_in(browser, live_url, "operator", perms=("rescale",))
-    page.wait_for_selector('button.cell[data-fragment="word_count"][data-pu="1"]')
-    assert page.locator('button.cell[data-fragment="word_count"]').count() == 2
+    page.wait_for_selector('a.cell[data-fragment="word_count"][data-pu="1"]')
+    assert page.locator('a.cell[data-fragment="word_count"]').count() == 2
 
     # scale out 2 -> 4, one vnode at a time, watched from the operation page without reload
     first = request_from_page(page, live_url, 4, "fluid", "e2e: scale out for the peak")
-    page.evaluate("window.__sameDocument = true")
     page.locator("#live-state:text('live')").wait_for()
 
     # the key finder on a key whose vnode this operation will move (the last planned one)
-    planned = page.locator(".vgrid .vn.phase-planned").last.get_attribute("data-key")
-    vnode = int(str(planned).split("/")[1])
+    planned = page.locator('#steps-table tr[data-phase="planned"]').last
+    vnode = int(planned.locator("td").nth(3).inner_text().split()[0].split("–")[0])
     word = next(w for w in (f"w{i:04d}" for i in range(KEYS)) if vnode_of(w, 32) == vnode)
     page.get_by_label("Key", exact=True).fill(word)
     page.get_by_role("button", name="Find").click()
@@ -86,23 +84,27 @@ def test_an_operator_rescales_from_the_browser_and_follows_it_live(
     facts = page.locator("#key-result dl").inner_text()
     assert f"vnode\n{vnode} " in facts and f"operation {first}" in facts, facts
     assert "→" in facts.split("moving", 1)[1].split("state", 1)[0], facts
-    page.wait_for_selector(".vgrid .vn.phase-done", timeout=240_000)
+    # the key finder is a form (the page reloaded): from here on, no reload
+    page.locator("#live-state:text('live')").wait_for()
+    page.evaluate("window.__sameDocument = true")
+    done = '#phase-counts-word_count li[data-phase="done"]'
+    page.wait_for_selector(done, timeout=240_000)
     screenshot(page, "operation-mid-migration")
     page.locator("#op-status:text('completed')").wait_for(timeout=400_000)
     assert page.evaluate("window.__sameDocument === true"), "the page never reloaded"
     assert page.locator("#vnodes-text").inner_text() == "16 of 16 (100 %)"
-    assert page.locator(".vgrid .vn.phase-done").count() == 16
-    placement = page.locator("#placement")
-    planned = placement.locator('tr[data-row="planned"]').inner_text().split()[1:]
-    now = placement.locator('tr[data-row="now"]').inner_text().split()[1:]
+    assert page.locator(done).inner_text().split() == ["✓", "16", "done"]
+    rows = [page.locator(f"#placement-word_count-{pu}").inner_text().split() for pu in range(4)]
+    planned = [row[3] for row in rows]  # PU n, before, planned, now
+    now = [row[4] for row in rows]
     assert now == planned == ["8", "8", "8", "8"], (now, planned)
     delays = page.evaluate("window.rescalerConsole.eventDelays")
     assert len(delays) >= 16, "every step's progress reached the page as an event"
 
     # a second operation, cancelled from its page once it has moved something
     second = request_from_page(page, live_url, 2, "fluid", "e2e: give two PUs back")
-    page.wait_for_selector(".vgrid .vn.phase-done", timeout=240_000)
-    page.on("dialog", lambda dialog: dialog.accept())
+    page.wait_for_selector(done, timeout=240_000)
+    page.get_by_label("Yes, cancel it", exact=False).check()
     page.get_by_role("button", name="Cancel operation").click()
     page.locator("#op-status:text('cancelled')").wait_for(timeout=400_000)
 

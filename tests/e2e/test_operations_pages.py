@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dashboard.operation_page import PHASE_INDEX
 from rescaler import events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import OperationPlan, RescaleOperation
@@ -51,21 +52,22 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
     page.locator('input[name="remove"][value="1"]').check()
     page.get_by_label("Reason (goes to the audit trail)", exact=True).fill("e2e: remove everything")
     page.get_by_role("button", name="Preview plan").click()
-    error = page.locator('.field[data-field="removed_parallel_units"] .field-error')
+    error = page.locator('.field[data-field="remove"] .field-error')
     error.wait_for()
     assert "removes_every_parallel_unit" in error.inner_text()
     assert page.get_by_role("button", name="Start rescale").is_disabled()
 
     # scale out 2 -> 4 by the number of PUs; the plan is drawn against the placement
+    page.locator('input[name="remove"]:checked').first.uncheck()
+    page.locator('input[name="remove"]:checked').first.uncheck()
     page.get_by_label("Number of parallel units", exact=True).fill("4")
-    page.get_by_label("Number of parallel units", exact=True).dispatch_event("change")
-    assert page.locator('input[name="add"]:checked').count() == 2
     page.get_by_label("Reason (goes to the audit trail)", exact=True).fill(
         "e2e: more room for the evening peak"
     )
     page.get_by_role("button", name="Preview plan").click()
     plan = page.locator("#plan")
     plan.get_by_text("scale out:").wait_for()
+    assert page.locator('input[name="add"]:checked').count() == 2, "the server ticked them"
     assert "8 vnodes move" in plan.inner_text()
     after = plan.locator("table.plan tbody tr").nth(1).inner_text()
     assert "4 (-4)" in after and "4 (+4)" in after, after
@@ -96,41 +98,37 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
     assert requested.actor_name == "operator"
     assert (requested.after or {}).get("reason") == "e2e: more room for the evening peak"
 
-    # the operation page: pending, its planned vnodes drawn, and why it waits
+    # the operation page: pending, its planned vnodes counted and drawn, and why it waits
     page.locator("#op-waiting").wait_for()
     assert "orchestrator" in page.locator("#op-waiting").inner_text()
-    assert page.locator(".vgrid .vn.phase-planned").count() == 8
-    assert page.locator(".vgrid .vn.phase-owned").count() == 8
-    placement = page.locator("#placement")
-    assert placement.locator('tr[data-row="before"]').inner_text().split() == [
-        "before",
-        "8",
-        "8",
-        "0",
-        "0",
-    ]
-    assert placement.locator('tr[data-row="planned"]').inner_text().split() == [
-        "planned",
-        "4",
-        "4",
-        "4",
-        "4",
-    ]
-    assert placement.locator('tr[data-row="now"]').inner_text().split() == [
-        "now",
-        "8",
-        "8",
-        "0",
-        "0",
+    counts = page.locator("#phase-counts-word_count")
+    assert counts.locator('li[data-phase="planned"]').inner_text().split() == ["○", "8", "planned"]
+    assert counts.locator('li[data-phase="owned"]').inner_text().split() == ["·", "8", "owned"]
+    assert page.locator("canvas.vgrid-canvas").count() == 1
+
+    def placement(pu: int) -> list[str]:
+        return page.locator(f"#placement-word_count-{pu}").inner_text().split()
+
+    # PU, before, planned, now
+    assert [placement(pu) for pu in range(4)] == [
+        ["PU", "0", "8", "4", "8"],
+        ["PU", "1", "8", "4", "8"],
+        ["PU", "2", "0", "4", "0"],
+        ["PU", "3", "0", "4", "0"],
     ]
     assert page.get_by_role("button", name="Cancel operation").is_visible()
     page.locator("#live-state:text('live')").wait_for()
     screenshot(page, "operation-pending")
 
-    page.on("dialog", lambda dialog: dialog.accept())
+    # cancel is a form: unconfirmed, the server says so on the field; confirmed, it cancels
+    page.get_by_role("button", name="Cancel operation").click()
+    page.get_by_text("Tick the box to confirm the cancel.").wait_for()
+    assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 0
+    page.get_by_label("Yes, cancel it", exact=False).check()
     page.get_by_role("button", name="Cancel operation").click()
     page.locator("#op-status:text('cancelling')").wait_for()
     assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 1
+    assert page.get_by_role("button", name="Cancel operation").count() == 0
 
     # history lists it, filtered by status
     page.get_by_role("link", name="History").click()
@@ -187,7 +185,7 @@ def test_pages_fit_a_phone_without_scrolling_sideways(
     page.goto(f"{live_url}{url}")
     if path == "operation":
         page.locator("#live-state:text('live')").wait_for()
-        page.locator("#steps tr").first.wait_for()
+        page.locator("#steps-table tbody tr").first.wait_for()
     widths = page.evaluate(
         "({doc: document.documentElement.scrollWidth, view: window.innerWidth,"
         " wide: [...document.querySelectorAll('body *')].filter((e) =>"
@@ -241,14 +239,16 @@ def test_the_operation_page_applies_each_delta_and_rereads_after_a_missed_one(
         as_the_runner(lambda: operation_progress_record(pipeline=PIPELINE, progress=progress))
 
     page = sign_in(browser, live_url, "watcher")
-    document = f"/api/v1/operations/{op.operation_id}"
-    reads: list[str] = []
-    page.on("request", lambda r: reads.append(r.url) if r.url.endswith(document) else None)
+    reads: list[str] = []  # the page re-reading its live part (htmx, told by the server)
+    page.on(
+        "request",
+        lambda r: reads.append(r.url) if r.headers.get("hx-target") == "operation-live" else None,
+    )
     page.goto(f"{live_url}/operations/{op.operation_id}/")
     page.locator("#live-state:text('live')").wait_for()
-    page.locator("#steps tr").first.wait_for()
-    page.wait_for_timeout(500)  # the first read and the one on the socket's open are done
-    assert page.locator('#steps tr[data-phase="collecting"]').count() == 0
+    page.wait_for_timeout(300)
+    assert reads == [], "a page rendered at the current version does not re-read"
+    assert page.locator('#steps-table tr[data-phase="collecting"]').count() == 0
 
     # version 1 never reaches the page (an event dropped, as while Redis restarts)...
     publish = events.publish
@@ -260,19 +260,25 @@ def test_the_operation_page_applies_each_delta_and_rereads_after_a_missed_one(
     report({1: StepPhase.COLLECTING}, {})
     monkeypatch.setattr(events, "publish", publish)
     page.wait_for_timeout(300)
-    assert page.locator('#steps tr[data-phase="collecting"]').count() == 0
-    # ... so version 2, which says only step 2 changed, makes it read the document again
-    before = len(reads)
+    assert page.locator('#steps-table tr[data-phase="collecting"]').count() == 0
+    # ... so version 2, which says only step 2 changed, makes it read its live part again
     report({1: StepPhase.COLLECTING, 2: StepPhase.COLLECTING}, {})
-    page.locator('#steps tr[data-phase="collecting"] >> nth=1').wait_for()
-    assert len(reads) == before + 1, "the missed version made the page re-read the document"
-    assert page.locator('#steps tr[data-phase="collecting"]').count() == 2
+    page.locator('#steps-table tr[data-phase="collecting"] >> nth=1').wait_for()
+    assert len(reads) == 1, "the missed version made the page re-read"
+    assert page.locator('#steps-table tr[data-phase="collecting"]').count() == 2
 
-    # version 3, the next one, is applied as it is: the figures change, nothing is re-read
+    # version 3, the next one, is swapped in as rendered rows: nothing is re-read
     report({1: StepPhase.COLLECTING, 2: StepPhase.EXPORTED}, {2: 1234})
-    page.locator('#steps tr[data-phase="exported"]').wait_for()
-    row = page.locator('#steps tr[data-phase="exported"]').inner_text()
+    page.locator('#steps-table tr[data-phase="exported"]').wait_for()
+    row = page.locator('#steps-table tr[data-phase="exported"]').inner_text()
     assert "1,234" in row, row
     page.locator("#keys-text:has-text('1,234')").wait_for()
-    assert len(reads) == before + 1, "the delta was applied without a read"
+    assert len(reads) == 1, "the delta was applied without a read"
+    # the grid's canvas was patched in place: step 2's vnodes are exported
+    step2 = op.steps.get(step=2)
+    phases = page.evaluate(
+        "(vnodes) => vnodes.map((v) => window.rescalerGrid.grids.get('word_count').phases[v])",
+        list(step2.vnodes),
+    )
+    assert phases == [PHASE_INDEX["exported"]] * len(step2.vnodes)
     screenshot(page, "operation-delta")

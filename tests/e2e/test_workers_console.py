@@ -49,13 +49,13 @@ def test_workers_show_their_status_follow_events_live_and_can_be_cordoned(
 
     as_the_runner(seed)
     page = sign_in(browser, live_url, "operator", perms=("rescale",))
-    page.wait_for_selector('#ws-state:text("connected")')
+    page.wait_for_selector('#live-state:text("live")')
     page.evaluate("window.__notReloaded = true")
 
     # the table and the headers: every worker's status, executor, host, cores, PUs, bootstrap
     assert row(page, "w1").get_attribute("data-status") == "active"
     cells = row(page, "w2").locator("td").all_inner_texts()
-    assert cells[:6] == ["active", "2", "host-b", "2", "2, 3", "epoch 0"]
+    assert cells[:7] == ["w2", "active", "2", "host-b", "2", "2–3", "epoch 0"]
     assert "w2" in header(page, 2).inner_text() and "active" in header(page, 2).inner_text()
 
     # the runner no longer reports w2: lost, in the table and in its PUs' headers, no reload
@@ -64,8 +64,7 @@ def test_workers_show_their_status_follow_events_live_and_can_be_cordoned(
     page.wait_for_selector('table.matrix th.pu.lost[data-pu="2"]', timeout=10_000)
     assert "lost" in header(page, 2).inner_text() and "lost" in header(page, 3).inner_text()
     assert "lost" not in header(page, 0).inner_text()
-    assert "was lost" in page.locator("#workers-state").inner_text()
-    assert not row(page, "w2").locator("button").count(), "nothing to do to a lost worker"
+    assert not row(page, "w2").locator("a.button").count(), "nothing to do to a lost worker"
 
     # a new worker joins: a row and a column appear, still without a reload
     report(5, W1, W3)
@@ -74,40 +73,35 @@ def test_workers_show_their_status_follow_events_live_and_can_be_cordoned(
     assert "epoch 5" in row(page, "w3").inner_text()
     assert page.evaluate("window.__notReloaded") is True
 
-    # cordon w1: a dialog asks for the reason, the API does it, the page follows
-    page.get_by_role("button", name="Cordon w1").click()
-    dialog = page.locator("#worker-dialog")
-    assert dialog.is_visible() and "Cordon worker w1" in dialog.inner_text()
+    # cordon w1: its form asks for the reason, the service does it, the page says so
+    page.get_by_role("link", name="Cordon w1").click()
+    form = page.locator("#worker-action")
+    assert "Cordon worker w1" in form.inner_text()
     page.get_by_label("Reason (goes to the audit trail)").fill("kernel update")
-    page.locator("#worker-confirm").click()
+    page.get_by_role("button", name="Cordon w1").click()
     page.wait_for_selector('#workers tr[data-worker="w1"][data-status="cordoned"]', timeout=10_000)
-    assert not dialog.is_visible()
+    assert page.locator("#worker-action").count() == 0
+    assert "Cordoned w1." in page.locator(".messages").inner_text()
     assert "kernel update" in row(page, "w1").inner_text()
     assert "cordoned" in header(page, 0).inner_text()
-    assert row(page, "w1").get_by_role("button", name="Uncordon w1").count() == 1
+    assert row(page, "w1").get_by_role("link", name="Uncordon w1").count() == 1
 
-    # drain and remove w3 (it runs no stateful fragment: decommissioned at once): a reason is
-    # required, then the browser's confirmation, as for the operation page's Cancel
-    asked: list[str] = []
-
-    def accept(confirmation: Any) -> None:
-        asked.append(confirmation.message)
-        confirmation.accept()
-
-    page.on("dialog", accept)
+    # drain and remove w3 (it runs no stateful fragment: decommissioned at once): confirmed by
+    # a tick box, and a reason is required, both said by the server on the form
+    page.get_by_role("link", name="Drain and remove w3").click()
     page.get_by_role("button", name="Drain and remove w3").click()
-    page.locator("#worker-confirm").click()
-    assert "reason_required" in page.locator("#worker-dialog-error").inner_text()
-    assert not asked, "nothing is asked before the reason is given"
+    form = page.locator("#worker-action")
+    assert "Tick the box to confirm the drain." in form.inner_text()
+    assert "reason_required" in form.locator('[data-field="reason"] .field-error').inner_text()
     page.get_by_label("Reason (goes to the audit trail)").fill("scale in")
-    page.locator("#worker-confirm").click()
+    page.get_by_label("Yes: move every vnode off it", exact=False).check()
+    page.get_by_role("button", name="Drain and remove w3").click()
     page.wait_for_selector(
         '#workers tr[data-worker="w3"][data-status="decommissioning"]', timeout=10_000
     )
-    assert asked and asked[0].startswith("Drain and remove worker w3?")
-    assert "being decommissioned" in page.locator("#workers-state").inner_text()
+    assert "Draining w3." in page.locator(".messages").inner_text()
 
-    # local mode has no worker provider: the refusal is shown as the API words it
+    # local mode has no worker provider: the refusal is shown as the service words it
     page.get_by_role("button", name="Add worker").click()
     error = page.locator("#workers-error")
     error.wait_for(state="visible", timeout=10_000)
@@ -124,6 +118,6 @@ def test_a_read_only_user_sees_workers_but_no_action(browser: Any, live_url: str
     as_the_runner(seed)
     page = sign_in(browser, live_url, "viewer")
     assert row(page, "w1").get_attribute("data-status") == "active"
-    assert page.locator("#workers button").count() == 0
+    assert page.locator("#workers a.button").count() == 0
     assert page.get_by_role("button", name="Add worker").count() == 0
     assert "needs the permission" in page.locator("#workers-card").inner_text()

@@ -192,7 +192,7 @@ def test_redis_restarted_mid_operation_celery_and_the_console_recover(
     )["operation_id"]
     page = sign_in(browser, live_url, "viewer")
     page.goto(f"{live_url}/")
-    page.wait_for_function("document.getElementById('ws-state').textContent === 'connected'")
+    page.wait_for_function("document.getElementById('live-state').textContent === 'live'")
 
     def detail() -> dict[str, Any]:
         return _api(f"{live_url}/api/v1/operations/{operation_id}", token)

@@ -251,3 +251,58 @@ async def test_an_operations_page_receives_its_progress_as_versioned_deltas(
         assert await communicator.receive_nothing(timeout=0.2)
     finally:
         await communicator.disconnect()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_the_operation_page_receives_rendered_rows_and_rereads_after_a_gap(
+    redis_service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's socket: each next version as the HTML rows it changed (htmx swaps them in
+    by id); a version the page did not hold before, or a gap, as the order to re-read."""
+    from dashboard.consumers import PAGE_HTML, RESYNC
+    from rescaler.operations import requests as operation_requests
+
+    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    operation_id, report = await database_sync_to_async(_operation_with_two_reports)()
+    cookie = await database_sync_to_async(_session_cookie)()
+
+    async def page(version: int) -> WebsocketCommunicator:
+        path = f"/ws/operations/{operation_id}/page/?version={version}"
+        communicator = await _communicator(ORIGIN, (b"cookie", cookie), path=path)
+        connected, _ = await communicator.connect(timeout=10)
+        assert connected
+        return communicator
+
+    current = await page(0)
+    stale = await page(7)  # a version the operation never had: re-read at once
+    json_client = await _communicator(
+        ORIGIN, (b"cookie", cookie), path=f"/ws/operations/{operation_id}/"
+    )
+    assert (await json_client.connect(timeout=10))[0]
+    try:
+        hello = await current.receive_from(timeout=10)
+        assert 'id="live-state"' in hello and RESYNC not in hello
+        assert RESYNC in await stale.receive_from(timeout=10)
+
+        await database_sync_to_async(report)(1)
+        rows = await current.receive_from(timeout=10)
+        rest = await current.receive_from(timeout=10)
+        assert rows.startswith("<tr") and 'id="step-1"' in rows and 'id="step-4"' in rows
+        assert 'id="op-summary" hx-swap-oob="true"' in rest
+        # JSON clients get the delta without the page's HTML
+        assert PAGE_HTML not in await json_client.receive_json_from(timeout=10)
+
+        # a version lost between the channel layer and this socket: the page re-reads
+        from rescaler import events
+
+        publish = events.publish
+        monkeypatch.setattr(events, "publish", lambda *args: None)
+        await database_sync_to_async(report)(2)
+        monkeypatch.setattr(events, "publish", publish)
+        await database_sync_to_async(report)(3)
+        assert await current.receive_from(timeout=10) == RESYNC
+        assert await current.receive_nothing(timeout=0.2)
+    finally:
+        for communicator in (current, stale, json_client):
+            await communicator.disconnect()

@@ -3,6 +3,7 @@ operations. What they show is checked in a real browser (tests/e2e)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from django.test import Client
 from dashboard.api.selectors import cluster_info
 from dashboard.console import cluster_matrix, skew
 from rescaler.cluster.models import ParallelUnit, Worker
-from rescaler.operations.models import RescaleOperation
+from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from tests.unit.api.fixtures import make_user, register_cluster, request_body
@@ -102,9 +103,18 @@ def test_history_shows_the_reason_and_numbers_as_the_other_pages_print_them(
         vnodes_moved=4, keys_moved=34467, bytes_moved=2_936_012
     )
     page = signed_in.get("/operations/").content.decode()
-    assert "<th>Reason</th>" in page
+    assert re.search(r"<th[^>]*>\s*Reason\s*</th>", page)
     assert '<td class="reason">evening &lt;peak&gt; &amp; sale</td>' in page
     assert '<td class="num">34,467</td>' in page and '<td class="num">2.8 MB</td>' in page
+    # sorted by a column from the query string, without a script
+    RescaleOperation.objects.filter(pk=op.pk).update(status="completed")
+    OperationFragment.objects.filter(operation=op).update(active=False)
+    other = operation_request(user=user, body=request_body(added_parallel_units=[3]))
+    assert isinstance(other, RescaleOperation)
+    by_keys = signed_in.get("/operations/", {"sort": "-keys_moved"}).content.decode()
+    assert by_keys.index(op.operation_id) < by_keys.index(other.operation_id)
+    by_keys = signed_in.get("/operations/", {"sort": "keys_moved"}).content.decode()
+    assert by_keys.index(other.operation_id) < by_keys.index(op.operation_id)
     # the CSV keeps raw numbers
     csv = signed_in.get("/api/v1/operations", {"format": "csv"})
     text = b"".join(csv.streaming_content).decode()
@@ -134,5 +144,87 @@ def test_the_rescale_page_offers_only_the_pus_the_cluster_view_opens_to_vnodes(
     page = client.get("/rescale/").content.decode()
     for pu in (2, 4, 5):
         assert "disabled" in _add_box(page, pu), pu
-    for pu in (0, 1, 3):
-        assert "disabled" not in _add_box(page, pu), pu
+    assert "disabled" not in _add_box(page, 3)
+    for pu in (0, 1):  # in the fragment already: offered for removal only
+        assert f'name="add" value="{pu}"' not in page and f'name="remove" value="{pu}"' in page
+
+
+def test_the_matrix_is_shown_by_pu_or_by_worker_from_the_query_string(signed_in: Client) -> None:
+    from dashboard.console import matrix_view
+
+    matrix = cluster_matrix(cluster_info())
+    by_pu = matrix_view(matrix)
+    assert by_pu.by == "pu" and [c.label for c in by_pu.columns] == ["PU 0", "PU 1", "PU 2", "PU 3"]
+    by_worker = matrix_view(matrix, by="worker", metric="keys", cell="word_count/worker-local-0")
+    (column,) = by_worker.columns
+    assert column.aggregated and column.label == "local-0" and len(column.pus) == 4
+    (cell,) = by_worker.rows[0].cells
+    assert cell is not None and (cell.vnodes, cell.value, cell.text) == (16, 160, "160")
+    assert by_worker.selected is not None and by_worker.selected[1].vnode_text == "0–15"
+    drilled = matrix_view(matrix, by="worker", worker="local-0", metric="nonsense")
+    assert drilled.by == "pu" and drilled.metric == "vnodes" and len(drilled.columns) == 4
+
+    page = signed_in.get("/", {"by": "worker", "metric": "bytes"}).content.decode()
+    assert 'data-column="worker-local-0"' in page and 'data-by="worker"' in page
+    assert "?by=worker&amp;metric=bytes&amp;cell=word_count%2Fworker-local-0" in page
+    detail = signed_in.get("/", {"cell": "word_count/pu-1"}).content.decode()
+    assert "vnodes: 8–15" in detail
+
+
+def test_past_32_pus_the_matrix_is_one_column_per_worker() -> None:
+    from dashboard.console import PU_COLUMNS_MAX, Matrix, PuColumn, matrix_view
+
+    columns = tuple(PuColumn(pu=n, worker=f"w{n // 8}", alive=True) for n in range(64))
+    view = matrix_view(Matrix(columns=columns, rows=(), epoch=None))
+    assert len(columns) > PU_COLUMNS_MAX and view.by == "worker" and len(view.columns) == 8
+
+
+def test_the_rescale_form_previews_then_starts_exactly_the_plan_shown(signed_in: Client) -> None:
+    """The page's form is the API's request: a dry run first, then its plan_id; the service's
+    refusals land on the field the API names, "reason required" on the reason."""
+    form = {
+        "fragment": "word_count",
+        "target": "4",
+        "strategy": "live",
+        "preset": "batched",
+        "reason": "more room",
+    }
+    no_reason = signed_in.post("/rescale/", {**form, "reason": "", "action": "preview"})
+    assert no_reason.status_code == 400 and "reason_required" in no_reason.content.decode()
+    refused = signed_in.post(
+        "/rescale/", {**form, "target": "", "remove": ["0", "1"], "action": "preview"}
+    )
+    page = refused.content.decode()
+    box = page[
+        page.index('data-field="remove"') : page.index(
+            "</fieldset>", page.index('data-field="remove"')
+        )
+    ]
+    assert "removes_every_parallel_unit" in box
+    preview = signed_in.post("/rescale/", {**form, "action": "preview"})
+    page = preview.content.decode()
+    assert preview.status_code == 200 and "scale out: 8 vnodes move" in page
+    assert RescaleOperation.objects.count() == 0, "a preview creates nothing"
+    plan_id = re.search(r'name="plan_id" value="([0-9a-f]+)"', page)
+    assert plan_id is not None
+    for pu in (2, 3):  # the target ticked the two lowest open PUs
+        assert re.search(rf'name="add" value="{pu}" checked', page)
+    started = signed_in.post(
+        "/rescale/",
+        {**form, "target": "", "add": ["2", "3"], "plan_id": plan_id[1], "action": "start"},
+    )
+    op = RescaleOperation.objects.get()
+    assert started.status_code == 302 and started["Location"] == f"/operations/{op.operation_id}/"
+
+
+def test_the_key_finder_answers_on_the_page(signed_in: Client) -> None:
+    from workers.hashing import vnode_of
+
+    page = signed_in.get("/", {"kf": "word_count", "key": "hello", "metric": "keys"})
+    html = page.content.decode()
+    vnode = vnode_of("hello", 16)
+    assert f"<dt>vnode</dt><dd>{vnode} (mapping v1)</dd>" in html
+    assert f"<dt>owner now</dt><dd>PU {0 if vnode < 8 else 1}</dd>" in html
+    assert '<input type="hidden" name="metric" value="keys">' in html, "the page's view is kept"
+    unknown = signed_in.get("/", {"kf": "nope", "key": "x"}).content.decode()
+    assert "unknown_fragment: no fragment &#x27;nope&#x27;" in unknown

@@ -142,8 +142,8 @@ def signed_in(username: str, *, rescale: bool) -> Client:
 
 
 def csrf_of(page: str) -> str:
-    found = re.search(r'<meta name="csrf-token" content="([^"]+)">', page)
-    assert found, "the cluster page carries the token its scripts send"
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert found, "the page's forms carry the CSRF token"
     return found.group(1)
 
 
@@ -160,7 +160,13 @@ def test_the_page_shows_workers_and_a_lost_pu(workers: Pipeline) -> None:
 
 def test_a_read_only_user_is_offered_no_action(workers: Pipeline) -> None:
     page = signed_in("viewer", rescale=False).get("/").content.decode()
-    assert "Add worker" not in page and 'data-action="cordon"' not in page
+    assert "Add worker" not in page and 'aria-label="Cordon w1"' not in page
+    assert (
+        'id="worker-action"'
+        not in signed_in("viewer2", rescale=False)
+        .get("/", {"act": "cordon", "on": "w1"})
+        .content.decode()
+    )
     assert "needs the permission" in page
 
 
@@ -178,10 +184,9 @@ def test_the_cluster_partial_holds_the_matrix_and_the_workers(workers: Pipeline)
     assert 'id="matrix"' in body and 'id="workers"' in body
 
 
-# -- the actions, as the page sends them ---------------------------------------------------------
+# -- the actions, as the page's forms send them --------------------------------------------------
 def post(client: Client, url: str, body: dict[str, Any], token: str | None) -> Any:
-    headers = {"X-CSRFToken": token} if token else {}
-    return client.post(url, body, content_type="application/json", headers=headers)
+    return client.post(url, {**body, **({"csrfmiddlewaretoken": token} if token else {})})
 
 
 def worker_actions(name: str) -> list[str]:
@@ -191,47 +196,61 @@ def worker_actions(name: str) -> list[str]:
 
 def test_an_operator_cordons_and_uncordons_from_the_page(workers: Pipeline) -> None:
     client = signed_in("operator", rescale=True)
-    token = csrf_of(client.get("/").content.decode())
-    done = post(client, "/api/v1/workers/w1/cordon", {"reason": "kernel update"}, token)
-    assert done.status_code == 200 and done.json()["status"] == "cordoned"
+    page = client.get("/", {"act": "cordon", "on": "w1"}).content.decode()
+    assert 'id="worker-action"' in page and "Cordon worker w1" in page
+    token = csrf_of(page)
+    done = post(client, "/workers/w1/cordon", {"reason": "kernel update"}, token)
+    assert done.status_code == 302 and done["Location"] == "/"
+    assert Worker.objects.get(name="w1").status == "cordoned"
+    assert "Cordoned w1." in client.get("/").content.decode()
     audit = AuditEvent.objects.get(object_id="w1", action="worker.cordoned")
     assert audit.actor is not None and audit.actor.username == "operator"
     assert (audit.after or {})["reason"] == "kernel update"
-    assert post(client, "/api/v1/workers/w1/uncordon", {}, token).status_code == 200
+    assert post(client, "/workers/w1/uncordon", {}, token).status_code == 302
     assert worker_actions("w1")[-2:] == ["worker.cordoned", "worker.uncordoned"]
+    # a refusal of the service is shown on the form, as the API words it: w2 was lost
+    workers_record(pipeline=PIPELINE, epoch=3, workers=[W1, W3])
+    refused = post(client, "/workers/w2/cordon", {}, token)
+    assert refused.status_code == 400
+    assert "worker_status_conflict" in refused.content.decode()
 
 
 def test_a_read_only_user_is_refused_and_nothing_is_recorded(workers: Pipeline) -> None:
     client = signed_in("viewer", rescale=False)
-    token = csrf_of(client.get("/").content.decode())
+    token = csrf_of(client.get("/accounts/login/").content.decode())
     for url, body in (
-        ("/api/v1/workers/w1/cordon", {}),
-        ("/api/v1/workers/w1/drain", {"reason": "x"}),
-        ("/api/v1/workers", {"cores": 1}),
+        ("/workers/w1/cordon", {}),
+        ("/workers/w1/drain", {"reason": "x", "confirm": "on"}),
+        ("/workers/add", {"cores": 1}),
     ):
-        refused = post(client, url, body, token)
-        assert refused.status_code == 403, url
-        assert refused.json()["code"] == "permission_denied"
+        assert post(client, url, body, token).status_code == 403, url
     assert worker_actions("w1") == ["worker.joined"]
     assert Worker.objects.get(name="w1").status == "active"
 
 
 def test_without_the_pages_token_the_action_is_refused(workers: Pipeline) -> None:
     client = signed_in("operator", rescale=True)
-    assert post(client, "/api/v1/workers/w1/cordon", {}, None).status_code == 403
+    assert post(client, "/workers/w1/cordon", {}, None).status_code == 403
     assert Worker.objects.get(name="w1").status == "active"
 
 
-def test_drain_from_the_page_starts_an_audited_operation(workers: Pipeline) -> None:
+def test_drain_from_the_page_is_confirmed_then_starts_an_audited_operation(
+    workers: Pipeline,
+) -> None:
     client = signed_in("operator", rescale=True)
-    token = csrf_of(client.get("/").content.decode())
-    started = post(client, "/api/v1/workers/w2/drain", {"reason": "retire host-b"}, token)
-    assert started.status_code == 202, started.content
-    body = started.json()
-    assert body["worker"]["status"] == "draining" and body["operation"]["operation_id"]
+    token = csrf_of(client.get("/", {"act": "drain", "on": "w2"}).content.decode())
+    unconfirmed = post(client, "/workers/w2/drain", {"reason": "retire host-b"}, token)
+    assert unconfirmed.status_code == 400
+    assert "Tick the box to confirm the drain." in unconfirmed.content.decode()
+    assert Worker.objects.get(name="w2").status == "active"
+    started = post(client, "/workers/w2/drain", {"reason": "retire host-b", "confirm": "on"}, token)
+    assert started.status_code == 302, started.content
+    assert Worker.objects.get(name="w2").status == "draining"
     assert worker_actions("w2")[-1] == "worker.draining"
+    operation_id = Worker.objects.get(name="w2").drain_operation_id
     page = client.get("/").content.decode()
-    assert f"drain · {body['operation']['operation_id']}" in page
+    assert f"drain · {operation_id}" in page
+    assert f"Draining w2. Operation {operation_id} moves its vnodes." in page
 
 
 def test_add_worker_in_local_mode_shows_the_providers_refusal(
@@ -241,17 +260,21 @@ def test_add_worker_in_local_mode_shows_the_providers_refusal(
     monkeypatch.delenv("SPARK_MASTER", raising=False)
     client = signed_in("operator", rescale=True)
     token = csrf_of(client.get("/").content.decode())
-    refused = post(client, "/api/v1/workers", {"cores": 1}, token)
-    assert refused.status_code == 409
-    assert refused.json()["code"] == "worker_provider_refused"
-    assert "no worker provider: local mode runs in one JVM" in refused.json()["detail"]
+    refused = post(client, "/workers/add", {"cores": 1}, token)
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    assert "worker_provider_refused" in page
+    assert "no worker provider: local mode runs in one JVM" in page
+    # the cores are checked by the service's own parser, on their field
+    wrong = post(client, "/workers/add", {"cores": 65}, token).content.decode()
+    assert "&#x27;cores&#x27; must be an integer from 1 to 64" in wrong
     assert not AuditEvent.objects.filter(action="worker.add_requested").exists()
 
 
 def test_the_rescale_form_offers_no_cordoned_pu_to_add(workers: Pipeline) -> None:
-    """The form would only meet worker_not_active; the PU is still offered for removal."""
+    """The form would only meet worker_not_active; the fragment's PUs are offered for removal."""
     worker_cordon(user=None, name="w3")
     page = signed_in("operator", rescale=True).get("/rescale/").content.decode()
     add = re.search(r'<input type="checkbox" name="add" value="4"[^>]*>', page)
     assert add and "disabled" in add.group(0)
-    assert re.search(r'name="remove" value="4"> PU 4 <span class="muted">w3, cordoned', page)
+    assert re.search(r'name="remove" value="2"> PU 2 <span class="muted">w2', page)

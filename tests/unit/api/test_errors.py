@@ -6,7 +6,7 @@ import pytest
 from django.http import Http404
 from rest_framework import exceptions
 
-from dashboard.api.errors import STATUS_BY_CODE, ApiError, exception_handler
+from dashboard.api.errors import FIELD_BY_CODE, STATUS_BY_CODE, ApiError, exception_handler
 from rescaler.operations.plans import PlanError, PlanStale
 from rescaler.operations.requests import OperationFinal
 from workers.rescale import errors
@@ -30,6 +30,8 @@ def test_every_rescale_error_has_its_code_and_a_4xx(cls: type[errors.RescaleErro
     response = exception_handler(exc, CONTEXT)
     assert response is not None
     extra = exc.details() if isinstance(exc, PlanError) else {}
+    if cls.code in FIELD_BY_CODE:
+        extra = {"field": FIELD_BY_CODE[cls.code], **extra}
     assert response.data == {"code": cls.code, "detail": "why", **extra}
     assert response.status_code == STATUS_BY_CODE.get(cls.code, 400)
 
@@ -39,6 +41,19 @@ def test_conflicts_and_not_found() -> None:
     assert exception_handler(OperationFinal("x"), CONTEXT).status_code == 409
     assert exception_handler(errors.UnknownOperation("x"), CONTEXT).status_code == 404
     assert exception_handler(errors.UnknownFragment("x"), CONTEXT).status_code == 400
+
+
+def test_a_refusal_names_the_request_field_it_concerns() -> None:
+    """The console shows it on that field (no mapping of its own)."""
+    for exc, field in (
+        (errors.FragmentBusy("x"), "changes"),
+        (errors.WorkerNotActive("x"), "added_parallel_units"),
+        (errors.RemovesEveryUnit("x"), "removed_parallel_units"),
+    ):
+        response = exception_handler(exc, CONTEXT)
+        assert response is not None and response.data["field"] == field
+    response = exception_handler(errors.MalformedRequest("x"), CONTEXT)
+    assert response is not None and "field" not in response.data
 
 
 def test_a_plan_refusal_names_its_field_and_what_changed() -> None:

@@ -1,0 +1,334 @@
+"""What the operation page shows, worked out once on the server.
+
+The page (``/operations/<id>/``), its live partials and the websocket's rendered deltas all
+come from these functions, so a figure, a phase's symbol or a waiting reason is decided in one
+place (the browser's script only paints the vnode grid from the phases given here). Each takes
+the operation with its steps prefetched (``dashboard.api.selectors.operation_get``) and reads no
+more than its steps and audit events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Prefetch
+
+from dashboard.api.selectors import operation_events
+from dashboard.format import count, duration, moved_figures
+from rescaler.audit.models import AuditEvent
+from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
+from workers.rescale.protocol import (
+    ROUTING_BY_PHASE,
+    OperationStatus,
+    Routing,
+    StepPhase,
+)
+
+OWNED = "owned"  # a vnode no step moves
+# every phase a vnode can show, in the order of the legend; a vnode's index in this tuple is
+# what the grid's data carries (one small number per vnode)
+PHASES: tuple[str, ...] = (OWNED, *(p.value for p in StepPhase))
+PHASE_INDEX = {phase: i for i, phase in enumerate(PHASES)}
+PHASE_SYMBOL = {
+    OWNED: "·",
+    StepPhase.PLANNED: "○",
+    StepPhase.PENDING: "◔",
+    StepPhase.COLLECTING: "H",
+    StepPhase.EXPORTED: "E",
+    StepPhase.ACQUIRING: "A",
+    StepPhase.ACQUIRED: "a",
+    StepPhase.DROPPING: "D",
+    StepPhase.DONE: "✓",
+    StepPhase.CANCELLED: "×",
+}
+PHASE_LEGEND = {
+    OWNED: "not moving",
+    StepPhase.PLANNED: "planned",
+    StepPhase.PENDING: "issued",
+    StepPhase.COLLECTING: "sealed, held (records in the hold queue), exporting",
+    StepPhase.EXPORTED: "exported, waiting to be acquired",
+    StepPhase.ACQUIRING: "acquiring, replaying the hold queue",
+    StepPhase.ACQUIRED: "acquired",
+    StepPhase.DROPPING: "dropping the old copy",
+    StepPhase.DONE: "moved",
+    StepPhase.CANCELLED: "cancelled",
+}
+# the figures of the head, planned against moved
+MEASURES = (("keys", "Keys"), ("bytes", "Bytes"), ("vnodes", "Vnodes"))
+# phases whose time in phase means nothing to an operator (not started, or over)
+TIMELESS = frozenset({StepPhase.PLANNED, StepPhase.DONE, StepPhase.CANCELLED})
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The head of the page: status, why it waits, planned against moved, rate and ETA."""
+
+    operation_id: str
+    status: str
+    waiting: Waiting | None
+    outcome: str
+    error_code: str
+    moved: dict[str, dict[str, Any]]
+    rate: str
+    eta: str
+    steps_done: int
+    steps_total: int
+    cancellable: bool  # still running and not already cancelling (the service decides)
+    progress_version: int
+
+
+# what the page reads of every step (not the per-vnode figures: the steps table reads its own
+# page of full rows)
+PAGE_STEP_FIELDS = (
+    "operation",
+    "step",
+    "fragment",
+    "source_pu",
+    "target_pu",
+    "vnodes",
+    "phase",
+    "keys",
+    "bytes",
+    "keys_moved",
+    "bytes_moved",
+    "timings",
+)
+
+
+def operation_for_page(*, operation_id: str) -> RescaleOperation | None:
+    """One operation with what the page reads of its steps (16,384 steps: each a few fields,
+    not the whole row); None if there is none."""
+    steps = RescaleStep.objects.only(*PAGE_STEP_FIELDS).order_by("step")
+    return (
+        RescaleOperation.objects.select_related("pipeline", "requested_by")
+        .prefetch_related(Prefetch("steps", queryset=steps))
+        .filter(operation_id=operation_id)
+        .first()
+    )
+
+
+def _elapsed_s(op: RescaleOperation, now: float) -> float | None:
+    if op.started_at is None:
+        return None
+    end = op.finished_at.timestamp() if op.finished_at else now
+    return max(end - op.started_at.timestamp(), 0.0)
+
+
+_ASK = object()  # operation_summary's default: find out what the operation waits for
+
+
+def operation_summary(
+    op: RescaleOperation, *, now: float | None = None, waiting: Any = _ASK
+) -> Summary:
+    """The page's head, as of ``now`` (unix s); ``waiting`` when the caller already knows it
+    (the live delta, whose document fields carry it), else asked of ``operation_waiting``."""
+    now = time.time() if now is None else now
+    moved = moved_figures(op)
+    elapsed = _elapsed_s(op, now)
+    final = op.is_final
+    if elapsed and op.keys_moved > 0:
+        per_s = op.keys_moved / elapsed
+        rate = f"{count(round(per_s))} keys/s"
+        keys = moved["keys"]
+        left = max(keys["planned"] - (keys["moved"] - keys["arrived"]), 0)
+        eta = f"took {duration(elapsed)}" if final else f"ETA {duration(left / per_s)}"
+    else:
+        rate = "–"
+        if elapsed is None:
+            eta = "not started"
+        else:
+            eta = f"{'took' if final else 'running for'} {duration(elapsed)}"
+    steps = list(op.steps.all())
+    return Summary(
+        operation_id=op.operation_id,
+        status=op.status,
+        waiting=operation_waiting(op) if waiting is _ASK else waiting,
+        outcome=op.outcome,
+        error_code=op.error_code,
+        moved=moved,
+        rate=rate,
+        eta=eta,
+        steps_done=sum(1 for s in steps if s.phase == StepPhase.DONE),
+        steps_total=len(steps),
+        cancellable=not final and op.status != OperationStatus.CANCELLING,
+        progress_version=op.progress_version,
+    )
+
+
+def waiting_of(document: dict[str, Any] | None) -> Waiting | None:
+    """The operation document's ``waiting`` back as the ``Waiting`` it was made from."""
+    if not document:
+        return None
+    return Waiting(
+        WaitingFor(document["waiting_for"]), document["detail"], bool(document["stream_idle"])
+    )
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    """The steps out of one source PU of one fragment: how many are done."""
+
+    fragment: str
+    pu: int
+    done: int
+    total: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.fragment}-{self.pu}"
+
+
+def per_source(
+    op: RescaleOperation, *, only: Iterable[tuple[str, int]] | None = None
+) -> list[SourceProgress]:
+    """Steps done of steps planned per (fragment, source PU); only those named when given."""
+    done: Counter[tuple[str, int]] = Counter()
+    total: Counter[tuple[str, int]] = Counter()
+    for s in op.steps.all():
+        total[(s.fragment, s.source_pu)] += 1
+        done[(s.fragment, s.source_pu)] += s.phase == StepPhase.DONE
+    keys = sorted(total) if only is None else sorted(set(only) & set(total))
+    return [SourceProgress(f, pu, done[(f, pu)], total[(f, pu)]) for f, pu in keys]
+
+
+@dataclass(frozen=True)
+class PlacementRow:
+    fragment: str
+    pu: int
+    before: int
+    planned: int
+    now: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.fragment}-{self.pu}"
+
+
+@dataclass(frozen=True)
+class FragmentView:
+    """One fragment of the operation: its vnodes' phases (for the grid), the count of each
+    phase, and its placement before, as planned, and now (one row per PU it touches)."""
+
+    fragment: str
+    vnodes: int
+    phases: tuple[int, ...]  # PHASE_INDEX of each vnode
+    phase_counts: tuple[tuple[str, str, str, int], ...]  # (phase, symbol, legend, vnodes)
+    placement: tuple[PlacementRow, ...]
+
+    @property
+    def grid_data(self) -> str:
+        """Every vnode's phase as one digit, in vnode order (32,768 vnodes: 32 KB)."""
+        return "".join(str(p) for p in self.phases)
+
+
+def _step_of_vnode(op: RescaleOperation) -> dict[str, dict[int, RescaleStep]]:
+    steps: dict[str, dict[int, RescaleStep]] = {}
+    for s in op.steps.all():
+        for vnode in s.vnodes:
+            steps.setdefault(s.fragment, {})[int(vnode)] = s
+    return steps
+
+
+def _counts(phases: Iterable[int]) -> tuple[tuple[str, str, str, int], ...]:
+    seen = Counter(phases)
+    return tuple(
+        (phase, PHASE_SYMBOL[phase], PHASE_LEGEND[phase], seen[i])
+        for i, phase in enumerate(PHASES)
+        if seen[i]
+    )
+
+
+def fragment_views(
+    op: RescaleOperation, *, pus: set[tuple[str, int]] | None = None
+) -> list[FragmentView]:
+    """Each fragment of the plan; its placement rows only for ``pus`` when given."""
+    by_vnode = _step_of_vnode(op)
+    views = []
+    for name, frag in sorted(((op.plan or {}).get("fragments") or {}).items()):
+        before = [int(pu) for pu in frag.get("mapping_before") or []]
+        after = [int(pu) for pu in frag.get("mapping_after") or []]
+        steps = by_vnode.get(name, {})
+        phases = []
+        now = []
+        for vnode, owner in enumerate(before):
+            step = steps.get(vnode)
+            phases.append(PHASE_INDEX[step.phase] if step else 0)
+            gone = step is not None and (
+                ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE) == Routing.TARGET
+            )
+            now.append(step.target_pu if step is not None and gone else owner)
+        counted = {
+            "before": Counter(before),
+            "planned": Counter(after),
+            "now": Counter(now),
+        }
+        every = sorted(
+            {*frag.get("parallel_units_before", []), *frag.get("parallel_units_after", [])}
+            | set(counted["before"])
+            | set(counted["planned"])
+        )
+        placement = tuple(
+            PlacementRow(
+                name,
+                int(pu),
+                counted["before"][pu],
+                counted["planned"][pu],
+                counted["now"][pu],
+            )
+            for pu in every
+            if pus is None or (name, int(pu)) in pus
+        )
+        views.append(FragmentView(name, len(before), tuple(phases), _counts(phases), placement))
+    return views
+
+
+def step_pus(steps: Iterable[RescaleStep]) -> set[tuple[str, int]]:
+    """The (fragment, PU) pairs these steps move vnodes between."""
+    found = set()
+    for s in steps:
+        found.add((s.fragment, s.source_pu))
+        found.add((s.fragment, s.target_pu))
+    return found
+
+
+def vnode_patch(steps: Iterable[RescaleStep]) -> dict[str, list[list[int]]]:
+    """The vnodes of these steps with their phase index, by fragment: what the grid repaints."""
+    patch: dict[str, list[list[int]]] = {}
+    for s in steps:
+        rows = patch.setdefault(s.fragment, [])
+        rows.extend([int(v), PHASE_INDEX[s.phase]] for v in s.vnodes)
+    return patch
+
+
+def in_phase(step: RescaleStep, *, now: float | None = None) -> str:
+    """How long the step has been in its phase ("–" when that means nothing)."""
+    since = (step.timings or {}).get(step.phase)
+    if since is None or step.phase in TIMELESS:
+        return "–"
+    return duration((time.time() if now is None else now) - float(since))
+
+
+def timeline(op: RescaleOperation, *, after_id: int | None = None) -> list[AuditEvent]:
+    """The operation's audit events, oldest first (those after ``after_id`` when given)."""
+    events = operation_events(operation=op)
+    if after_id is not None:
+        events = events.filter(id__gt=after_id)
+    return list(events)
+
+
+def page_context(op: RescaleOperation) -> dict[str, Any]:
+    """Everything the page's live part renders (the page and its re-read partial)."""
+    return {
+        "op": op,
+        "summary": operation_summary(op),
+        "fragments": fragment_views(op),
+        "per_source": per_source(op),
+        "events": timeline(op),
+        "phases": [(p, PHASE_SYMBOL[p], PHASE_LEGEND[p]) for p in PHASES],
+        "measures": MEASURES,
+    }

@@ -1,0 +1,225 @@
+"""The Rescale page: a Django form whose body is the API's own request, previewed as a dry run
+and started by its ``plan_id``, so the page has no rules of its own: the service
+(``rescaler.operations.requests.operation_request``) parses, validates and plans it, and its
+refusals land on the field the API names (``dashboard.api.errors.field_of``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from django import forms
+
+from dashboard.api.errors import field_of
+from dashboard.format import count, size, vnode_ranges
+from workers.rescale.errors import RescaleError
+from workers.rescale.protocol import REASON_MAX_CHARS
+
+PRESETS = (
+    ("fluid", "fluid — one vnode per step: flattest latency, longest"),
+    ("batched", "batched — 8 vnodes per step, 2 in flight"),
+    ("all_at_once", "all at once — fastest, one spike"),
+    ("custom", "custom (the figures below)"),
+)
+CUSTOM = (
+    "vnodes_per_step",
+    "steps_in_flight",
+    "max_keys_per_step",
+    "max_bytes_per_step",
+    "bytes_per_second",
+)
+# the API's field of a refusal -> the form's field that shows it
+FORM_FIELD = {
+    "changes": "fragment",
+    "added_parallel_units": "add",
+    "removed_parallel_units": "remove",
+}
+
+
+class RescaleForm(forms.Form):
+    fragment = forms.ChoiceField(label="Fragment")
+    target = forms.IntegerField(
+        label="Number of parallel units",
+        required=False,
+        min_value=1,
+        help_text="Ticks the PUs for you when none is ticked: adds the open PUs with the lowest "
+        "numbers, or removes the highest. Or tick PUs yourself: only added is a scale-out, only "
+        "removed a scale-in, as many added as removed a migration.",
+    )
+    add = forms.TypedMultipleChoiceField(
+        label="Add parallel units", coerce=int, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    remove = forms.TypedMultipleChoiceField(
+        label="Remove parallel units",
+        coerce=int,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+    )
+    strategy = forms.ChoiceField(
+        label="Strategy",
+        choices=(
+            ("live", "live — records keep flowing; only moving vnodes wait"),
+            ("stop_start", "stop-start — the stream pauses at one barrier"),
+        ),
+        initial="live",
+        widget=forms.RadioSelect,
+    )
+    preset = forms.ChoiceField(label="Granularity (live)", choices=PRESETS, initial="batched")
+    vnodes_per_step = forms.IntegerField(label="vnodes per step", required=False, initial=4)
+    steps_in_flight = forms.IntegerField(label="steps in flight", required=False, initial=2)
+    max_keys_per_step = forms.IntegerField(label="max keys per step", required=False)
+    max_bytes_per_step = forms.IntegerField(label="max bytes per step", required=False)
+    bytes_per_second = forms.IntegerField(label="bytes per second", required=False)
+    weighted = forms.BooleanField(
+        label="balance measured bytes too, not only vnode counts (cures skew)", required=False
+    )
+    reason = forms.CharField(
+        label="Reason (goes to the audit trail)",
+        max_length=REASON_MAX_CHARS,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        error_messages={"required": "reason_required: say why: the reason goes to the audit trail"},
+    )
+    plan_id = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(
+        self,
+        *args: Any,
+        fragments: list[dict[str, Any]],
+        parallel_units: list[Any],
+        open_pus: set[int],
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fragments = {f["name"]: f for f in fragments}
+        self.open_pus = open_pus
+        cast(forms.ChoiceField, self.fields["fragment"]).choices = [
+            (
+                f["name"],
+                f"{f['name']} ({f['pipeline']}) — on PUs {vnode_ranges(f['parallel_units'])}"
+                + (f" — busy with {f['busy_with']}" if f.get("busy_with") else ""),
+            )
+            for f in fragments
+        ]
+        label = {c.pu: f"PU {c.pu} ({c.worker}, {c.state})" for c in parallel_units}
+        for name in ("add", "remove"):
+            cast(forms.ChoiceField, self.fields[name]).choices = [
+                (pu, label[pu]) for pu in sorted(label)
+            ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        assert data is not None
+        fragment = self.fragments.get(data.get("fragment") or "")
+        target = data.get("target")
+        if fragment is not None and target and not data.get("add") and not data.get("remove"):
+            pus = sorted(int(p) for p in fragment["parallel_units"])
+            if target > len(pus):
+                free = [p for p in sorted(self.open_pus) if p not in pus]
+                data["add"] = free[: target - len(pus)]
+            elif target < len(pus):
+                data["remove"] = pus[target:]
+        return data
+
+    def ticked(self, name: str) -> set[int]:
+        """The PUs ticked in ``add`` or ``remove`` as sent (kept on a refused form too)."""
+        if not self.is_bound:
+            return set()
+        values = self.data.getlist(name) if hasattr(self.data, "getlist") else []
+        return {int(v) for v in values if str(v).isdigit()}
+
+    def body(self, *, dry_run: bool) -> dict[str, Any]:
+        """The API's request body (``POST /api/v1/operations``) of this form."""
+        data = self.cleaned_data
+        granularity: Any = data["preset"]
+        if granularity == "custom":
+            granularity = {k: data[k] for k in CUSTOM if data.get(k) is not None}
+        return {
+            "changes": {
+                data["fragment"]: {
+                    "added_parallel_units": list(data.get("add") or []),
+                    "removed_parallel_units": list(data.get("remove") or []),
+                }
+            },
+            "strategy": data["strategy"],
+            "granularity": granularity,
+            "weighted": bool(data.get("weighted")),
+            "reason": data["reason"].strip(),
+            "dry_run": dry_run,
+        }
+
+    def refuse(self, refusal: RescaleError) -> None:
+        """The service's refusal on the field the API says it concerns, else on the form."""
+        field = FORM_FIELD.get(field_of(refusal) or "")
+        self.add_error(field, f"{refusal.code}: {refusal}")
+
+
+@dataclass(frozen=True)
+class PlanFragment:
+    name: str
+    summary: str
+    pus: tuple[int, ...]
+    now: tuple[str, ...]
+    after: tuple[tuple[str, str], ...]  # (text, css class)
+    moves: tuple[tuple[str, str, str, str, str], ...]  # move, vnodes, keys, bytes, which
+
+
+def _skew(balance: dict[str, Any]) -> str:
+    value = balance.get("max_bytes_over_mean")
+    return "–" if value is None else f"{value:.2f}"
+
+
+def plan_view(plan: dict[str, Any]) -> dict[str, Any]:
+    """A dry run's answer (``DryRunSerializer``) as the page shows it: per fragment the vnodes
+    per PU now and after, the moves grouped by source and target, and the estimate."""
+    fragments = []
+    for name, frag in (plan.get("fragments") or {}).items():
+        before = {int(k): v for k, v in frag["balance_before"]["vnodes_per_pu"].items()}
+        after = {int(k): v for k, v in frag["balance_after"]["vnodes_per_pu"].items()}
+        pus = tuple(sorted(set(before) | set(after)))
+        cells = []
+        for pu in pus:
+            if pu not in after:
+                cells.append(("—", "ghost gone"))
+                continue
+            delta = after[pu] - before.get(pu, 0)
+            sign = f" ({'+' if delta > 0 else ''}{delta})" if delta else ""
+            css = "" if not delta else f"ghost {'gain' if delta > 0 else 'loss'}"
+            cells.append((f"{after[pu]}{sign}", css))
+        groups: dict[tuple[int, int], list[Any]] = {}
+        for m in frag.get("moves") or []:
+            g = groups.setdefault((m["source_pu"], m["target_pu"]), [[], 0, 0])
+            g[0].append(m["vnode"])
+            g[1] += m["keys"]
+            g[2] += m["bytes"]
+        moves = tuple(
+            (f"PU {s} → PU {t}", count(len(v)), count(k), size(b), vnode_ranges(v))
+            for (s, t), (v, k, b) in groups.items()
+        )
+        summary = (
+            f"{frag['kind'].replace('_', ' ')}: {count(frag['vnodes_moved'])} vnodes move, "
+            f"{count(frag['keys_moved'])} keys, {size(frag['bytes_moved'])}. Balance: vnodes max − "
+            f"min {frag['balance_before']['max_vnodes_minus_min']} → "
+            f"{frag['balance_after']['max_vnodes_minus_min']}, bytes max / mean "
+            f"{_skew(frag['balance_before'])} → {_skew(frag['balance_after'])}."
+        )
+        fragments.append(
+            PlanFragment(
+                name,
+                summary,
+                pus,
+                tuple(count(before.get(pu, 0)) for pu in pus),
+                tuple(cells),
+                moves,
+            )
+        )
+    steps = len(plan.get("steps") or [])
+    estimate = (
+        f"{count(steps)} steps" if plan.get("strategy") == "live" else "one barrier (stop-start)"
+    ) + f"; estimated duration {float(plan.get('estimated_duration_s') or 0):.1f} s."
+    return {
+        "fragments": fragments,
+        "estimate": estimate,
+        "plan_id": plan.get("plan_id"),
+        "expires_at": plan.get("expires_at"),
+    }

@@ -1,0 +1,188 @@
+"""The console's tables as django-tables2 classes: columns, their words and their sort keys
+declared once. Sorting is the query string's ``sort`` (``?sort=-keys``), pagination its
+``page``; both work without JavaScript."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_tables2 as tables
+from django.utils.html import format_html
+
+from dashboard.format import count, duration, size, vnode_ranges
+from dashboard.operation_page import PHASE_SYMBOL, in_phase
+from rescaler.operations.models import RescaleStep
+
+
+class CountColumn(tables.Column):
+    """A count with thousands separators."""
+
+    attrs = {"td": {"class": "num"}, "th": {"class": "num"}}
+
+    def render(self, value: Any) -> str:
+        return count(value)
+
+
+class SizeColumn(tables.Column):
+    """Bytes in their largest unit under 1024."""
+
+    attrs = {"td": {"class": "num"}, "th": {"class": "num"}}
+
+    def render(self, value: Any) -> str:
+        return size(value)
+
+
+class StepTable(tables.Table):
+    """The steps of one operation: what moves where, its phase and figures."""
+
+    step = tables.Column(verbose_name="Step")
+    fragment = tables.Column(verbose_name="Fragment")
+    move = tables.Column(verbose_name="Move", accessor="source_pu", order_by=("source_pu",))
+    vnodes = tables.Column(verbose_name="Vnodes", orderable=False)
+    phase = tables.Column(verbose_name="Phase")
+    keys = CountColumn(verbose_name="Keys", accessor="keys_moved", order_by=("keys_moved",))
+    bytes = SizeColumn(verbose_name="Bytes", accessor="bytes_moved", order_by=("bytes_moved",))
+    hold_queue = CountColumn(verbose_name="Hold queue")
+    in_phase = tables.Column(verbose_name="In phase", empty_values=(), orderable=False)
+
+    class Meta:
+        attrs = {"class": "components steps", "id": "steps-table"}
+        row_attrs = {
+            "id": lambda record: f"step-{record.step}",
+            "data-phase": lambda record: record.phase,
+        }
+        order_by = ("step",)
+        empty_text = "No step: nothing to move."
+        orderable = True
+
+    def render_move(self, record: RescaleStep) -> str:
+        return f"PU {record.source_pu} → PU {record.target_pu}"
+
+    def render_vnodes(self, value: Any) -> str:
+        return vnode_ranges(value)
+
+    def render_phase(self, value: str) -> str:
+        return format_html(
+            '<span class="vn phase-{}">{}</span> {}', value, PHASE_SYMBOL.get(value, "?"), value
+        )
+
+    def render_keys(self, record: RescaleStep) -> str:
+        """Moved of planned (a step may move more: keys that arrived while it moved)."""
+        return f"{count(record.keys_moved)} of {count(record.keys)}"
+
+    def render_bytes(self, record: RescaleStep) -> str:
+        return f"{size(record.bytes_moved)} of {size(record.bytes)}"
+
+    def render_in_phase(self, record: RescaleStep) -> str:
+        return in_phase(record)
+
+
+class WorkerTable(tables.Table):
+    """The workers of the cluster page: status, where they run, their PUs; sortable with
+    ``?workers-sort=``. The actions column (for those allowed) links each action its status
+    allows (``WorkerRow``) to its form."""
+
+    name = tables.Column(verbose_name="Worker", attrs={"td": {"class": "name"}})
+    status = tables.TemplateColumn(
+        template_name="dashboard/partials/worker_status.html", verbose_name="Status"
+    )
+    executor_id = tables.Column(verbose_name="Executor", default="–")
+    host = tables.Column(verbose_name="Host", default="–", attrs={"td": {"class": "host"}})
+    cores = CountColumn(verbose_name="Cores")
+    parallel_units = tables.Column(verbose_name="PUs", orderable=False)
+    bootstrap = tables.Column(
+        verbose_name="Bootstrapped", order_by=("bootstrapped_epoch",), empty_values=()
+    )
+    locality = tables.Column(verbose_name="Locality", empty_values=())
+    reason = tables.Column(
+        verbose_name="Reason", orderable=False, attrs={"td": {"class": "reason"}}
+    )
+    actions = tables.TemplateColumn(
+        template_name="dashboard/partials/worker_actions.html",
+        verbose_name="Actions",
+        orderable=False,
+        attrs={"td": {"class": "worker-actions"}},
+    )
+
+    class Meta:
+        attrs = {"class": "components workers", "aria-labelledby": "workers-title"}
+        row_attrs = {
+            "data-worker": lambda record: record.name,
+            "data-status": lambda record: record.status,
+            "class": lambda record: "worker-row gone" if record.gone else "worker-row",
+        }
+        empty_text = (
+            "No worker has registered yet: the runner reports its executors at its first barrier."
+        )
+        prefix = "workers-"
+
+    def render_parallel_units(self, value: Any) -> str:
+        return vnode_ranges(value) if value else "none"
+
+    def render_locality(self, value: float | None) -> str:
+        return "–" if value is None else f"{round(value * 100)} %"
+
+    def render_reason(self, value: str) -> str:
+        return value
+
+    def order_bootstrap(self, records: Any, is_descending: bool) -> tuple[Any, bool]:
+        """Never-bootstrapped (-1) first, then by epoch; a worker there from the start last."""
+        key = lambda r: (r.bootstrapped_epoch is None, r.bootstrapped_epoch or 0)  # noqa: E731
+        return sorted(records, key=key, reverse=is_descending), True
+
+    def order_locality(self, records: Any, is_descending: bool) -> tuple[Any, bool]:
+        key = lambda r: (r.locality is None, r.locality or 0.0)  # noqa: E731
+        return sorted(records, key=key, reverse=is_descending), True
+
+
+class HistoryTable(tables.Table):
+    """Every operation with its reason and what it moved (numbers as every page prints them),
+    newest first; sortable with ``?sort=``, 50 to a page."""
+
+    operation_id = tables.Column(
+        verbose_name="Operation",
+        linkify=("dashboard:operation", {"operation_id": tables.A("operation_id")}),
+    )
+    fragments = tables.Column(verbose_name="Fragments", orderable=False)
+    strategy = tables.Column(verbose_name="Strategy")
+    status = tables.Column(verbose_name="Status")
+    requested_by = tables.Column(
+        verbose_name="Requested by", accessor="requested_by__username", default="—"
+    )
+    reason = tables.Column(
+        verbose_name="Reason", orderable=False, attrs={"td": {"class": "reason"}}
+    )
+    created_at = tables.DateTimeColumn(verbose_name="Requested", format="Y-m-d H:i:s")
+    duration = tables.Column(verbose_name="Duration", accessor="duration_s", orderable=False)
+    vnodes_moved = CountColumn(verbose_name="Vnodes")
+    keys_moved = CountColumn(verbose_name="Keys")
+    bytes_moved = SizeColumn(verbose_name="Bytes")
+    outcome = tables.Column(verbose_name="Outcome", orderable=False, default="")
+
+    class Meta:
+        attrs = {"class": "components history"}
+        row_attrs = {"data-operation": lambda record: record.operation_id}
+        empty_text = "No operation matches."
+        order_by = ("-created_at",)
+
+    def render_operation_id(self, value: str) -> str:
+        return format_html("<code>{}</code>", value)
+
+    def render_fragments(self, value: Any) -> str:
+        return ", ".join(value)
+
+    def render_status(self, value: str) -> str:
+        return format_html('<span class="badge status-{}">{}</span>', value, value)
+
+    def render_reason(self, value: str) -> str:
+        if len(value) > 120:
+            return format_html('<span title="{}">{}…</span>', value, value[:119])
+        return value
+
+    def render_duration(self, value: float | None) -> str:
+        return "—" if value is None else duration(value)
+
+    def render_outcome(self, value: str, record: Any) -> str:
+        if record.error_code:
+            return format_html("{} <code>{}</code>", value, record.error_code)
+        return value

@@ -1,0 +1,183 @@
+"""The operation page is complete on the server: its head, placement, vnodes by phase, steps
+and timeline are in the HTML itself (no script needed); its cancel is a form whose refusals
+come from the service the API calls; and each progress report is also rendered once as the
+rows it changed, which the page's socket swaps in by id."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from dashboard.format import vnode_ranges
+from dashboard.live import operation_delta_html
+from dashboard.operation_page import PHASE_INDEX, fragment_views, operation_summary
+from rescaler.audit.models import AuditEvent
+from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.progress import operation_progress_record
+from rescaler.operations.requests import operation_request
+from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster, request_body
+from workers.rescale.protocol import (
+    OperationProgress,
+    OperationStatus,
+    StepPhase,
+    StepProgress,
+    StopStartPhase,
+    Strategy,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def op(monkeypatch: pytest.MonkeyPatch) -> RescaleOperation:
+    from rescaler.operations import requests
+
+    monkeypatch.setattr(requests, "_enqueue_drive", lambda pk: None)
+    register_cluster(vnodes=16, initial_pus=(0, 1))
+    made = operation_request(
+        user=make_user("operator", rescale=True),
+        body={**request_body(added_parallel_units=[2, 3]), "reason": "room for the peak"},
+    )
+    assert isinstance(made, RescaleOperation)
+    return made
+
+
+def report(op: RescaleOperation, phases: dict[int, StepPhase], keys: dict[int, int]) -> None:
+    """The runner's report at a barrier: these steps in these phases, with keys moved."""
+    specs = {s.step: s.spec() for s in op.steps.all()}
+    steps = tuple(
+        StepProgress(
+            step=n,
+            fragment=specs[n].fragment,
+            source_pu=specs[n].source_pu,
+            target_pu=specs[n].target_pu,
+            vnodes=specs[n].vnodes,
+            phase=phase,
+            keys_moved=keys.get(n, 0),
+        )
+        for n, phase in phases.items()
+    )
+    progress = OperationProgress(
+        operation_id=op.operation_id,
+        strategy=Strategy(op.strategy),
+        fragments=tuple(op.fragments),
+        status=OperationStatus.RUNNING,
+        phase=StopStartPhase.BEGUN,
+        begun_epoch=3,
+        keys_moved=sum(keys.values()),
+        steps=steps,
+    ).to_json()
+    operation_progress_record(pipeline=PIPELINE, progress=progress)
+
+
+def text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_vnodes_print_as_runs() -> None:
+    assert vnode_ranges([5, 0, 1, 2, 7, 8]) == "0–2 5 7–8"
+    assert vnode_ranges(range(16_384)) == "0–16383"
+    assert vnode_ranges([]) == "none"
+
+
+def test_the_page_is_complete_without_a_script(client: Client, op: RescaleOperation) -> None:
+    client.force_login(make_user("viewer"))
+    html = client.get(f"/operations/{op.operation_id}/").content.decode()
+    words = text(html)
+    # the head: status, why it waits, planned against moved
+    assert 'id="op-status"' in html and "pending" in words
+    assert "orchestrator" in text(re.search(r'<p id="op-waiting".*?</p>', html, re.S)[0])
+    assert "0 of 8 (0 %)" in words  # vnodes moved of planned
+    # placement per PU: before, planned, now
+    row = re.search(r'<tr id="placement-word_count-2".*?</tr>', html, re.S)
+    assert row is not None and text(row[0]).split() == ["PU", "2", "0", "4", "0"]
+    # every vnode by phase, counted, and the grid's data (one digit per vnode)
+    assert "8 planned" in words and "8 owned" in words
+    phases = re.search(r'data-phases="(\d+)"', html)
+    assert phases is not None and len(phases[1]) == 16
+    assert phases[1].count(str(PHASE_INDEX["planned"])) == 8
+    # every step with its vnodes; the timeline; no cancel for a viewer
+    assert len(re.findall(r'<tr [^>]*id="step-\d+"', html)) == op.steps.count()
+    assert "operation.requested" in words
+    assert "Cancel operation" not in words
+
+
+def test_steps_sort_by_column_from_the_query_string(client: Client, op: RescaleOperation) -> None:
+    client.force_login(make_user("viewer"))
+    report(op, {1: StepPhase.COLLECTING, 2: StepPhase.DONE}, {2: 5_000})
+    html = client.get(f"/operations/{op.operation_id}/", {"sort": "-keys"}).content.decode()
+    order = re.findall(r'id="step-(\d+)"', html)
+    assert order[0] == "2", order
+    assert "5,000 of 20" in text(html)
+
+
+def test_cancel_is_a_form_the_service_answers(client: Client, op: RescaleOperation) -> None:
+    client.force_login(make_user("canceller", rescale=True))
+    url = f"/operations/{op.operation_id}/cancel"
+    unconfirmed = client.post(url, {})
+    assert unconfirmed.status_code == 400
+    assert "Tick the box to confirm the cancel." in unconfirmed.content.decode()
+    assert RescaleOperation.objects.get(pk=op.pk).status == OperationStatus.PENDING
+
+    done = client.post(url, {"confirm": "on"})
+    assert done.status_code == 302 and done["Location"] == f"/operations/{op.operation_id}/"
+    assert RescaleOperation.objects.get(pk=op.pk).status == OperationStatus.CANCELLING
+    assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 1
+
+    RescaleOperation.objects.filter(pk=op.pk).update(status=OperationStatus.CANCELLED)
+    refused = client.post(url, {"confirm": "on"})
+    assert refused.status_code == 400 and "already ended" in refused.content.decode()
+
+
+def test_cancel_needs_the_permission(client: Client, op: RescaleOperation) -> None:
+    client.force_login(make_user("viewer"))
+    assert (
+        client.post(f"/operations/{op.operation_id}/cancel", {"confirm": "on"}).status_code == 403
+    )
+
+
+def test_the_live_part_alone_for_htmx(client: Client, op: RescaleOperation) -> None:
+    client.force_login(make_user("viewer"))
+    response = client.get(
+        f"/operations/{op.operation_id}/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="operation-live"
+    )
+    live = response.content.decode()
+    assert live.lstrip().startswith('<div id="operation-live"')
+    assert "HX-Target" in response["Vary"], "a cache never answers the page with the part"
+    assert "<html" not in live
+
+
+def test_a_report_is_rendered_as_the_rows_it_changed(op: RescaleOperation) -> None:
+    report(op, {1: StepPhase.COLLECTING}, {})
+    full = RescaleOperation.objects.prefetch_related("steps").get(pk=op.pk)
+    step = RescaleStep.objects.get(operation=op, step=1)
+    events = list(AuditEvent.objects.filter(action="operation.requested"))
+    rows, rest = operation_delta_html(operation=full, steps=[step], events=events, waiting=None)
+    # rows alone first: one step, the placement of its two PUs, its source's progress
+    assert re.findall(r'<tr [^>]*id="([a-z0-9_-]+)"', rows) == [
+        "step-1",
+        f"placement-word_count-{step.source_pu}",
+        f"placement-word_count-{step.target_pu}",
+        f"source-word_count-{step.source_pu}",
+    ]
+    assert rows.count('hx-swap-oob="true"') == 4
+    assert 'id="op-summary" hx-swap-oob="true"' in rest
+    assert 'hx-swap-oob="beforeend:#timeline"' in rest
+    patch = re.search(r'data-patch="([^"]+)"', rest)
+    assert patch is not None
+    assert str(PHASE_INDEX["collecting"]) in patch[1]
+
+
+def test_the_summary_says_rate_and_eta_once_keys_move(op: RescaleOperation) -> None:
+    report(op, {1: StepPhase.DONE}, {1: 1_000})
+    full = RescaleOperation.objects.prefetch_related("steps").get(pk=op.pk)
+    started = full.started_at or full.created_at
+    full.started_at = started
+    summary = operation_summary(full, now=started.timestamp() + 10)
+    assert summary.rate == "100 keys/s"
+    assert summary.eta.startswith("ETA ")
+    views: Any = fragment_views(full)
+    assert views[0].vnodes == 16
