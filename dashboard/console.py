@@ -95,6 +95,17 @@ class WorkerRow:
     bootstrapped_epoch: int | None
     drain_operation_id: str | None
     locality: float | None
+    # its preemption notice: {"at", "deadline", "origin"} (rescaler/runner/workers/notices.py)
+    notice: dict[str, Any] | None = None
+
+    @property
+    def notice_text(self) -> str:
+        """When the worker said it goes, and who said so; "" without a notice."""
+        if not self.notice:
+            return ""
+        deadline = self.notice["deadline"]
+        origin = "Spark decommission" if self.notice.get("origin") == "spark" else "platform"
+        return f"leaves by {deadline:%Y-%m-%d %H:%M:%S} UTC ({origin} notice)"
 
     @property
     def can_cordon(self) -> bool:
@@ -142,6 +153,7 @@ def worker_rows(cluster: dict[str, Any]) -> tuple[WorkerRow, ...]:
             bootstrapped_epoch=w.get("bootstrapped_epoch"),
             drain_operation_id=w.get("drain_operation_id"),
             locality=_share(w.get("locality")),
+            notice=w.get("notice"),
         )
         for w in cluster["workers"]
     ]

@@ -43,6 +43,7 @@ class StepTable(tables.Table):
     keys = CountColumn(verbose_name="Keys", accessor="keys_moved", order_by=("keys_moved",))
     bytes = SizeColumn(verbose_name="Bytes", accessor="bytes_moved", order_by=("bytes_moved",))
     hold_queue = CountColumn(verbose_name="Hold queue")
+    hold_bytes = SizeColumn(verbose_name="Held bytes")
     in_phase = tables.Column(verbose_name="In phase", empty_values=(), orderable=False)
 
     class Meta:
@@ -96,6 +97,13 @@ class WorkerTable(tables.Table):
     locality = tables.Column(verbose_name="Locality", empty_values=())
     reason = tables.Column(
         verbose_name="Reason", orderable=False, attrs={"td": {"class": "reason"}}
+    )
+    notice = tables.Column(
+        verbose_name="Notice",
+        accessor="notice_text",
+        orderable=False,
+        default="–",
+        attrs={"td": {"class": "notice"}},
     )
     actions = tables.TemplateColumn(
         template_name="dashboard/partials/worker_actions.html",

@@ -278,3 +278,18 @@ def test_the_rescale_form_offers_no_cordoned_pu_to_add(workers: Pipeline) -> Non
     add = re.search(r'<input type="checkbox" name="add" value="4"[^>]*>', page)
     assert add and "disabled" in add.group(0)
     assert re.search(r'name="remove" value="2"> PU 2 <span class="muted">w2', page)
+
+
+def test_a_noticed_workers_row_shows_its_deadline(workers: Pipeline, settings: Any) -> None:
+    from rescaler.runner.workers import worker_notice
+
+    settings.RESCALER_PREEMPTION_POLICY = "cordon"
+    worker_notice(user=None, name="w2", deadline_s=90, reason="spot interruption")
+    deadline = Worker.objects.get(name="w2").notice_deadline
+    assert deadline is not None
+    row = rows()["w2"]
+    assert row.status == "cordoned"
+    assert row.notice_text == f"leaves by {deadline:%Y-%m-%d %H:%M:%S} UTC (platform notice)"
+    assert rows()["w1"].notice_text == ""
+    page = signed_in("viewer", rescale=False).get("/").content.decode()
+    assert row.notice_text in page
