@@ -9,7 +9,10 @@ from workers.rescale.protocol.operation_request import ChangeKind, OperationRequ
 
 
 # -- the plan ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+# Move and StepSpec are made by the ten thousand (a 2x scale-out of 32,768 vnodes plans 16,384 of
+# each): their __init__ fills the instance's dict at once, a quarter of the cost of the frozen
+# dataclass's own (one object.__setattr__ per field). They stay frozen: assigning a field raises.
+@dataclass(frozen=True, init=False)
 class Move:
     """One vnode leaving one PU for another."""
 
@@ -20,6 +23,18 @@ class Move:
     keys: int
     bytes: int
 
+    def __init__(
+        self, fragment: str, vnode: int, source_pu: int, target_pu: int, keys: int, bytes: int
+    ) -> None:
+        self.__dict__.update(
+            fragment=fragment,
+            vnode=vnode,
+            source_pu=source_pu,
+            target_pu=target_pu,
+            keys=keys,
+            bytes=bytes,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -28,7 +43,7 @@ class Move:
         return cls(**data)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StepSpec:
     """One unit of a live migration, as planned: vnodes going from one PU to another."""
 
@@ -39,6 +54,26 @@ class StepSpec:
     vnodes: tuple[int, ...]
     keys: int
     bytes: int
+
+    def __init__(
+        self,
+        step: int,
+        fragment: str,
+        source_pu: int,
+        target_pu: int,
+        vnodes: tuple[int, ...],
+        keys: int,
+        bytes: int,
+    ) -> None:
+        self.__dict__.update(
+            step=step,
+            fragment=fragment,
+            source_pu=source_pu,
+            target_pu=target_pu,
+            vnodes=vnodes,
+            keys=keys,
+            bytes=bytes,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "vnodes": list(self.vnodes)}
