@@ -11,7 +11,8 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from rescaler.audit.services import audit_record
+from rescaler.audit.services import audit_record_many
+from rescaler.bulk import rows_update
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -199,7 +200,6 @@ def runner_heartbeat(*, pipeline: str, epoch: int, status: str, spark: dict[str,
         )
 
 
-@transaction.atomic
 def command_submit(
     *,
     pipeline: Pipeline | str,
@@ -212,8 +212,8 @@ def command_submit(
     before: Any = None,
     after: dict[str, Any] | None = None,
 ) -> RunnerCommand:
-    """Queue a command for the pipeline's runner and audit it, in one transaction: the one
-    writer of ``RunnerCommand`` rows, so no command reaches the runner unrecorded.
+    """Queue a command for the pipeline's runner and audit it, in one transaction (see
+    ``commands_submit``, the one writer of ``RunnerCommand`` rows).
 
     ``user`` is who asked; a component acting on its own names itself in ``actor_name``. The
     event is ``command.<kind>`` on ``obj`` (default: the pipeline) with the payload, unless the
@@ -221,6 +221,37 @@ def command_submit(
     decommissioning, a snapshot requested), so one request leaves one event. Its ``after``
     always carries the command's id.
     """
+    (command,) = commands_submit(
+        pipeline=pipeline,
+        kind=kind,
+        payloads=[payload or {}],
+        user=user,
+        actor_name=actor_name,
+        obj=obj,
+        action=action,
+        before=before,
+        after=after,
+    )
+    return command
+
+
+@transaction.atomic
+def commands_submit(
+    *,
+    pipeline: Pipeline | str,
+    kind: CommandKind | str,
+    payloads: list[dict[str, Any]],
+    user: Any = None,
+    actor_name: str = "",
+    obj: tuple[str, str] | None = None,
+    action: str = "",
+    before: Any = None,
+    after: dict[str, Any] | None = None,
+) -> list[RunnerCommand]:
+    """Queue commands of one kind for the pipeline's runner, in order, each audited as
+    ``command_submit`` says, in one transaction and two INSERTs whatever their number (a wave
+    of steps): the one writer of ``RunnerCommand`` rows, so no command reaches the runner
+    unrecorded."""
     if isinstance(pipeline, Pipeline):
         target = pipeline
     else:
@@ -228,26 +259,46 @@ def command_submit(
             target = Pipeline.objects.get(name=pipeline)
         except Pipeline.DoesNotExist:
             raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
-    payload = payload or {}
     asker = user if user is not None and user.is_authenticated else None
-    command = RunnerCommand.objects.create(
-        pipeline=target, kind=kind, payload=payload, created_by=asker
+    commands = RunnerCommand.objects.bulk_create(
+        [
+            RunnerCommand(pipeline=target, kind=kind, payload=payload, created_by=asker)
+            for payload in payloads
+        ]
     )
-    if after is None:
-        # the operation is the event's object already: its id is not repeated
-        after = {k: v for k, v in payload.items() if k != "operation_id"}
-    audit_record(
-        actor=asker,
-        actor_name=actor_name,
-        action=action or f"command.{kind}",
-        obj=obj or ("pipeline", target.name),
-        before=before,
-        after={"command": command.id, **after},
+    audit_record_many(
+        [
+            {
+                "actor": asker,
+                "actor_name": actor_name,
+                "action": action or f"command.{kind}",
+                "obj": obj or ("pipeline", target.name),
+                "before": before,
+                # the operation is the event's object already: its id is not repeated
+                "after": {
+                    "command": command.id,
+                    **(
+                        after
+                        if after is not None
+                        else {k: v for k, v in command.payload.items() if k != "operation_id"}
+                    ),
+                },
+            }
+            for command in commands
+        ]
     )
-    return command
+    return commands
 
 
 def command_ack(*, command_id: int, status: str, detail: str = "") -> None:
-    RunnerCommand.objects.filter(id=command_id).update(
-        status=status, detail=detail, acked_at=timezone.now()
+    commands_ack(acks=[(command_id, status, detail)])
+
+
+def commands_ack(*, acks: list[tuple[int, str, str]]) -> None:
+    """The runner's outcome of each (command id, status, detail), in one UPDATE."""
+    now = timezone.now()
+    rows_update(
+        RunnerCommand,
+        ["status", "detail", "acked_at"],
+        {command_id: (status, detail, now) for command_id, status, detail in acks},
     )

@@ -24,7 +24,8 @@ from django.utils import timezone
 
 from rescaler import events
 from rescaler.audit.models import AuditEvent
-from rescaler.audit.services import audit_record
+from rescaler.audit.services import audit_record_many
+from rescaler.bulk import rows_update
 from rescaler.events import CLUSTER_GROUP
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.signals import operation_progressed
@@ -119,18 +120,22 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
                 changes.append((step, step.phase))
             for name, value in figures.items():
                 setattr(step, name, value)
-            step.updated_at = now  # bulk_update does not touch auto_now fields
+            step.updated_at = now  # as auto_now would
             changed.append(step)
-        if changed:
-            RescaleStep.objects.bulk_update(changed, [*REPORTED, "updated_at"])
-        for step, old in sorted(changes, key=lambda c: c[0].step):
-            audited.append(
-                audit_record(
-                    actor_name="runner",
-                    action=f"step.{step.phase}",
-                    obj=(AuditObject.STEP, f"{operation_id}/{step.step}"),
-                    before={"phase": old},
-                    after={
+        written = [*REPORTED, "updated_at"]
+        rows_update(
+            RescaleStep,
+            written,
+            {s.pk: tuple(getattr(s, name) for name in written) for s in changed},
+        )
+        audited = audit_record_many(
+            [
+                {
+                    "actor_name": "runner",
+                    "action": f"step.{step.phase}",
+                    "obj": (AuditObject.STEP, f"{operation_id}/{step.step}"),
+                    "before": {"phase": old},
+                    "after": {
                         "phase": step.phase,
                         "vnodes": step.vnodes,
                         "source_pu": step.source_pu,
@@ -140,8 +145,10 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
                         "drop_epoch": step.drop_epoch,
                         "keys_moved": step.keys_moved,
                     },
-                )
-            )
+                }
+                for step, old in sorted(changes, key=lambda c: c[0].step)
+            ]
+        )
     for receiver, failure in operation_progressed.send_robust(
         sender=RescaleOperation,
         operation=op,
