@@ -51,24 +51,35 @@ def topology_register(*, topology: Topology) -> Pipeline:
         defaults={"spark": topology.spark},
         create_defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
     )
-    pus: dict[int, ParallelUnit] = {}
+    # workers and PUs upserted in one statement each, whatever their number (1,024 PUs were
+    # 2,000 queries): a worker already lost or removed keeps its liveness
+    now = timezone.now()
+    names = list(topology.workers)
     gone = set(
-        Worker.objects.filter(name__in=list(topology.workers), status__in=GONE).values_list(
-            "name", flat=True
-        )
+        Worker.objects.filter(name__in=names, status__in=GONE).values_list("name", flat=True)
     )
-    for worker_name, numbers in topology.workers.items():
-        worker, _ = Worker.objects.update_or_create(
-            name=worker_name,
-            defaults={"pipeline": pipeline, "last_seen": timezone.now()}
-            if worker_name in gone
-            else {"pipeline": pipeline, "alive": True, "last_seen": timezone.now()},
-        )
-        for number in numbers:
-            pu, _ = ParallelUnit.objects.update_or_create(
-                number=number, defaults={"worker": worker}
-            )
-            pus[number] = pu
+    Worker.objects.bulk_create(
+        [
+            Worker(name=n, pipeline=pipeline, alive=True, last_seen=now)
+            for n in names
+            if n not in gone
+        ],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=["pipeline", "alive", "last_seen"],
+    )
+    if gone:
+        Worker.objects.filter(name__in=gone).update(pipeline=pipeline, last_seen=now)
+    worker_ids = dict(Worker.objects.filter(name__in=names).values_list("name", "id"))
+    # a PU listed under two workers goes to the last one, as it did one row at a time
+    owner = {number: worker for worker, numbers in topology.workers.items() for number in numbers}
+    ParallelUnit.objects.bulk_create(
+        [ParallelUnit(number=n, worker_id=worker_ids[w]) for n, w in owner.items()],
+        update_conflicts=True,
+        unique_fields=["number"],
+        update_fields=["worker"],
+    )
+    pus = dict(ParallelUnit.objects.filter(number__in=list(owner)).values_list("number", "id"))
     for position, (name, info) in enumerate(topology.fragments.items()):
         fragment, _ = Fragment.objects.update_or_create(
             pipeline=pipeline,

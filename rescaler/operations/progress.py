@@ -109,13 +109,25 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
         op.progress_version += 1
         op.save(update_fields=[*RECORDED, "progress_version"])
         reported = {s.step: s for s in report.steps}
+        # the stored figures of every reported step, as plain values (thousands of steps at
+        # every barrier of a large operation); rows only for the steps whose figures changed
+        stored = (
+            RescaleStep.objects.filter(operation=op, step__in=list(reported)).values_list(
+                "pk", "step", *REPORTED
+            )
+            if reported
+            else ()
+        )
+        figures_of: dict[int, dict[str, Any]] = {}
+        for pk, number, *values in stored:
+            figures = _reported(reported[number])
+            if any(value != figures[name] for name, value in zip(REPORTED, values, strict=True)):
+                figures_of[pk] = figures
         changed: list[RescaleStep] = []
         now = timezone.now()
-        rows = RescaleStep.objects.filter(operation=op, step__in=list(reported)) if reported else ()
+        rows = RescaleStep.objects.filter(pk__in=list(figures_of)) if figures_of else ()
         for step in rows:
-            figures = _reported(reported[step.step])
-            if all(getattr(step, name) == value for name, value in figures.items()):
-                continue
+            figures = figures_of[step.pk]
             if step.phase != figures["phase"]:
                 changes.append((step, step.phase))
             for name, value in figures.items():

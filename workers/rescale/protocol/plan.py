@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from workers.rescale.protocol.operation_request import ChangeKind, OperationRequest
@@ -36,7 +36,15 @@ class Move:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # field by field, not asdict (a deep copy): a plan has thousands of moves
+        return {
+            "fragment": self.fragment,
+            "vnode": self.vnode,
+            "source_pu": self.source_pu,
+            "target_pu": self.target_pu,
+            "keys": self.keys,
+            "bytes": self.bytes,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Move:
@@ -76,7 +84,16 @@ class StepSpec:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "vnodes": list(self.vnodes)}
+        # field by field, not asdict (a deep copy): a plan has thousands of steps
+        return {
+            "step": self.step,
+            "fragment": self.fragment,
+            "source_pu": self.source_pu,
+            "target_pu": self.target_pu,
+            "vnodes": list(self.vnodes),
+            "keys": self.keys,
+            "bytes": self.bytes,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepSpec:
