@@ -430,6 +430,26 @@ def captured_events() -> Iterator[list[tuple[str, str, int]]]:
         yield sent
 
 
+@contextmanager
+def timed_deltas() -> Iterator[list[float]]:
+    """The time (s) the dashboard's receiver takes to build each operation delta event, a part
+    of recording a barrier (``dashboard.live.operation_delta``)."""
+    from dashboard import live
+
+    spent: list[float] = []
+    build = live.operation_delta
+
+    def timed(**report: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            return build(**report)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    with mock.patch.object(live, "operation_delta", timed):
+        yield spent
+
+
 def _writes(queries: Any) -> int:
     return sum(1 for q in queries.captured_queries if q["sql"].lstrip().startswith(WRITES))
 
@@ -471,12 +491,14 @@ def drive_operation(
     barriers: list[dict[str, Any]] = []
     probe: dict[str, Any] | None = None
     control_s = runner_s = 0.0
-    with captured_events() as events:
+    tick_s: list[float] = []
+    with captured_events() as events, timed_deltas() as delta_s:
         t_start = time.perf_counter()
         while True:
             t0 = time.perf_counter()
             tick = drive.orchestrator_tick(orchestrator)
-            control_s += time.perf_counter() - t0
+            tick_s.append(time.perf_counter() - t0)
+            control_s += tick_s[-1]
             if tick.status == TickStatus.COMPLETED:
                 break
             if tick.status not in (TickStatus.STARTING, TickStatus.RUNNING):
@@ -533,6 +555,17 @@ def drive_operation(
         "record_per_barrier_ms": {
             "median": round(statistics.median(b["record_ms"] for b in barriers), 2),
             "max": round(max(b["record_ms"] for b in barriers), 2),
+        },
+        # of recording a barrier: building the page's delta event (the dashboard's receiver)
+        "delta_event_per_barrier_ms": {
+            "median": _ms(statistics.median(delta_s)) if delta_s else None,
+            "max": _ms(max(delta_s)) if delta_s else None,
+            "total_s": round(sum(delta_s), 3),
+        },
+        "orchestrator_tick_ms": {
+            "median": _ms(statistics.median(tick_s)),
+            "max": _ms(max(tick_s)),
+            "total_s": round(sum(tick_s), 3),
         },
         "per_barrier_sampled": len(sampled),
         "queries_per_barrier": {
@@ -660,6 +693,11 @@ def table(result: dict[str, Any]) -> str:
          fmt(h["queries_per_barrier"]["median"]), "-"),
         ("recording one barrier (median / max)", fmt(h["record_per_barrier_ms"]["median"], ",.1f",
          " ms"), fmt(h["record_per_barrier_ms"]["max"], ",.1f", " ms"), "-"),
+        ("of which the delta event (dashboard), median / max",
+         fmt(h["delta_event_per_barrier_ms"]["median"], ",.1f", " ms"),
+         fmt(h["delta_event_per_barrier_ms"]["max"], ",.1f", " ms"), "-"),
+        ("orchestrator tick (median / max)", fmt(h["orchestrator_tick_ms"]["median"], ",.1f",
+         " ms"), fmt(h["orchestrator_tick_ms"]["max"], ",.1f", " ms"), "-"),
         (f"websocket event, 1 of {probe.get('known_steps', 0):,} steps changed / document",
          fmt(probe.get("event_bytes"), ",", " B"), fmt(probe.get("document_bytes"), ",", " B"),
          "a delta"),
