@@ -213,3 +213,27 @@ def test_registering_costs_the_same_queries_whatever_the_number_of_pus(db: None)
     assert set(
         ParallelUnit.objects.filter(number__in=[8, 15]).values_list("worker__name", flat=True)
     ) == {"large-w0"}
+
+
+@pytest.mark.parametrize(("vnodes", "pus"), [(16, 4), (32768, 1024)])
+def test_the_view_validation_and_the_planner_read_costs_three_queries(
+    db: None, django_assert_num_queries: Any, vnodes: int, pus: int
+) -> None:
+    """``cluster_view``: the PUs with their workers, the busy fragments, the fragments with
+    their PUs and current mapping, whatever the size (issue 23)."""
+    from rescaler.operations.selectors import cluster_view
+
+    pipeline = register_cluster(
+        vnodes=vnodes,
+        workers={f"w{i}": list(range(i * 4, i * 4 + 4)) for i in range(pus // 4)},
+        initial_pus=tuple(range(pus // 2)),
+    )
+    pipeline.refresh_from_db()
+    with django_assert_num_queries(3):
+        view = cluster_view(pipeline)
+    assert len(view.pu_worker) == pus and view.pu_worker[pus - 1] == f"w{pus // 4 - 1}"
+    assert all(view.worker_alive.values()) and view.closed_parallel_units() == frozenset()
+    fragment = view.fragments[FRAGMENT]
+    assert fragment.stateful and fragment.parallel_units == tuple(range(pus // 2))
+    assert len(fragment.mapping) == vnodes and len(fragment.vnode_load) == vnodes
+    assert view.fragments["source"].mapping == () and fragment.busy_with is None
