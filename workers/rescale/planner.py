@@ -9,10 +9,12 @@ even out too (a skewed key distribution is cured by placement, not by more vnode
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from itertools import accumulate
 
 from workers.rescale.protocol import (
@@ -250,6 +252,23 @@ def estimate_seconds(
     return total_bytes / rate + epochs * epoch_s
 
 
+@contextmanager
+def _cycle_collection_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a plan is made. A plan of 16,384 moves allocates
+    some 150,000 objects, which sets off full collections: in a control-plane process (Django,
+    its caches, the cluster view) they took two thirds of the planner's time (270 ms of 80
+    plain). The planner makes no reference cycle, so no garbage waits; collection resumes
+    after (and is left alone if it was already off)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def plan_request(
     request: OperationRequest,
     cluster: ClusterView,
@@ -258,6 +277,17 @@ def plan_request(
     epoch_s: float = DEFAULT_EPOCH_S,
 ) -> Plan:
     """The whole plan of a validated request (see ``request.validate``)."""
+    with _cycle_collection_paused():
+        return _plan_request(request, cluster, bytes_per_s=bytes_per_s, epoch_s=epoch_s)
+
+
+def _plan_request(
+    request: OperationRequest,
+    cluster: ClusterView,
+    *,
+    bytes_per_s: float,
+    epoch_s: float,
+) -> Plan:
     # the PUs named as added were validated open; the others of the fragment are the planner's
     # choice, and a closed one keeps what it holds
     closed = cluster.closed_parallel_units()

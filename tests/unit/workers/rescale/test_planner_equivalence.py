@@ -278,3 +278,20 @@ def test_a_whole_request_plans_as_before_at_two_fragments() -> None:
         assert list(plan.steps) == steps
         assert plan.estimate_s == estimate_seconds(steps, request.granularity)
         assert plan.request.strategy == Strategy.LIVE
+
+
+def test_planning_leaves_the_cycle_collector_as_it_found_it() -> None:
+    import gc
+
+    request = OperationRequest({"a": FragmentChange((4,))})
+    view = FragmentView("a", True, (0, 1), tuple(v % 2 for v in range(16)), {})
+    cluster = ClusterView({pu: "w" for pu in range(5)}, {"w": True}, {"a": view})
+    assert gc.isenabled()
+    plan_request(request, cluster)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        plan_request(request, cluster)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
