@@ -110,8 +110,8 @@ class Barrier:
         self.executor.placements_saved()
         plan = EpochPlan(epoch, dict(self.placements), actions, self._clock(epoch))
         self.store.save_plan(plan)
-        for ack in acks:
-            self.control.ack_command(ack.command_id, ack.status, ack.detail)
+        if acks:
+            self.control.ack_commands([(a.command_id, a.status, a.detail) for a in acks])
         return plan
 
     def apply(self, command: Command, epoch: int) -> Ack:

@@ -142,6 +142,10 @@ class ControlInterface(Protocol):
     def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
         """Mark a command done ("done") or refused ("failed") with a reason."""
 
+    def ack_commands(self, acks: list[tuple[int, str, str]]) -> None:
+        """``ack_command`` of each (command id, status, detail), all at once: a barrier acks
+        every command it applied (hundreds of steps, in a large operation) in one write."""
+
     def report_epoch(self, report: EpochReport) -> None: ...
 
     def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
@@ -218,6 +222,9 @@ class PatientControl:
     def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
         self._call("ack", lambda: self.inner.ack_command(command_id, status, detail))
 
+    def ack_commands(self, acks: list[tuple[int, str, str]]) -> None:
+        self._call("ack", lambda: self.inner.ack_commands(acks))
+
     def report_epoch(self, report: EpochReport) -> None:
         self._call(f"report epoch {report.epoch}", lambda: self.inner.report_epoch(report))
 
@@ -284,6 +291,10 @@ class LocalControl:
 
     def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
         self._append("acks.jsonl", {"id": command_id, "status": status, "detail": detail})
+
+    def ack_commands(self, acks: list[tuple[int, str, str]]) -> None:
+        for command_id, status, detail in acks:
+            self.ack_command(command_id, status, detail)
 
     def acks(self) -> list[dict[str, Any]]:
         return self._read_lines("acks.jsonl")

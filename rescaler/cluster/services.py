@@ -11,7 +11,8 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from rescaler.audit.services import audit_record
+from rescaler.audit.services import audit_record_many
+from rescaler.bulk import rows_update
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -50,24 +51,35 @@ def topology_register(*, topology: Topology) -> Pipeline:
         defaults={"spark": topology.spark},
         create_defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
     )
-    pus: dict[int, ParallelUnit] = {}
+    # workers and PUs upserted in one statement each, whatever their number (1,024 PUs were
+    # 2,000 queries): a worker already lost or removed keeps its liveness
+    now = timezone.now()
+    names = list(topology.workers)
     gone = set(
-        Worker.objects.filter(name__in=list(topology.workers), status__in=GONE).values_list(
-            "name", flat=True
-        )
+        Worker.objects.filter(name__in=names, status__in=GONE).values_list("name", flat=True)
     )
-    for worker_name, numbers in topology.workers.items():
-        worker, _ = Worker.objects.update_or_create(
-            name=worker_name,
-            defaults={"pipeline": pipeline, "last_seen": timezone.now()}
-            if worker_name in gone
-            else {"pipeline": pipeline, "alive": True, "last_seen": timezone.now()},
-        )
-        for number in numbers:
-            pu, _ = ParallelUnit.objects.update_or_create(
-                number=number, defaults={"worker": worker}
-            )
-            pus[number] = pu
+    Worker.objects.bulk_create(
+        [
+            Worker(name=n, pipeline=pipeline, alive=True, last_seen=now)
+            for n in names
+            if n not in gone
+        ],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=["pipeline", "alive", "last_seen"],
+    )
+    if gone:
+        Worker.objects.filter(name__in=gone).update(pipeline=pipeline, last_seen=now)
+    worker_ids = dict(Worker.objects.filter(name__in=names).values_list("name", "id"))
+    # a PU listed under two workers goes to the last one, as it did one row at a time
+    owner = {number: worker for worker, numbers in topology.workers.items() for number in numbers}
+    ParallelUnit.objects.bulk_create(
+        [ParallelUnit(number=n, worker_id=worker_ids[w]) for n, w in owner.items()],
+        update_conflicts=True,
+        unique_fields=["number"],
+        update_fields=["worker"],
+    )
+    pus = dict(ParallelUnit.objects.filter(number__in=list(owner)).values_list("number", "id"))
     for position, (name, info) in enumerate(topology.fragments.items()):
         fragment, _ = Fragment.objects.update_or_create(
             pipeline=pipeline,
@@ -199,7 +211,6 @@ def runner_heartbeat(*, pipeline: str, epoch: int, status: str, spark: dict[str,
         )
 
 
-@transaction.atomic
 def command_submit(
     *,
     pipeline: Pipeline | str,
@@ -212,8 +223,8 @@ def command_submit(
     before: Any = None,
     after: dict[str, Any] | None = None,
 ) -> RunnerCommand:
-    """Queue a command for the pipeline's runner and audit it, in one transaction: the one
-    writer of ``RunnerCommand`` rows, so no command reaches the runner unrecorded.
+    """Queue a command for the pipeline's runner and audit it, in one transaction (see
+    ``commands_submit``, the one writer of ``RunnerCommand`` rows).
 
     ``user`` is who asked; a component acting on its own names itself in ``actor_name``. The
     event is ``command.<kind>`` on ``obj`` (default: the pipeline) with the payload, unless the
@@ -221,6 +232,37 @@ def command_submit(
     decommissioning, a snapshot requested), so one request leaves one event. Its ``after``
     always carries the command's id.
     """
+    (command,) = commands_submit(
+        pipeline=pipeline,
+        kind=kind,
+        payloads=[payload or {}],
+        user=user,
+        actor_name=actor_name,
+        obj=obj,
+        action=action,
+        before=before,
+        after=after,
+    )
+    return command
+
+
+@transaction.atomic
+def commands_submit(
+    *,
+    pipeline: Pipeline | str,
+    kind: CommandKind | str,
+    payloads: list[dict[str, Any]],
+    user: Any = None,
+    actor_name: str = "",
+    obj: tuple[str, str] | None = None,
+    action: str = "",
+    before: Any = None,
+    after: dict[str, Any] | None = None,
+) -> list[RunnerCommand]:
+    """Queue commands of one kind for the pipeline's runner, in order, each audited as
+    ``command_submit`` says, in one transaction and two INSERTs whatever their number (a wave
+    of steps): the one writer of ``RunnerCommand`` rows, so no command reaches the runner
+    unrecorded."""
     if isinstance(pipeline, Pipeline):
         target = pipeline
     else:
@@ -228,26 +270,46 @@ def command_submit(
             target = Pipeline.objects.get(name=pipeline)
         except Pipeline.DoesNotExist:
             raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
-    payload = payload or {}
     asker = user if user is not None and user.is_authenticated else None
-    command = RunnerCommand.objects.create(
-        pipeline=target, kind=kind, payload=payload, created_by=asker
+    commands = RunnerCommand.objects.bulk_create(
+        [
+            RunnerCommand(pipeline=target, kind=kind, payload=payload, created_by=asker)
+            for payload in payloads
+        ]
     )
-    if after is None:
-        # the operation is the event's object already: its id is not repeated
-        after = {k: v for k, v in payload.items() if k != "operation_id"}
-    audit_record(
-        actor=asker,
-        actor_name=actor_name,
-        action=action or f"command.{kind}",
-        obj=obj or ("pipeline", target.name),
-        before=before,
-        after={"command": command.id, **after},
+    audit_record_many(
+        [
+            {
+                "actor": asker,
+                "actor_name": actor_name,
+                "action": action or f"command.{kind}",
+                "obj": obj or ("pipeline", target.name),
+                "before": before,
+                # the operation is the event's object already: its id is not repeated
+                "after": {
+                    "command": command.id,
+                    **(
+                        after
+                        if after is not None
+                        else {k: v for k, v in command.payload.items() if k != "operation_id"}
+                    ),
+                },
+            }
+            for command in commands
+        ]
     )
-    return command
+    return commands
 
 
 def command_ack(*, command_id: int, status: str, detail: str = "") -> None:
-    RunnerCommand.objects.filter(id=command_id).update(
-        status=status, detail=detail, acked_at=timezone.now()
+    commands_ack(acks=[(command_id, status, detail)])
+
+
+def commands_ack(*, acks: list[tuple[int, str, str]]) -> None:
+    """The runner's outcome of each (command id, status, detail), in one UPDATE."""
+    now = timezone.now()
+    rows_update(
+        RunnerCommand,
+        ["status", "detail", "acked_at"],
+        {command_id: (status, detail, now) for command_id, status, detail in acks},
     )

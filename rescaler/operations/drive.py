@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from rescaler.audit.services import audit_record
 from rescaler.cluster.models import RunnerCommand
-from rescaler.cluster.services import command_submit
+from rescaler.cluster.services import command_submit, commands_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.progress import operation_progress
@@ -34,6 +34,7 @@ from workers.rescale.protocol import (
     CommandKind,
     Event,
     OperationStatus,
+    Tick,
     TickStatus,
 )
 
@@ -58,6 +59,17 @@ class OrmChannel:
         )
         return command.id
 
+    def submit_many(self, kind: CommandKind, payloads: list[dict[str, Any]]) -> list[int]:
+        """Commands of one kind in one write (a wave of steps), each audited as ``submit``'s."""
+        commands = commands_submit(
+            pipeline=self.op.pipeline,
+            kind=kind,
+            payloads=payloads,
+            actor_name="orchestrator",
+            obj=(AuditObject.OPERATION, self.op.operation_id),
+        )
+        return [c.id for c in commands]
+
     def progress(self, operation_id: str) -> dict[str, Any] | None:
         return operation_progress(self.op)
 
@@ -66,6 +78,15 @@ class OrmChannel:
         if row is None or row["status"] == RunnerCommand.Status.PENDING:
             return None
         return row["status"], row["detail"]
+
+
+def orchestrator_tick(orchestrator: Orchestrator) -> Tick:
+    """One tick of the orchestrator in one transaction: the commands it writes (up to two
+    waves of steps) commit together, once rather than once each, and the runner polls all of
+    them or none. A tick that fails writes nothing; the drive loop's next run rebuilds the
+    orchestrator from the runner's progress, so nothing it thought sent is lost."""
+    with transaction.atomic():
+        return orchestrator.tick()
 
 
 def _take_lease(pk: int, owner: str, seconds: float) -> bool:
@@ -146,7 +167,7 @@ def operation_drive(*, pk: int, budget_s: float | None = None, poll_s: float = 0
         if status == OperationStatus.CANCELLING and not cancel_sent:
             orchestrator.cancel()
             cancel_sent = True
-        tick = orchestrator.tick()
+        tick = orchestrator_tick(orchestrator)
         if tick.status in (TickStatus.COMPLETED, TickStatus.CANCELLED):
             vnodes = tick.progress.vnodes_moved if tick.progress else 0
             keys = tick.progress.keys_moved if tick.progress else 0

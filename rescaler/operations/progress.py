@@ -17,6 +17,7 @@ columns, the changed step rows, the appended audit events) goes to the apps abov
 from __future__ import annotations
 
 import logging
+from dataclasses import MISSING, fields
 from typing import Any
 
 from django.db import transaction
@@ -24,7 +25,8 @@ from django.utils import timezone
 
 from rescaler import events
 from rescaler.audit.models import AuditEvent
-from rescaler.audit.services import audit_record
+from rescaler.audit.services import audit_record_many
+from rescaler.bulk import rows_update
 from rescaler.events import CLUSTER_GROUP
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.signals import operation_progressed
@@ -110,29 +112,45 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
         op.progress_version += 1
         op.save(update_fields=[*RECORDED, "progress_version"])
         reported = {s.step: s for s in report.steps}
+        # the stored figures of every reported step, as plain values (thousands of steps at
+        # every barrier of a large operation); rows only for the steps whose figures changed
+        stored = (
+            RescaleStep.objects.filter(operation=op, step__in=list(reported)).values_list(
+                "pk", "step", *REPORTED
+            )
+            if reported
+            else ()
+        )
+        figures_of: dict[int, dict[str, Any]] = {}
+        for pk, number, *values in stored:
+            figures = _reported(reported[number])
+            if any(value != figures[name] for name, value in zip(REPORTED, values, strict=True)):
+                figures_of[pk] = figures
         changed: list[RescaleStep] = []
         now = timezone.now()
-        rows = RescaleStep.objects.filter(operation=op, step__in=list(reported)) if reported else ()
+        rows = RescaleStep.objects.filter(pk__in=list(figures_of)) if figures_of else ()
         for step in rows:
-            figures = _reported(reported[step.step])
-            if all(getattr(step, name) == value for name, value in figures.items()):
-                continue
+            figures = figures_of[step.pk]
             if step.phase != figures["phase"]:
                 changes.append((step, step.phase))
             for name, value in figures.items():
                 setattr(step, name, value)
-            step.updated_at = now  # bulk_update does not touch auto_now fields
+            step.updated_at = now  # as auto_now would
             changed.append(step)
-        if changed:
-            RescaleStep.objects.bulk_update(changed, [*REPORTED, "updated_at"])
-        for step, old in sorted(changes, key=lambda c: c[0].step):
-            audited.append(
-                audit_record(
-                    actor_name="runner",
-                    action=f"step.{step.phase}",
-                    obj=(AuditObject.STEP, f"{operation_id}/{step.step}"),
-                    before={"phase": old},
-                    after={
+        written = [*REPORTED, "updated_at"]
+        rows_update(
+            RescaleStep,
+            written,
+            {s.pk: tuple(getattr(s, name) for name in written) for s in changed},
+        )
+        audited = audit_record_many(
+            [
+                {
+                    "actor_name": "runner",
+                    "action": f"step.{step.phase}",
+                    "obj": (AuditObject.STEP, f"{operation_id}/{step.step}"),
+                    "before": {"phase": old},
+                    "after": {
                         "phase": step.phase,
                         "vnodes": step.vnodes,
                         "source_pu": step.source_pu,
@@ -142,8 +160,10 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
                         "drop_epoch": step.drop_epoch,
                         "keys_moved": step.keys_moved,
                     },
-                )
-            )
+                }
+                for step, old in sorted(changes, key=lambda c: c[0].step)
+            ]
+        )
     for receiver, failure in operation_progressed.send_robust(
         sender=RescaleOperation,
         operation=op,
@@ -159,12 +179,30 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
     events.publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
 
 
+# a step as the runner reports it (``StepProgress.to_json``), read straight from its row; a
+# figure the row does not store is the record's default
+_COLUMNS = {f.name for f in RescaleStep._meta.get_fields()}
+STEP_PROGRESS = tuple(f.name for f in fields(StepProgress) if f.name in _COLUMNS)
+STEP_UNSTORED = {
+    f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
+    for f in fields(StepProgress)
+    if f.name not in _COLUMNS
+}
+
+
 def operation_progress(op: RescaleOperation) -> dict[str, Any] | None:
     """The runner's last report put back together (``OperationProgress.to_json``): the stored
     report and the rows of the steps the runner knows (every step it was sent); None before
-    its first report."""
+    its first report. The rows are read as values (the orchestrator reads this at every tick,
+    thousands of steps in a large operation)."""
     stored = RescaleOperation.objects.values_list("progress", flat=True).get(pk=op.pk)
     if not stored:
         return None
-    rows = RescaleStep.objects.filter(operation_id=op.pk).exclude(phase=StepPhase.PLANNED)
-    return {**stored, "steps": [row.progress().to_json() for row in rows.order_by("step")]}
+    rows = (
+        RescaleStep.objects.filter(operation_id=op.pk)
+        .exclude(phase=StepPhase.PLANNED)
+        .order_by("step")
+        .values_list(*STEP_PROGRESS)
+    )
+    steps = [{**STEP_UNSTORED, **dict(zip(STEP_PROGRESS, row, strict=True))} for row in rows]
+    return {**stored, "steps": steps}

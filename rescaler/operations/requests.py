@@ -26,7 +26,7 @@ from rescaler.operations.models import (
 from rescaler.operations.selectors import cluster_view, measured_rates
 from rescaler.operations.summary import operation_summary
 from workers.rescale import errors
-from workers.rescale.planner import plan_request
+from workers.rescale.planner import cycle_collection_paused, plan_request
 from workers.rescale.protocol import (
     AuditObject,
     CommandKind,
@@ -88,11 +88,12 @@ def operation_request(
     body must then be the planned one), else a plan made now."""
     if plan_id is not None:
         return _operation_start_planned(user=user, body=body, plan_id=plan_id)
-    pipeline, request, plan, versions = operation_plan(body=body)
-    if request.dry_run:
-        return plans.plan_store(
-            user=user, pipeline=pipeline, request=request, plan=plan, versions=versions
-        )
+    with cycle_collection_paused():  # a plan of 16,384 steps and its JSON: no cycle made
+        pipeline, request, plan, versions = operation_plan(body=body)
+        if request.dry_run:
+            return plans.plan_store(
+                user=user, pipeline=pipeline, request=request, plan=plan, versions=versions
+            )
     with transaction.atomic():
         op = _operation_create(user=user, pipeline=pipeline, request=request, plan=plan)
     publish(CLUSTER_GROUP, Event.OPERATION_REQUESTED, operation_summary(op))

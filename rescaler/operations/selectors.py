@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Avg
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Avg, OuterRef, Q, Subquery, Value
 
 from rescaler.cluster.models import EpochMetric, Fragment, ParallelUnit, Pipeline, VnodeMapping
 from rescaler.cluster.selectors import runner_alive
@@ -29,30 +30,56 @@ def current_mapping(fragment: Fragment) -> list[int]:
 
 
 def cluster_view(pipeline: Pipeline) -> ClusterView:
+    """The cluster as validation and the planner see it, in four queries whatever its size:
+    its PUs with their workers, the operations holding fragments, and the fragments with their
+    PUs and current mapping. Rows are read as values (1,024 PUs, 32,768 vnodes)."""
     alive = runner_alive(pipeline)
-    pus = ParallelUnit.objects.filter(worker__pipeline=pipeline).select_related("worker")
+    pus = list(
+        ParallelUnit.objects.filter(worker__pipeline=pipeline).values_list(
+            "number", "status", "worker__name", "worker__alive", "worker__status",
+            "worker__bootstrapped_epoch",
+        )
+    )  # fmt: skip
     busy = dict(
         OperationFragment.objects.filter(active=True, fragment__pipeline=pipeline).values_list(
             "fragment__name", "operation__operation_id"
         )
     )
+    mapping = VnodeMapping.objects.filter(
+        fragment=OuterRef("pk"), version=OuterRef("mapping_version")
+    ).values("mapping")[:1]
+    rows = (
+        Fragment.objects.filter(pipeline=pipeline)
+        .annotate(
+            pu_numbers=ArrayAgg(
+                "parallel_units__number",
+                order_by="parallel_units__number",
+                filter=Q(parallel_units__isnull=False),
+                default=Value([]),
+            ),
+            current_mapping=Subquery(mapping),
+        )
+        .values_list("name", "kind", "pu_numbers", "current_mapping", "vnode_load")
+        .order_by("position", "name")
+    )
     fragments = {}
-    for frag in Fragment.objects.filter(pipeline=pipeline).prefetch_related("parallel_units"):
-        fragments[frag.name] = FragmentView(
-            name=frag.name,
-            stateful=frag.kind == Fragment.Kind.STATEFUL,
-            parallel_units=tuple(sorted(pu.number for pu in frag.parallel_units.all())),
-            mapping=tuple(current_mapping(frag)) if frag.kind == Fragment.Kind.STATEFUL else (),
-            vnode_load={int(v): (kb[0], kb[1]) for v, kb in (frag.vnode_load or {}).items()},
-            busy_with=busy.get(frag.name),
+    for name, kind, numbers, current, load in rows:
+        stateful = kind == Fragment.Kind.STATEFUL
+        fragments[name] = FragmentView(
+            name=name,
+            stateful=stateful,
+            parallel_units=tuple(numbers),
+            mapping=tuple(current or ()) if stateful else (),
+            vnode_load={int(v): (kb[0], kb[1]) for v, kb in (load or {}).items()},
+            busy_with=busy.get(name),
         )
     return ClusterView(
-        pu_worker={pu.number: pu.worker.name for pu in pus},
-        worker_alive={pu.worker.name: alive and pu.worker.alive for pu in pus},
+        pu_worker={number: worker for number, _, worker, *_ in pus},
+        worker_alive={worker: alive and up for _, _, worker, up, *_ in pus},
         fragments=fragments,
-        worker_status={pu.worker.name: pu.worker.status for pu in pus},
-        worker_bootstrapped_epoch={pu.worker.name: pu.worker.bootstrapped_epoch for pu in pus},
-        pu_status={pu.number: pu.status for pu in pus},
+        worker_status={worker: status for _, _, worker, _, status, _ in pus},
+        worker_bootstrapped_epoch={worker: epoch for *_, worker, _, _, epoch in pus},
+        pu_status={number: status for number, status, *_ in pus},
     )
 
 

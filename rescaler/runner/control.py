@@ -7,7 +7,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 
 from rescaler.cluster import services, snapshots
 from rescaler.cluster.models import Fragment, RunnerCommand
@@ -63,9 +69,13 @@ class OrmControl:
             return [Command(id=c.id, kind=c.kind, payload=c.payload) for c in pending]
 
     def ack_command(self, command_id: int, status: str, detail: str = "") -> None:
-        with _database():
-            services.command_ack(command_id=command_id, status=status, detail=detail)
-            _workers.worker_command_acked(command_id=command_id, status=status, detail=detail)
+        self.ack_commands([(command_id, status, detail)])
+
+    def ack_commands(self, acks: list[tuple[int, str, str]]) -> None:
+        with _database(), transaction.atomic():
+            services.commands_ack(acks=acks)
+            for command_id, status, detail in acks:
+                _workers.worker_command_acked(command_id=command_id, status=status, detail=detail)
 
     def report_epoch(self, report: EpochReport) -> None:
         with _database():

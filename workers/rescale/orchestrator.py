@@ -122,14 +122,16 @@ class Orchestrator:
         window = self.granularity.steps_in_flight * max(self.issue_ahead, 1)
         ahead = sum(1 for s in steps.values() if s.phase in STEP_NOT_ACQUIRED) + len(sent)
         issued_bytes = sum(s.bytes for s in self.plan.steps if s.step in steps or s.step in sent)
+        due: list[StepSpec] = []
         for spec in self.plan.steps:
             if spec.step in steps or spec.step in self._issued:
                 continue
             if ahead >= window or not self._rate_allows(issued_bytes):
                 break
-            self._issue(spec)
+            due.append(spec)
             ahead += 1
             issued_bytes += spec.bytes
+        self._issue(due)
         all_issued = all(s.step in steps or s.step in self._issued for s in self.plan.steps)
         if all_issued and not self._finish_sent:
             self.channel.submit(
@@ -137,11 +139,19 @@ class Orchestrator:
             )
             self._finish_sent = True
 
-    def _issue(self, spec: StepSpec) -> None:
-        self.channel.submit(
-            CommandKind.OPERATION_STEP, StepPayload(self.operation_id, spec).to_json()
-        )
-        self._issued.add(spec.step)
+    def _issue(self, specs: list[StepSpec]) -> None:
+        """Send steps, in order: in one write where the channel offers ``submit_many`` (a
+        wave of a large operation is hundreds of steps), else one command each."""
+        if not specs:
+            return
+        payloads = [StepPayload(self.operation_id, spec).to_json() for spec in specs]
+        submit_many = getattr(self.channel, "submit_many", None)
+        if submit_many is not None:
+            submit_many(CommandKind.OPERATION_STEP, payloads)
+        else:
+            for payload in payloads:
+                self.channel.submit(CommandKind.OPERATION_STEP, payload)
+        self._issued.update(spec.step for spec in specs)
 
     def _rate_allows(self, issued_bytes: int) -> bool:
         rate = self.granularity.bytes_per_second

@@ -107,6 +107,7 @@ def validate(request: OperationRequest, cluster: ClusterView) -> None:
             raise errors.UnknownFragment(f"no fragment {name!r}; stateful fragments: {known}")
         if not frag.stateful:
             raise errors.NotStateful(f"fragment {name!r} has no keyed state to place")
+        units = set(frag.parallel_units)  # a fragment may run on a thousand PUs
         for pu in (*change.added_parallel_units, *change.removed_parallel_units):
             if pu not in cluster.pu_worker:
                 raise errors.UnknownParallelUnit(
@@ -119,16 +120,14 @@ def validate(request: OperationRequest, cluster: ClusterView) -> None:
                 raise errors.DeadWorker(
                     f"{name}: parallel unit {pu} is on worker {worker!r}, which is not alive"
                 )
-            if pu in frag.parallel_units:
+            if pu in units:
                 raise errors.AlreadyInFragment(f"{name}: parallel unit {pu} already runs it")
         for pu in change.removed_parallel_units:
-            if pu not in frag.parallel_units:
+            if pu not in units:
                 raise errors.NotInFragment(
                     f"{name}: parallel unit {pu} does not run it (it runs on {list(frag.parallel_units)})"
                 )
-        remaining = (set(frag.parallel_units) - set(change.removed_parallel_units)) | set(
-            change.added_parallel_units
-        )
+        remaining = (units - set(change.removed_parallel_units)) | set(change.added_parallel_units)
         if not remaining:
             raise errors.RemovesEveryUnit(
                 f"{name}: the request removes every parallel unit; at least one must remain"

@@ -160,10 +160,11 @@ def test_an_empty_cluster_is_an_empty_answer(viewer_client: APIClient) -> None:
     }
 
 
-@pytest.mark.parametrize(("vnodes", "pus"), [(16, 4), (256, 32)])
+@pytest.mark.parametrize(("vnodes", "pus"), [(16, 4), (256, 32), (32768, 1024)])
 def test_queries_do_not_grow_with_the_cluster(
-    viewer_client: APIClient, django_assert_max_num_queries: Any, vnodes: int, pus: int
+    viewer_client: APIClient, django_assert_num_queries: Any, vnodes: int, pus: int
 ) -> None:
+    """The same four queries from 4 PUs and 16 vnodes to 1,024 PUs and 32,768 vnodes (issue 23)."""
     register_cluster(
         vnodes=vnodes,
         workers={f"w{i}": list(range(i * 4, i * 4 + 4)) for i in range(pus // 4)},
@@ -171,5 +172,69 @@ def test_queries_do_not_grow_with_the_cluster(
         epochs=3,
     )
     # the token (with its user), then pipelines, workers and fragments, each with what they need
-    with django_assert_max_num_queries(4):
-        assert viewer_client.get(URL).status_code == 200
+    with django_assert_num_queries(4):
+        response = viewer_client.get(URL)
+    assert response.status_code == 200
+    data = response.json()
+    assert len(data["parallel_units"]) == pus and len(data["workers"]) == pus // 4
+    (fragment,) = [f for f in data["fragments"] if f["name"] == FRAGMENT]
+    assert len(fragment["mapping"]) == vnodes
+    assert sum(row["vnodes"] for row in fragment["load"]["per_parallel_unit"]) == vnodes
+
+
+def test_registering_costs_the_same_queries_whatever_the_number_of_pus(db: None) -> None:
+    """The runner registers its topology at every start and after every rescale: workers and
+    PUs are upserted in one statement each (1,024 PUs were some 2,000 queries)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from rescaler.cluster.models import ParallelUnit, Worker
+    from rescaler.cluster.services import topology_register
+    from workers.control import Topology
+
+    def register(name: str, first_pu: int, pus: int) -> int:
+        topology = Topology(
+            pipeline=name,
+            workers={
+                f"{name}-w{i}": list(range(first_pu + i * 8, first_pu + i * 8 + 8))
+                for i in range(pus // 8)
+            },
+            fragments={"source": {"kind": "source", "parallel_units": [first_pu]}},
+            spark={},
+        )
+        with CaptureQueriesContext(connection) as queries:
+            topology_register(topology=topology)
+        return len(queries)
+
+    small, large = register("small", 0, 8), register("large", 8, 1024)
+    assert small == large
+    assert register("large", 8, 1024) <= large, "a re-registration no more"
+    assert Worker.objects.filter(pipeline__name="large").count() == 128
+    assert ParallelUnit.objects.filter(worker__pipeline__name="large").count() == 1024
+    assert set(
+        ParallelUnit.objects.filter(number__in=[8, 15]).values_list("worker__name", flat=True)
+    ) == {"large-w0"}
+
+
+@pytest.mark.parametrize(("vnodes", "pus"), [(16, 4), (32768, 1024)])
+def test_the_view_validation_and_the_planner_read_costs_three_queries(
+    db: None, django_assert_num_queries: Any, vnodes: int, pus: int
+) -> None:
+    """``cluster_view``: the PUs with their workers, the busy fragments, the fragments with
+    their PUs and current mapping, whatever the size (issue 23)."""
+    from rescaler.operations.selectors import cluster_view
+
+    pipeline = register_cluster(
+        vnodes=vnodes,
+        workers={f"w{i}": list(range(i * 4, i * 4 + 4)) for i in range(pus // 4)},
+        initial_pus=tuple(range(pus // 2)),
+    )
+    pipeline.refresh_from_db()
+    with django_assert_num_queries(3):
+        view = cluster_view(pipeline)
+    assert len(view.pu_worker) == pus and view.pu_worker[pus - 1] == f"w{pus // 4 - 1}"
+    assert all(view.worker_alive.values()) and view.closed_parallel_units() == frozenset()
+    fragment = view.fragments[FRAGMENT]
+    assert fragment.stateful and fragment.parallel_units == tuple(range(pus // 2))
+    assert len(fragment.mapping) == vnodes and len(fragment.vnode_load) == vnodes
+    assert view.fragments["source"].mapping == () and fragment.busy_with is None

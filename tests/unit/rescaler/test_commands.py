@@ -210,7 +210,7 @@ def test_a_cancel_the_runner_refused_may_be_sent_again(cluster: Pipeline, user: 
 
 # -- the one writer, as a contract -----------------------------------------------------------------
 WRITES = {"create", "bulk_create", "get_or_create", "update_or_create"}
-WRITER = ("rescaler/cluster/services.py", "command_submit")
+WRITER = ("rescaler/cluster/services.py", "commands_submit")  # command_submit: one of them
 
 
 def command_writes(path: Path) -> list[tuple[str, int]]:
@@ -249,7 +249,7 @@ def test_command_submit_is_the_one_writer_of_runner_commands() -> None:
         for path in sorted((ROOT / package).rglob("*.py"))
         for function, line in command_writes(path)
     ]
-    assert [(p, f) for p, f, _ in writers] == [WRITER], writers
+    assert sorted({(p, f) for p, f, _ in writers}) == [WRITER], writers
 
 
 def test_the_contract_finds_a_second_writer(tmp_path: Path) -> None:
@@ -259,3 +259,35 @@ def test_the_contract_finds_a_second_writer(tmp_path: Path) -> None:
         "def g():\n    return RunnerCommand(kind='stop')\n"
     )
     assert command_writes(source) == [("f", 2), ("g", 4)]
+
+
+def test_a_barrier_acks_its_commands_in_one_write(
+    cluster: Pipeline, user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner acks every command of a barrier at once (``ack_commands``): one UPDATE and
+    one commit, however many steps the barrier took; each command keeps its own outcome."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from rescaler.runner import control
+    from rescaler.runner.control import OrmControl
+
+    # OrmControl refreshes old connections first: in a test that would close the test's own
+    monkeypatch.setattr(control, "close_old_connections", lambda: None)
+
+    op = started(user)
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    pending = OrmControl().poll_commands(PIPELINE)
+    assert len(pending) >= 3
+    acks = [(c.id, "done", f"applied {c.kind}") for c in pending[:-1]]
+    acks.append((pending[-1].id, "failed", "refused: a test"))
+    with CaptureQueriesContext(connection) as queries:
+        OrmControl().ack_commands(acks)
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1, updates
+    rows = RunnerCommand.objects.in_bulk([a[0] for a in acks])
+    assert [(rows[i].status, rows[i].detail) for i, _, _ in acks] == [
+        (status, detail) for _, status, detail in acks
+    ]
+    assert all(rows[i].acked_at is not None for i, _, _ in acks)
+    assert OrmControl().poll_commands(PIPELINE) == []

@@ -101,12 +101,15 @@ def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOpera
     with CaptureQueriesContext(connection) as queries:
         barrier(op, sent)
     (update,) = writes(queries, "operations_rescalestep")
-    assert update.endswith(f'"operations_rescalestep"."id" IN ({changed.pk})'), update
+    values = update.split(" FROM (VALUES ", 1)[1].split(") AS v(", 1)[0]
+    assert values.count("::bigint, ") > 1 and values.startswith(f"({changed.pk}::"), update
+    assert values.count("), (") == 0, "one row: the step that changed"
     assert len(writes(queries, "operations_rescaleoperation")) == 1
     assert len(writes(queries, "operations_auditevent")) == 1  # step 2's new phase
-    # 7 to record it, 4 reads for the page's delta event (every step's phase and figures for
-    # moved and waiting, the pipeline, its last epoch, the changed steps' vnodes)
-    assert len(queries.captured_queries) <= 11, [q["sql"][:80] for q in queries.captured_queries]
+    # 8 to record it (the reported steps' figures, then the rows of those that changed), 4
+    # reads for the page's delta event (every step's phase and figures for moved and waiting,
+    # the pipeline, its last epoch, the changed steps' vnodes)
+    assert len(queries.captured_queries) <= 12, [q["sql"][:80] for q in queries.captured_queries]
     after = {s.pk: s.updated_at for s in op.steps.all()}
     assert [pk for pk in after if after[pk] != before[pk]] == [changed.pk]
     row = op.steps.get(step=2)
@@ -125,6 +128,25 @@ def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOpera
         barrier(op, sent)
     assert writes(queries, "operations_rescalestep") == []
     assert AuditEvent.objects.filter(action__startswith="step.").count() == 9  # 8 + step 2
+
+
+def test_a_barrier_where_every_step_changed_writes_one_update_and_one_insert(
+    op: RescaleOperation,
+) -> None:
+    """Eight steps change phase at one barrier: their rows in one UPDATE, their eight audit
+    events in one INSERT (a large operation changes hundreds of steps at a barrier)."""
+    barrier(op, [step(op, n, StepPhase.PENDING) for n in range(1, 9)])
+    sent = [step(op, n, StepPhase.COLLECTING, hold_queue=n) for n in range(1, 9)]
+    with CaptureQueriesContext(connection) as queries:
+        barrier(op, sent)
+    assert len(writes(queries, "operations_rescalestep")) == 1
+    assert len(writes(queries, "operations_auditevent")) == 1
+    assert list(op.steps.order_by("step").values_list("phase", "hold_queue")) == [
+        ("collecting", n) for n in range(1, 9)
+    ]
+    events = AuditEvent.objects.filter(action="step.collecting").order_by("id")
+    assert [e.object_id for e in events] == [f"{op.operation_id}/{n}" for n in range(1, 9)]
+    assert all(e.at is not None and e.actor_name == "runner" for e in events)
 
 
 @pytest.fixture

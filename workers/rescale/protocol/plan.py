@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from workers.rescale.protocol.operation_request import ChangeKind, OperationRequest
 
 
 # -- the plan ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+# Move and StepSpec are made by the ten thousand (a 2x scale-out of 32,768 vnodes plans 16,384 of
+# each): their __init__ fills the instance's dict at once, a quarter of the cost of the frozen
+# dataclass's own (one object.__setattr__ per field). They stay frozen: assigning a field raises.
+@dataclass(frozen=True, init=False)
 class Move:
     """One vnode leaving one PU for another."""
 
@@ -20,15 +23,35 @@ class Move:
     keys: int
     bytes: int
 
+    def __init__(
+        self, fragment: str, vnode: int, source_pu: int, target_pu: int, keys: int, bytes: int
+    ) -> None:
+        self.__dict__.update(
+            fragment=fragment,
+            vnode=vnode,
+            source_pu=source_pu,
+            target_pu=target_pu,
+            keys=keys,
+            bytes=bytes,
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # field by field, not asdict (a deep copy): a plan has thousands of moves
+        return {
+            "fragment": self.fragment,
+            "vnode": self.vnode,
+            "source_pu": self.source_pu,
+            "target_pu": self.target_pu,
+            "keys": self.keys,
+            "bytes": self.bytes,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Move:
         return cls(**data)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StepSpec:
     """One unit of a live migration, as planned: vnodes going from one PU to another."""
 
@@ -40,8 +63,37 @@ class StepSpec:
     keys: int
     bytes: int
 
+    def __init__(
+        self,
+        step: int,
+        fragment: str,
+        source_pu: int,
+        target_pu: int,
+        vnodes: tuple[int, ...],
+        keys: int,
+        bytes: int,
+    ) -> None:
+        self.__dict__.update(
+            step=step,
+            fragment=fragment,
+            source_pu=source_pu,
+            target_pu=target_pu,
+            vnodes=vnodes,
+            keys=keys,
+            bytes=bytes,
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "vnodes": list(self.vnodes)}
+        # field by field, not asdict (a deep copy): a plan has thousands of steps
+        return {
+            "step": self.step,
+            "fragment": self.fragment,
+            "source_pu": self.source_pu,
+            "target_pu": self.target_pu,
+            "vnodes": list(self.vnodes),
+            "keys": self.keys,
+            "bytes": self.bytes,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepSpec:

@@ -90,8 +90,13 @@ class OperationProgress:
         }
 
     def summary_json(self) -> dict[str, Any]:
-        """The report without its steps (what the cluster-wide event carries)."""
-        return {k: v for k, v in self.to_json().items() if k != "steps"}
+        """The report without its steps (what the cluster-wide event carries); its steps are
+        never turned into JSON (thousands of them at every barrier of a large operation)."""
+        return {
+            **{k: v for k, v in shallow_fields(self).items() if k != "steps"},
+            "fragments": list(self.fragments),
+            "executors": list(self.executors),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OperationProgress:
