@@ -81,13 +81,7 @@ class OperationProgress:
         return self.status in FINAL
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            **shallow_fields(self),
-            "fragments": list(self.fragments),
-            "executors": list(self.executors),
-            "hold_queue_full": list(self.hold_queue_full),
-            "steps": [s.to_json() for s in self.steps],
-        }
+        return {**self.summary_json(), "steps": [s.to_json() for s in self.steps]}
 
     def summary_json(self) -> dict[str, Any]:
         """The report without its steps (what the cluster-wide event carries); its steps are
@@ -96,6 +90,7 @@ class OperationProgress:
             **{k: v for k, v in shallow_fields(self).items() if k != "steps"},
             "fragments": list(self.fragments),
             "executors": list(self.executors),
+            "hold_queue_full": list(self.hold_queue_full),
         }
 
     @classmethod

@@ -179,3 +179,4 @@ def test_progress_carries_the_waited_for_steps() -> None:
     progress = OperationProgress.from_json(data)
     assert progress.hold_queue_full == (3, 4)
     assert progress.to_json()["hold_queue_full"] == [3, 4]
+    assert progress.summary_json()["hold_queue_full"] == [3, 4], "stored as the JSON it is"
