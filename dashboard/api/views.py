@@ -415,6 +415,25 @@ class WorkerUncordonView(_WorkerStatusView):
     change = staticmethod(worker_services.worker_uncordon)
 
 
+def _worker_and_operation(request: Request, worker: Any, operation: Any, **extra: Any) -> Response:
+    """202 with the worker as it now is and the operation it started (None: none), whose URL
+    is the Location header."""
+    headers = {}
+    detail = None
+    if operation is not None:
+        op = selectors.operation_get(operation_id=operation.operation_id)
+        detail = OperationDetailSerializer(op).data
+        headers["Location"] = api_reverse(
+            "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request
+        )
+    data = {
+        "worker": WorkerInfoSerializer(_worker_row(worker.name)).data,
+        "operation": detail,
+        **extra,
+    }
+    return Response(data, status=status.HTTP_202_ACCEPTED, headers=headers)
+
+
 class WorkerNoticeView(APIView):
     """A preemption notice, from a platform hook: the worker is cordoned at once and, under
     RESCALER_PREEMPTION_POLICY=drain, drained with priority."""
@@ -445,21 +464,13 @@ class WorkerNoticeView(APIView):
             deadline_s=body.validated_data.get("deadline_s"),
             reason=body.validated_data["reason"],
         )
-        headers = {}
-        operation = None
-        if notice.operation is not None:
-            op = selectors.operation_get(operation_id=notice.operation.operation_id)
-            operation = OperationDetailSerializer(op).data
-            headers["Location"] = api_reverse(
-                "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request
-            )
-        data = {
-            "worker": WorkerInfoSerializer(_worker_row(notice.worker.name)).data,
-            "operation": operation,
-            "waiting_for": list(notice.waiting_for),
-            "detail": notice.detail,
-        }
-        return Response(data, status=status.HTTP_202_ACCEPTED, headers=headers)
+        return _worker_and_operation(
+            request,
+            notice.worker,
+            notice.operation,
+            waiting_for=list(notice.waiting_for),
+            detail=notice.detail,
+        )
 
 
 class WorkerDrainView(APIView):
@@ -491,16 +502,4 @@ class WorkerDrainView(APIView):
             reason=body.validated_data["reason"],
             granularity=body.validated_data.get("granularity"),
         )
-        headers = {}
-        operation = None
-        if drain.operation is not None:
-            op = selectors.operation_get(operation_id=drain.operation.operation_id)
-            operation = OperationDetailSerializer(op).data
-            headers["Location"] = api_reverse(
-                "api:operation-detail", kwargs={"operation_id": op.operation_id}, request=request
-            )
-        data = {
-            "worker": WorkerInfoSerializer(_worker_row(drain.worker.name)).data,
-            "operation": operation,
-        }
-        return Response(data, status=status.HTTP_202_ACCEPTED, headers=headers)
+        return _worker_and_operation(request, drain.worker, drain.operation)
