@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from rescaler.operations.models import RescaleOperation
 from tests.e2e.conftest import screenshot, sign_in
@@ -48,11 +49,20 @@ def request_from_page(page: Any, live_url: str, target: int, preset: str, reason
     page.get_by_label("Number of parallel units", exact=True).fill(str(target))
     page.get_by_label("Preset", exact=True).select_option(preset)
     page.get_by_label("Reason (goes to the audit trail)", exact=True).fill(reason)
-    page.get_by_role("button", name="Preview plan").click()
-    page.locator("#plan .estimate").wait_for()
-    page.get_by_role("button", name="Start rescale").click()
-    page.wait_for_url(f"{live_url}/operations/*/", timeout=30_000)
-    return str(page.url.rstrip("/").rsplit("/", 1)[-1])
+    refusals = []
+    for _ in range(3):
+        page.get_by_role("button", name="Preview plan").click()
+        page.locator("#plan .estimate").wait_for()
+        page.get_by_role("button", name="Start rescale").click()
+        try:
+            page.wait_for_url(f"{live_url}/operations/*/", timeout=30_000)
+            return str(page.url.rstrip("/").rsplit("/", 1)[-1])
+        except PlaywrightTimeout:
+            # the page refused the start and says why (a plan gone stale since its preview,
+            # as the cluster moved on: preview again, as an operator would)
+            refusals.append(page.inner_text("main")[:1500])
+            print("the start was refused; the page said:", refusals[-1])
+    pytest.fail(f"the rescale never started; the page said: {refusals}")
 
 
 def percentile(values: list[float], q: float) -> float:
