@@ -35,10 +35,9 @@ from rescaler.runner.workers.changes import (
     worker_summary,
 )
 from rescaler.runner.workers.drains import worker_drain
-from rescaler.runner.workers.errors import DrainEmptiesFragment
 from workers.control import WorkerStatus
 from workers.rescale import errors
-from workers.rescale.protocol import Event, OperationStatus
+from workers.rescale.protocol import FINAL, Event, OperationStatus
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +161,7 @@ def _drain_with_priority(worker: Worker, *, user: Any = None) -> WorkerNotice:
     except errors.FragmentBusy:
         busy = _busy_operations(worker)
         for op in busy:
-            if op.status not in (OperationStatus.CANCELLING, *_final()):
+            if op.status != OperationStatus.CANCELLING and op.status not in FINAL:
                 operation_cancel(
                     operation=op,
                     actor_name=f"worker {worker.name} (preemption notice)"[:150],
@@ -177,7 +176,7 @@ def _drain_with_priority(worker: Worker, *, user: Any = None) -> WorkerNotice:
             ids,
             f"its drain starts once operation(s) {', '.join(ids)} end (asked to cancel)",
         )
-    except (DrainEmptiesFragment, errors.RescaleError) as exc:
+    except errors.RescaleError as exc:  # DrainEmptiesFragment among them
         # cordoned, and no drain can start: the loss path takes over at the deadline
         log.warning("preemption notice for worker %s: no drain (%s)", worker.name, exc)
         audit_record(
@@ -188,10 +187,6 @@ def _drain_with_priority(worker: Worker, *, user: Any = None) -> WorkerNotice:
         )
         worker.refresh_from_db()
         return WorkerNotice(worker, None, (), str(exc))
-
-
-def _final() -> tuple[str, ...]:
-    return (OperationStatus.COMPLETED, OperationStatus.CANCELLED, OperationStatus.FAILED)
 
 
 def _busy_operations(worker: Worker) -> list[RescaleOperation]:
