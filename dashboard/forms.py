@@ -14,11 +14,12 @@ from workers.rescale.protocol import REASON_MAX_CHARS
 
 
 class CancelForm(forms.Form):
-    """Cancel an operation: steps in flight finish, no new step starts. The service
-    (``rescaler.operations.requests.operation_cancel``) decides whether it still can."""
+    """Cancel an operation: steps being acquired finish, held steps go back to their source, no
+    new step starts. The service (``rescaler.operations.requests.operation_cancel``) decides
+    whether it still can."""
 
     confirm = forms.BooleanField(
-        label="Yes, cancel it: steps in flight finish, no new step starts",
+        label="Yes, cancel it: moves under way finish or go back, no new step starts",
         required=True,
         error_messages={"required": "Tick the box to confirm the cancel."},
     )

@@ -101,7 +101,20 @@ class Barrier:
         # workers that joined are bootstrapped before any command of this barrier is read: a
         # change may use their PUs from this epoch on, never in one that has already begun
         self._on_barrier(epoch)
-        acks = [self.apply(command, epoch) for command in self.control.poll_commands(self.pipeline)]
+        applied: dict[int, Ack] = {}
+
+        def new_commands() -> list[Command]:
+            return [c for c in self.control.poll_commands(self.pipeline) if c.id not in applied]
+
+        for command in new_commands():
+            applied[command.id] = self.apply(command, epoch)
+        # A step whose hold queue is full keeps this barrier waiting for its export; a command
+        # arriving meanwhile (a cancel, when the export cannot finish) is applied, then it waits
+        # again if anything is still to be waited for (docs/rescale.md, "Bounded hold queues").
+        while not self.executor.bound_hold_queues(interrupt=lambda: bool(new_commands())):
+            for command in new_commands():
+                applied[command.id] = self.apply(command, epoch)
+        acks = list(applied.values())
         before = {n: (p.version, p.parallel_units) for n, p in self.placements.items()}
         actions = self.executor.plan(epoch)
         self.store.save(self.placements)

@@ -299,7 +299,8 @@ def _write_held(
 
 
 def _acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Table | None:
-    """Ingest the verified exports, then return the hold queue's rows to apply first."""
+    """Ingest the verified exports, then return the hold queue's rows to apply first (also for
+    vnodes a cancel gave back to their source: no export, only their hold queue)."""
     from workers.rescale.transfer import ingest_export, read_hold
 
     for path in actions.ingest:
@@ -516,6 +517,8 @@ def run_task(
                 store.seal(actions.seal)
             for vnode in actions.drop:
                 store.drop_vnode(vnode)
+            if actions.unseal:  # a cancel gave these back: their hold queue replays below
+                store.unseal(actions.unseal)
             replayed = _acquire(spec, store, actions)
             n_records += replayed.num_rows if replayed is not None else 0
             if _is_processor(spec):

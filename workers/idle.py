@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workers.rescale.protocol import STEP_ENDED, StepPhase, Strategy
+from workers.rescale.protocol import STEP_ENDED, STEP_HOLDING, StepPhase, Strategy
 from workers.sources.control import read_ticks
 
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ def awaits_barrier(operations: Iterable[OperationState]) -> bool:
     vnodes), an exported one acquired, an acquired one dropped,
     a dropped one done; a stop-start runs entirely at one barrier; an operation whose steps are
     all over completes (or is cancelled) at the next one. A step in ``collecting`` waits for its
-    export thread, which no barrier hastens; the thread's end makes it ``exported``.
+    export thread, which no barrier hastens; the thread's end makes it ``exported``, unless the
+    operation is cancelled: then a barrier gives it back to its source.
     """
     for op in operations:
         if op.final:
@@ -56,7 +57,9 @@ def awaits_barrier(operations: Iterable[OperationState]) -> bool:
         phases = {step.phase for step in op.steps.values()}
         # a pending step waiting for a free slot (steps_in_flight) moves only once one frees
         moving = phases - {StepPhase.COLLECTING, StepPhase.PENDING, *STEP_ENDED}
-        if moving or op.startable() or (op.cancel_requested and StepPhase.PENDING in phases):
+        # a cancel ends pending steps and gives held ones back to their source at a barrier
+        cancels = op.cancel_requested and bool(phases & {StepPhase.PENDING, *STEP_HOLDING})
+        if moving or op.startable() or cancels:
             return True
         if not phases - STEP_ENDED and (op.finish_requested or op.cancel_requested):
             return True

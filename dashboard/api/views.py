@@ -228,7 +228,8 @@ class OperationDetailView(APIView):
 
 
 class OperationCancelView(APIView):
-    """Cancel an operation: steps in flight finish, no new step starts (docs/rescale.md)."""
+    """Cancel an operation: steps being acquired finish, held steps go back to their source, no
+    new step starts (docs/rescale.md)."""
 
     permission_classes = [IsAuthenticated, CanRescale]
 

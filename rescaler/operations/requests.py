@@ -215,7 +215,8 @@ def operation_cancel(
     actor_name: str = "",
     reason: str = "",
 ) -> RescaleOperation:
-    """Ask for a cancel: steps in flight finish, no new step starts (docs/rescale.md).
+    """Ask for a cancel: steps being acquired finish, held steps go back to their source, no new
+    step starts (docs/rescale.md, "Cancel").
 
     ``user`` is who asked through the API; a component that cancels on its own (the orchestrator
     when a step times out) names itself in ``actor_name`` and says why in ``reason``, which the

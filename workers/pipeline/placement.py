@@ -118,6 +118,7 @@ class SlotActions:
     """What one PU's task does at an epoch besides folding its records (all idempotent)."""
 
     seal: tuple[int, ...] = ()  # vnodes to seal (Collect starts)
+    unseal: tuple[int, ...] = ()  # sealed vnodes a cancel gives back to this PU (their source)
     drop: tuple[int, ...] = ()  # vnodes whose range to delete (Drop)
     ingest: tuple[str, ...] = ()  # export files to verify and ingest (Acquire)
     replay_files: tuple[str, ...] = ()  # hold queue files to apply before the epoch's records
@@ -131,6 +132,7 @@ class SlotActions:
     def from_json(cls, data: dict[str, Any]) -> SlotActions:
         return cls(
             seal=tuple(data.get("seal", ())),
+            unseal=tuple(data.get("unseal", ())),
             drop=tuple(data.get("drop", ())),
             ingest=tuple(data.get("ingest", ())),
             replay_files=tuple(data.get("replay_files", ())),

@@ -56,7 +56,10 @@ class CommandHandler:
                     return f"operation {operation_id} already {op.status}"
                 op.cancel_requested = True
                 self.ledger.save(op)
-                return "cancel requested: the steps in flight finish, no new step starts"
+                return (
+                    "cancel requested: steps being acquired finish, held steps go back to "
+                    "their source, no new step starts"
+                )
             if command.kind == CommandKind.OPERATION_FINISH:
                 if op.final:
                     return f"operation {operation_id} already {op.status}"

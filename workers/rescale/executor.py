@@ -107,8 +107,10 @@ class RescaleExecutor:
         self.start_exports()
         return actions
 
-    def bound_hold_queues(self) -> None:
-        """Wait for the exports of the collecting steps whose hold queue reached its bound.
+    def bound_hold_queues(self, interrupt: Callable[[], bool] = lambda: False) -> bool:
+        """Wait for the exports of the collecting steps whose hold queue reached its bound;
+        True once none is left to wait for, False when ``interrupt`` ended the wait (a command
+        arrived: the barrier applies it, a cancel gives the held steps back, and waits again).
 
         The epoch about to be planned has not read its records yet, so they stay in the source
         while this waits: no hold queue grows past its bound by more than the one epoch that
@@ -117,11 +119,11 @@ class RescaleExecutor:
         """
         bounds = self.hold_queue_bounds
         if bounds is None:
-            return
+            return True
         with self.ledger.lock:
             full = self.live.over_bound(bounds.step_bytes, bounds.pu_bytes)
             if not full:
-                return
+                return True
             ops = {op.operation_id: op for op, _ in full}
             for op in ops.values():
                 op.hold_queue_full = tuple(sorted(s.spec.step for o, s in full if o is op))
@@ -134,7 +136,7 @@ class RescaleExecutor:
             ", ".join(f"{op.operation_id} step {s.spec.step}" for op, s in full),
         )
         try:
-            self.exports.wait(full, should_stop=self._should_stop)
+            return self.exports.wait(full, should_stop=self._should_stop, interrupt=interrupt)
         finally:
             with self.ledger.lock:
                 for op in ops.values():

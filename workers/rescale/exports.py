@@ -122,6 +122,7 @@ class Exports:
                 for op in self.ledger.running()
                 for step in op.steps.values()
                 if step.phase == StepPhase.COLLECTING
+                and not step.returning
                 and (op.operation_id, step.spec.step) not in self._exporting
             ]
             for op, step in todo:
@@ -138,7 +139,7 @@ class Exports:
                 (op, step)
                 for op in self.ledger.running()
                 for step in op.steps.values()
-                if step.phase == StepPhase.COLLECTING
+                if step.phase == StepPhase.COLLECTING and not step.returning
             ]
         if todo:
             self._export(todo)
@@ -148,13 +149,17 @@ class Exports:
         steps: list[tuple[OperationState, StepState]],
         *,
         should_stop: Callable[[], bool] = lambda: False,
+        interrupt: Callable[[], bool] = lambda: False,
         poll_s: float = 0.5,
-    ) -> None:
-        """Block until every one of ``steps`` is exported (or its operation ended).
+    ) -> bool:
+        """Block until every one of ``steps`` is exported (or its operation ended or is being
+        cancelled: a cancel gives held steps back to their source); returns True then.
 
         A failed export starts again after a back-off (doubling from 1 s to 30 s) until one
         succeeds: the records the caller holds back stay in the source meanwhile, so nothing is
-        lost and no hold queue grows. ``should_stop`` ends the wait (:class:`ExportWaitStopped`).
+        lost and no hold queue grows. ``should_stop`` ends the wait (:class:`ExportWaitStopped`);
+        ``interrupt`` (a command is waiting, such as a cancel) ends it with False, so the caller
+        can apply the command and wait again.
         """
         delay = RETRY_AFTER_S[0]
         while True:
@@ -162,20 +167,23 @@ class Exports:
                 left = [
                     (op, step)
                     for op, step in steps
-                    if step.phase == StepPhase.COLLECTING and not op.final
+                    if step.phase == StepPhase.COLLECTING
+                    and not (op.final or op.cancel_requested or step.returning)
                 ]
                 if not left:
-                    return
+                    return True
                 idle = any((op.operation_id, s.spec.step) not in self._exporting for op, s in left)
                 failed = any(s.error.startswith(EXPORT_FAILED) for _, s in left)
             if should_stop():
                 raise ExportWaitStopped(
                     f"stopping while {len(left)} steps' exports were awaited at the barrier"
                 )
+            if interrupt():
+                return False
             if idle or not self._background:
                 if failed:
                     deadline = time.monotonic() + delay
-                    while time.monotonic() < deadline and not should_stop():
+                    while time.monotonic() < deadline and not (should_stop() or interrupt()):
                         time.sleep(min(poll_s, delay))
                     delay = min(delay * 2, RETRY_AFTER_S[1])
                 if self._background:
@@ -217,8 +225,8 @@ class Exports:
             saved: dict[str, OperationState] = {}
             for op, step in todo:
                 self._exporting.discard((op.operation_id, step.spec.step))
-                if step.phase != StepPhase.COLLECTING:
-                    continue
+                if step.phase != StepPhase.COLLECTING or step.returning:
+                    continue  # moved on, or given back to its source meanwhile
                 spec = step.spec
                 step.exports = {v: manifests[(spec.fragment, v)] for v in spec.vnodes}
                 if step.error.startswith(EXPORT_FAILED):

@@ -56,10 +56,30 @@ class LiveProtocol:
             op.begun_epoch = epoch
             changed = True
         steps = sorted(op.steps.values(), key=lambda s: s.spec.step)
-        before = [(s.phase, s.collect_epoch, s.acquire_epoch, s.drop_epoch) for s in steps]
+
+        def moment() -> list[tuple[Any, ...]]:
+            return [
+                (s.phase, s.collect_epoch, s.acquire_epoch, s.drop_epoch, s.return_epoch)
+                for s in steps
+            ]
+
+        before = moment()
         for step in steps:
             if step.phase == StepPhase.PENDING and op.cancel_requested:
                 step.enter(StepPhase.CANCELLED)
+            if step.returning and step.return_epoch is not None and step.return_epoch < epoch:
+                step.enter(StepPhase.CANCELLED)  # its return committed (a crash kept us from
+                # recording it)
+            if (
+                op.cancel_requested
+                and step.phase in STEP_HOLDING
+                and step.acquire_epoch is None
+                and step.return_epoch is None
+            ):
+                # Held and not yet acquired: the source takes its vnodes back in this epoch
+                # (unseals them and applies the hold queue before the epoch's records) rather
+                # than waiting for an export that may never finish (a full disk).
+                step.return_epoch = epoch
             if (
                 step.phase in (StepPhase.ACQUIRING, StepPhase.ACQUIRED, StepPhase.DROPPING)
                 and step.drop_epoch is not None
@@ -78,6 +98,7 @@ class LiveProtocol:
                 step.enter(StepPhase.DROPPING)
             if (
                 step.phase == StepPhase.EXPORTED
+                and step.return_epoch is None
                 and step.collect_epoch is not None
                 and (step.collect_epoch < epoch)
             ):
@@ -89,9 +110,7 @@ class LiveProtocol:
         for step in op.startable():
             step.collect_epoch = epoch
             step.enter(StepPhase.COLLECTING)
-        changed |= before != [
-            (s.phase, s.collect_epoch, s.acquire_epoch, s.drop_epoch) for s in steps
-        ]
+        changed |= before != moment()
         if not op.in_flight() and all(s.phase in STEP_ENDED for s in op.steps.values()):
             if op.cancel_requested:
                 op.status, op.finished_epoch = OperationStatus.CANCELLED, epoch
@@ -152,6 +171,7 @@ class LiveProtocol:
                 spec = step.spec
                 frag = spec.fragment
                 c, a, d = step.collect_epoch, step.acquire_epoch, step.drop_epoch
+                r = step.return_epoch
                 if step.holds(epoch):
                     for vnode in spec.vnodes:
                         held[frag][vnode] = spec.target_pu
@@ -171,12 +191,22 @@ class LiveProtocol:
                     target.setdefault("replay_vnodes", []).extend(spec.vnodes)
                 if d == epoch:
                     slots[frag][spec.source_pu].setdefault("drop", []).extend(spec.vnodes)
+                if r == epoch and c is not None and a is None:
+                    # returned: the source unseals its copy (never dropped) and applies what
+                    # the target's hold queue kept of these vnodes, then the epoch's records
+                    source = slots[frag][spec.source_pu]
+                    source.setdefault("unseal", []).extend(spec.vnodes)
+                    source.setdefault("replay_files", []).extend(
+                        str(transfer.hold_path(root, frag, spec.target_pu, x)) for x in range(c, r)
+                    )
+                    source.setdefault("replay_vnodes", []).extend(spec.vnodes)
         return {
             frag: FragmentActions(
                 held=dict(held.get(frag, {})),
                 slots={
                     pu: SlotActions(
                         seal=tuple(sorted(a.get("seal", []))),
+                        unseal=tuple(sorted(a.get("unseal", []))),
                         drop=tuple(sorted(a.get("drop", []))),
                         ingest=tuple(a.get("ingest", [])),
                         replay_files=tuple(dict.fromkeys(a.get("replay_files", []))),
@@ -214,6 +244,10 @@ class LiveProtocol:
                                 (frag, vnode), 0
                             )
                             changed = True
+                    if step.returning and step.return_epoch == epoch:
+                        step.enter(StepPhase.CANCELLED)  # back on its source, hold queue applied
+                        changed = True
+                        continue
                     if step.phase == StepPhase.ACQUIRING and step.acquire_epoch == epoch:
                         self._moved(step)
                         step.enter(StepPhase.ACQUIRED)
@@ -248,6 +282,8 @@ class LiveProtocol:
             (op, step)
             for op, step in holding
             if step.phase == StepPhase.COLLECTING
+            # a cancelled operation's held steps go back to their source at this barrier
+            and not op.cancel_requested
             and (
                 sum(step.hold_bytes.values()) >= step_bytes
                 or per_pu[(step.spec.fragment, step.spec.target_pu)] >= pu_bytes

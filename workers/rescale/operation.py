@@ -12,7 +12,9 @@ A step's phases, in order (DESIGN §3):
 ``acquired``   that epoch has committed;
 ``dropping``   the source deletes the vnodes' ranges at ``drop_epoch``;
 ``done``       that epoch has committed;
-``cancelled``  never started (the operation was cancelled first).
+``cancelled``  never started (the operation was cancelled first), or returned to its source: a
+               cancel found it held and not yet acquired, so at ``return_epoch`` the source
+               unsealed its vnodes and applied the hold queue (docs/rescale.md, "Cancel").
 
 The epochs are what makes this safe to repeat: the plan of an epoch is a pure function of them,
 so a re-run of an epoch after a crash acts exactly as the first run did.
@@ -51,6 +53,7 @@ class StepState:
     collect_epoch: int | None = None
     acquire_epoch: int | None = None
     drop_epoch: int | None = None
+    return_epoch: int | None = None  # a cancelled held step: the source takes its vnodes back
     exports: dict[int, dict[str, Any]] = field(default_factory=dict)  # vnode -> manifest
     hold_rows: dict[int, int] = field(default_factory=dict)  # vnode -> records held
     hold_bytes: dict[int, int] = field(default_factory=dict)  # vnode -> bytes held
@@ -65,9 +68,16 @@ class StepState:
 
     def holds(self, epoch: int) -> bool:
         """Whether the step's vnodes are held in ``epoch``: routed to the target's hold queue,
-        sealed at the source (``collect_epoch <= epoch < acquire_epoch``)."""
-        c, a = self.collect_epoch, self.acquire_epoch
-        return c is not None and c <= epoch and (a is None or epoch < a)
+        sealed at the source (``collect_epoch <= epoch < acquire_epoch``, or ``return_epoch``)."""
+        c = self.collect_epoch
+        end = self.acquire_epoch if self.acquire_epoch is not None else self.return_epoch
+        return c is not None and c <= epoch and (end is None or epoch < end)
+
+    @property
+    def returning(self) -> bool:
+        """Held, cancelled, and given back to its source at ``return_epoch`` (not yet
+        committed): nothing exports or acquires it any more."""
+        return self.return_epoch is not None and self.phase != StepPhase.CANCELLED
 
     def to_json(self) -> dict[str, Any]:
         data = shallow_fields(self)

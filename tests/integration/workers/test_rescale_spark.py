@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +186,62 @@ def test_cancel_keeps_finished_moves_and_one_owner_per_vnode(tmp_path: Path) -> 
         for vnode, pu in enumerate(placement.mapping):
             assert (pu in (2, 3)) == ((name, vnode) in moved), f"{name} vnode {vnode} on PU {pu}"
     check_oracle(tmp_path, pipeline, runner)  # assert_matches_oracle checks each key's owner (I1)
+
+
+@contextlib.contextmanager
+def full_disk(path: Path) -> Iterator[None]:
+    """``path`` on a one-page tmpfs filled to the last byte: every write there fails with ENOSPC,
+    as on a full disk (needs root, as CI has; skipped otherwise)."""
+    path.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        # unbuffered: the write that finds the disk full fails, and nothing is left to flush
+        with open(path / "ballast", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"x" * 512)
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_cancel_returns_held_steps_whose_exports_hit_a_full_disk(tmp_path: Path) -> None:
+    """The exports' directory is full: every export fails and is retried, the steps stay held.
+    A cancel gives them back to their source (docs/rescale.md, "Cancel"): the operation ends
+    cancelled with nothing moved, every vnode where it was, nothing sealed, exact state."""
+    pipeline = "wordcount"
+    runner = launch(tmp_path, pipeline)
+    req = request(pipeline, {"added_parallel_units": [2, 3]}, "live", BATCHED)
+    pipeline_dir = tmp_path / pipeline
+    orch = Orchestrator(
+        LocalChannel(LocalControl(runner.control_dir)), "disk-full", plan_local(pipeline_dir, req)
+    )
+    with full_disk(pipeline_dir / "rescale" / "op-disk-full" / "exports"):
+        deadline = time.monotonic() + 300
+        held: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            steps = (orch.tick().to_json()["progress"] or {}).get("steps", [])
+            held = [s for s in steps if s["phase"] == "collecting" and s["hold_queue"] > 0]
+            if held and any("export failed" in s["error"] for s in steps):
+                break
+            time.sleep(0.2)
+        assert held, "no step was held with a failing export"
+        orch.cancel()
+        result = orch.run(timeout_s=300).to_json()
+    assert result["status"] == "cancelled", result
+    steps = result["progress"]["steps"]
+    assert all(s["phase"] == "cancelled" and s["acquire_epoch"] is None for s in steps), steps
+    assert result["progress"]["vnodes_moved"] == 0
+    returned = [s for s in steps if s["collect_epoch"] is not None]
+    assert returned, "no step was returned to its source"
+    stop(runner)
+    placements = PlacementStore(pipeline_dir).load()
+    assert placements is not None
+    assert placements["word_count"].parallel_units == (0, 1), "the added PUs are released"
+    check_oracle(tmp_path, pipeline, runner)  # every key exact, on the PU its vnode maps to
 
 
 @pytest.mark.parametrize(

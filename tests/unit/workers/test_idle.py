@@ -116,6 +116,8 @@ def test_read_ticks_tolerates_a_missing_or_garbled_file(tmp_path: Path) -> None:
         (op_with("done"), False),  # the orchestrator's next step is a command: polled apart
         (op_with("done", finish_requested=True), True),  # completes at the next barrier
         (op_with("done", "cancelled", cancel_requested=True), True),
+        # cancelled: a barrier gives the held step back to its source, export or not
+        (op_with("collecting", cancel_requested=True), True),
         (op_with("done", status="completed", finish_requested=True), False),
         (OperationState(operation_id="s", strategy=Strategy.STOP_START, fragments={}), True),
     ],

@@ -257,7 +257,7 @@ def test_uninterrupted_operation_completes_with_the_planned_mapping(
     assert max(delays) <= 2, f"fluid steps must hold their keys at most 2 epochs, held {delays}"
 
 
-def test_cancel_keeps_completed_moves_and_finishes_the_step_in_flight(tmp_path: Path) -> None:
+def test_cancel_keeps_completed_moves_and_ends_every_step(tmp_path: Path) -> None:
     h = Harness(tmp_path, initial=[0, 1])
     for _ in range(3):
         h.run_epoch()

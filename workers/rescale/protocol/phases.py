@@ -18,7 +18,8 @@ class StepPhase(enum.StrEnum):
     ACQUIRED = "acquired"  # that epoch has committed
     DROPPING = "dropping"  # the source deletes the vnodes' ranges at drop_epoch
     DONE = "done"  # that epoch has committed
-    CANCELLED = "cancelled"  # never started: the operation was cancelled first
+    # never started, or returned to its source before it was acquired: the operation was cancelled
+    CANCELLED = "cancelled"
 
 
 # a step whose vnodes are in transit (it keeps the operation from completing)
