@@ -638,11 +638,14 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         at = {entry["phase"]: entry["at"] for entry in log_}
         if log_ and "restored" in at:
             # begun (at the barrier) -> snapshotted -> cleared -> restored: the stream waits
+            snapshotted = at.get("snapshotted", log_[0]["at"])
+            # the restore now removes the old stores itself: no "cleared" phase since
+            restore_from = at.get("cleared", snapshotted)
             out["phases_s"] = {
                 "wait_for_barrier": _r(log_[0]["at"] - t0),
-                "snapshot": _r(at.get("snapshotted", log_[0]["at"]) - log_[0]["at"]),
-                "clear": _r(at.get("cleared", 0) - at.get("snapshotted", 0)),
-                "restore": _r(at["restored"] - at.get("cleared", 0)),
+                "snapshot": _r(snapshotted - log_[0]["at"]),
+                "clear": _r(at["cleared"] - snapshotted) if "cleared" in at else None,
+                "restore": _r(at["restored"] - restore_from),
                 "barrier_total": _r(at["restored"] - log_[0]["at"]),
             }
             # the barrier holds every record of the stream while it snapshots and restores

@@ -94,13 +94,56 @@ def fit(xs: list[float], ys: list[float]) -> Fit | None:
     return Fit(t0, 1 / slope, len(xs), 1 - ss_res / ss_tot if ss_tot else 1.0)
 
 
+@dataclass(frozen=True)
+class Fit2:
+    """``seconds = t0_s + keys / keys_per_s + bytes / bytes_per_s`` by least squares: a move
+    costs per key (the stores' per-entry work) and per byte (copying, checksums, the disk)."""
+
+    t0_s: float
+    keys_per_s: float | None  # None: no measurable per-key cost (a coefficient <= 0)
+    bytes_per_s: float | None
+    points: int
+    r2: float
+
+    def predict(self, keys: float, moved: float) -> float:
+        return (
+            self.t0_s
+            + (keys / self.keys_per_s if self.keys_per_s else 0.0)
+            + (moved / self.bytes_per_s if self.bytes_per_s else 0.0)
+        )
+
+
+def fit2(keys: list[float], moved: list[float], ys: list[float]) -> Fit2 | None:
+    """The two-term fit; None without three distinct (keys, bytes) sizes to tell them apart."""
+    import numpy as np
+
+    if len({(k, b) for k, b in zip(keys, moved, strict=True)}) < 3:
+        return None
+    a = np.column_stack([np.ones(len(ys)), keys, moved])
+    coef, *_ = np.linalg.lstsq(a, np.asarray(ys, float), rcond=None)
+    pred = a @ coef
+    mean = float(np.mean(ys))
+    ss_tot = float(sum((y - mean) ** 2 for y in ys))
+    ss_res = float(sum((y - q) ** 2 for y, q in zip(ys, pred, strict=True)))
+    return Fit2(
+        t0_s=float(coef[0]),
+        keys_per_s=1 / float(coef[1]) if coef[1] > 0 else None,
+        bytes_per_s=1 / float(coef[2]) if coef[2] > 0 else None,
+        points=len(ys),
+        r2=1 - ss_res / ss_tot if ss_tot else 1.0,
+    )
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def points(path: Path) -> tuple[list[SizePoint], list[tuple[float, float, float | None]]]:
+Sample = tuple[float, float, float | None, float]  # bytes moved, total s, transfer s, keys moved
+
+
+def points(path: Path) -> tuple[list[SizePoint], list[Sample]]:
     """The size points of one result file, and the all-at-once runs' (bytes moved, total s,
-    transfer s) for the fit."""
+    transfer s, keys moved) for the fits."""
     report = json.loads(path.read_text("utf-8"))
     params = report["parameters"]
     keys = int(params["keys_at_operation"])
@@ -113,7 +156,8 @@ def points(path: Path) -> tuple[list[SizePoint], list[tuple[float, float, float 
     ]
     state_bytes = int(statistics.median(runner_state)) if runner_state else None
     load = common.dig(report, "machine", "load_avg_at_start")
-    out, samples = [], []
+    out: list[SizePoint] = []
+    samples: list[Sample] = []
     for name, r in report["results"].items():
         ok = [run["summary"] for run in r["runs"] if "total_s" in run.get("summary", {})]
         if not ok:
@@ -140,7 +184,12 @@ def points(path: Path) -> tuple[list[SizePoint], list[tuple[float, float, float 
         )
         if name == FITTED:
             samples += [
-                (float(s["keys"]["bytes_moved"]), float(s["total_s"]), s["keys"].get("transfer_s"))
+                (
+                    float(s["keys"]["bytes_moved"]),
+                    float(s["total_s"]),
+                    s["keys"].get("transfer_s"),
+                    float(s["keys"]["moved"]),
+                )
                 for s in ok
                 if s["keys"].get("bytes_moved")
             ]
@@ -152,18 +201,22 @@ def _size_label(p: SizePoint) -> str:
     return f"{p.keys / 1e6:.1f}M {value}"
 
 
-def table(pts: list[SizePoint], total: Fit | None) -> str:
+def table(pts: list[SizePoint], model: Fit2 | None) -> str:
     headers = ["size", "strategy", "runs", "total s", "model s", "moved", "MB moved", "exact"]
     rows = []
     for p in sorted(pts, key=lambda p: (p.state_bytes or 0, p.strategy)):
-        model = total.predict(p.bytes_moved) if total and p.bytes_moved else None
+        modelled = (
+            model.predict(p.keys_moved, p.bytes_moved)
+            if model and p.bytes_moved and p.keys_moved
+            else None
+        )
         rows.append(
             [
                 _size_label(p),
                 LABELS.get(p.strategy, p.strategy),
                 str(p.runs),
                 f"{p.total_s:.1f}",
-                f"{model:.1f}" if model is not None and p.strategy == FITTED else "",
+                f"{modelled:.1f}" if modelled is not None and p.strategy == FITTED else "",
                 f"{p.keys_moved:,}" if p.keys_moved is not None else "",
                 f"{p.bytes_moved / 1e6:,.0f}" if p.bytes_moved else "",
                 "yes" if p.exact else "NO",
@@ -172,7 +225,7 @@ def table(pts: list[SizePoint], total: Fit | None) -> str:
     return common.format_table(headers, rows)
 
 
-def plot(path: Path, pts: list[SizePoint], total: Fit | None) -> None:
+def plot(path: Path, pts: list[SizePoint], model: Fit2 | None) -> None:
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     by_strategy: dict[str, list[SizePoint]] = {}
@@ -187,10 +240,11 @@ def plot(path: Path, pts: list[SizePoint], total: Fit | None) -> None:
             if name == FITTED:
                 ax.annotate(_size_label(p), (x, p.total_s), fontsize=7, xytext=(4, -10),
                             textcoords="offset points")  # fmt: skip
-    if total is not None:
+    if model is not None and model.keys_per_s and model.bytes_per_s:
         ax.set_title(
-            f"2->4 scale-out: time against state size; all-at-once = {total.t0_s:.1f} s + bytes "
-            f"moved / {total.bytes_per_s / 1e6:.0f} MB/s",
+            f"2->4 scale-out: time against state size; all-at-once = {model.t0_s:.1f} s + keys "
+            f"moved / {model.keys_per_s / 1e6:.2f}M/s + bytes moved / "
+            f"{model.bytes_per_s / 1e6:.0f} MB/s",
             fontsize=9,
         )
     ax.set_xscale("log")
@@ -212,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         p, s = points(path)
         pts += p
         samples += s
-    total = fit([b for b, _, _ in samples], [t for _, t, _ in samples])
-    transfer_samples = [(b, x) for b, _, x in samples if x]
+    total = fit([b for b, _, _, _ in samples], [t for _, t, _, _ in samples])
+    both = fit2([k for *_, k in samples], [b for b, *_ in samples], [t for _, t, _, _ in samples])
+    transfer_samples = [(b, x) for b, _, x, _ in samples if x]
     transfer = fit([b for b, _ in transfer_samples], [x for _, x in transfer_samples])
     small = [p for p in pts if p.strategy == FITTED and p.value_bytes <= 8]
     ratio = None
@@ -226,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             "goal": "<= 4x",
             "met": hi.total_s / lo.total_s <= 4,
         }
-    text = table(pts, total)
+    text = table(pts, both)
     report = {
         "benchmark": "rescale_sizes",
         "command": common.command_line(),
@@ -235,17 +290,25 @@ def main(argv: list[str] | None = None) -> int:
         "valid": all(p.valid for p in pts),
         "points": [asdict(p) for p in pts],
         "fit_total": asdict(total) if total else None,
+        "fit_total_keys_and_bytes": asdict(both) if both else None,
         "fit_transfer": asdict(transfer) if transfer else None,
         "ratio_largest_over_smallest_counts": ratio,
         "table": text,
     }
-    png = common.save_report(args.out, report, lambda path: plot(path, pts, total),
+    png = common.save_report(args.out, report, lambda path: plot(path, pts, both),
                              prefix=LOG_PREFIX)  # fmt: skip
     print(text)
     if total:
         print(
             f"\nall-at-once total = {total.t0_s:.2f} s + bytes moved / "
             f"{total.bytes_per_s / 1e6:.1f} MB/s (r2 {total.r2:.2f}, {total.points} runs)"
+        )
+    if both:
+        per_key = f"{both.keys_per_s / 1e6:.2f}M keys/s" if both.keys_per_s else "no per-key cost"
+        per_byte = f"{both.bytes_per_s / 1e6:.1f} MB/s" if both.bytes_per_s else "no per-byte cost"
+        print(
+            f"all-at-once total = {both.t0_s:.2f} s + keys moved / {per_key} + bytes moved / "
+            f"{per_byte} (r2 {both.r2:.2f})"
         )
     if transfer:
         print(

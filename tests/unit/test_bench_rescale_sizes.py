@@ -28,6 +28,19 @@ def test_no_fit_without_two_sizes_or_with_time_falling_as_bytes_grow() -> None:
     assert rescale_sizes.fit([1e6, 2e6], [2.0, 1.0]) is None
 
 
+def test_the_two_term_fit_tells_keys_from_bytes() -> None:
+    # 1 s fixed, a million keys a second, 100 MB a second
+    sizes = [(1e6, 16e6), (10e6, 160e6), (1e6, 1e9), (1e6, 16e6)]
+    keys, moved = [k for k, _ in sizes], [b for _, b in sizes]
+    f = rescale_sizes.fit2(keys, moved, [1 + k / 1e6 + b / 1e8 for k, b in sizes])
+    assert f is not None
+    assert f.t0_s == pytest.approx(1.0)
+    assert f.keys_per_s == pytest.approx(1e6)
+    assert f.bytes_per_s == pytest.approx(1e8)
+    assert f.predict(2e6, 100e6) == pytest.approx(4.0)
+    assert rescale_sizes.fit2(keys[:2], moved[:2], [1.0, 2.0]) is None, "two sizes, three terms"
+
+
 def _run(total: float, moved_bytes: int, exact: bool = True) -> dict[str, Any]:
     return {
         "summary": {
