@@ -53,6 +53,8 @@ RESCALER_RECOVERY_DIR = env_str("RESCALER_RECOVERY_DIR", "")
 RESCALER_HEARTBEAT_STALE_S = env_float("RESCALER_HEARTBEAT_STALE_S", 30.0)
 # A step whose phase has not changed for this long makes the orchestrator cancel the operation.
 RESCALER_STEP_TIMEOUT_S = env_float("RESCALER_STEP_TIMEOUT_S", 300.0)
+# a read that finds Postgres gone waits this long for it before answering 503 (rescaler/dbwait.py)
+RESCALER_DB_WAIT_S = env_float("RESCALER_DB_WAIT_S", 10.0)
 # One Celery run drives an operation this long, then re-queues itself (no message stays
 # unacknowledged for long); its lease lets another worker take over once it expires.
 RESCALER_DRIVE_BUDGET_S = env_float("RESCALER_DRIVE_BUDGET_S", 60.0)
@@ -101,6 +103,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # a read that finds Postgres restarting waits for it, a write gets 503 + Retry-After
+    "rescaler.dbwait.DatabaseOutageMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
