@@ -33,17 +33,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import _common as common  # noqa: E402
+from bench.rescale import LABELS  # noqa: E402
 
 LOG_PREFIX = "rescale-sizes"
 FITTED = "all_at_once"
-LABELS = {
-    "fluid": "fluid (live)",
-    "batched": "batched (live)",
-    "all_at_once": "all-at-once (live)",
-    "stop_start": "stop-start",
-    "spark_tws": "Spark TWS repartition",
-    "spark_native": "Spark groupBy.count repartition",
-}
 
 
 @dataclass(frozen=True)
