@@ -2390,6 +2390,13 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     outcome: SoakOutcome | None = None
     error: str | None = None
+
+    def stopped(signum: int, _frame: Any) -> None:
+        # a SIGTERM (a CI time-out, kill) ends the run like an error: the stack is torn down
+        # (its servers, the Spark cluster, the tmpfs) and what was measured is reported
+        raise SoakError(f"stopped by signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, stopped)
     with common.RunDir("soak-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
         stack = Stack(run_dir.path, profile, tmpfs="disk_full" in kinds, sink_server=sink_server)
         try:
