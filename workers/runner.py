@@ -79,6 +79,7 @@ from workers.recovery.snapshots import (
 from workers.recovery.tasks import CRASH_DURING
 from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
 from workers.rescale.exports import ExportWaitStopped
+from workers.restarts import QueryGivenUp, QueryRestarts
 from workers.sinks.base import Sink, SinkError
 from workers.worker_pool import ExecutorsMissing, WorkerPool
 
@@ -719,27 +720,27 @@ class PipelineRunner:
         self._beat()
         clean = False
         try:
-            failures = 0
+            # re-running an epoch is always safe (atomic commits, recorded plans): a transient
+            # failure must not end the run, and a full disk is waited out (workers/restarts.py)
+            restarts = QueryRestarts(cfg.max_query_restarts, Path(cfg.state_dir))
             while not self._done():
                 self._error = None
+                started_at = self.last_epoch
                 self.query = self._start_query()
                 failure = self._watch_query()
                 if failure is None:
                     break
-                failures += 1
-                if failures > cfg.max_query_restarts:
-                    raise RunnerError(
-                        f"the streaming query failed {failures} times in a row; last: {failure}"
-                    ) from self._error
-                # re-running an epoch is always safe (atomic commits, recorded plans): a
-                # transient failure (an overloaded host, a lost executor) must not end the run
+                try:
+                    wait = restarts.failed(failure, progressed=self.last_epoch > started_at)
+                except QueryGivenUp as exc:
+                    raise RunnerError(str(exc)) from self._error
                 log.error(
-                    "the streaming query failed (%s); restarting it (%d/%d)",
+                    "the streaming query failed (%s); restarting it in %.0f s (%s)",
                     failure,
-                    failures,
-                    cfg.max_query_restarts,
+                    wait,
+                    restarts.describe(),
                 )
-                time.sleep(min(2.0**failures, 30.0))
+                time.sleep(wait)
             clean = True
         finally:
             self.status = "stopping"
