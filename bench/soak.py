@@ -1264,32 +1264,15 @@ def default_sink_server() -> str:
 
 
 def make_processes(tmp: Path, port: int, env: Mapping[str, str], runner_args: Sequence[str]) -> Any:
-    """``tests/integration/stack.py``'s ``Processes`` (Celery workers, kill, logs), with daphne on
-    a fixed port (the clients reconnect to the same URL after its restart), logs appended across
-    restarts, the wordcount runner at a steady rate, and ``restart``. Needs Django set up."""
-    from tests.integration.stack import REPO, Processes
+    """``tests/integration/stack.py``'s ``Processes`` (Celery workers, kill, restart, logs kept
+    across restarts), with daphne on a fixed port (the clients reconnect to the same URL after
+    its restart) and the wordcount runner at a steady rate. Needs Django set up."""
+    from tests.integration.stack import Processes
 
     class SoakProcesses(Processes):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__(tmp)
             self.env.update(env)
-            self.commands: dict[str, tuple[str, ...]] = {}
-
-        def start(self, name: str, *command: str) -> subprocess.Popen[bytes]:
-            self.commands[name] = command
-            with open(self.tmp / f"{name}.log", "ab") as log:
-                log.write(f"# {time.strftime('%F %T')} {' '.join(command)}\n".encode())
-                log.flush()
-                proc = subprocess.Popen(
-                    command,
-                    cwd=REPO,
-                    env=self.env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            self.procs[name] = proc
-            return proc
 
         def runner(self, *source: str) -> subprocess.Popen[bytes]:
             return self.start(
@@ -1303,13 +1286,6 @@ def make_processes(tmp: Path, port: int, env: Mapping[str, str], runner_args: Se
                 "rescaler.asgi:application",
             )  # fmt: skip
             return f"http://127.0.0.1:{port}"
-
-        def restart(self, name: str) -> None:
-            self.start(name, *self.commands[name])
-
-        def alive(self, name: str) -> bool:
-            proc = self.procs.get(name)
-            return proc is not None and proc.poll() is None
 
     tmp.mkdir(parents=True, exist_ok=True)
     return SoakProcesses()

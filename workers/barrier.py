@@ -116,7 +116,7 @@ class Barrier:
                 applied[command.id] = self.apply(command, epoch)
         acks = list(applied.values())
         before = {n: (p.version, p.parallel_units) for n, p in self.placements.items()}
-        actions = self.executor.plan(epoch)
+        actions = self.executor.plan(epoch, hold_queues_waited=True)
         self.store.save(self.placements)
         if before != {n: (p.version, p.parallel_units) for n, p in self.placements.items()}:
             self._on_placements_changed()

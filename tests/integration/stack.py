@@ -66,19 +66,33 @@ class Processes:
             "PYSPARK_PYTHON": sys.executable,
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, tuple[str, ...]] = {}
 
     def start(self, name: str, *command: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        """Start ``command`` as ``name``; its output is appended to ``<name>.log`` after a line
+        with the time and the command (a restarted process keeps its earlier output)."""
+        self.commands[name] = command
+        with open(self.tmp / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
+            log.write(f"# {time.strftime('%F %T')} {' '.join(command)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[name] = proc
         return proc
+
+    def restart(self, name: str) -> subprocess.Popen[bytes]:
+        """Start ``name`` again with the command it was started with."""
+        return self.start(name, *self.commands[name])
+
+    def alive(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
 
     def runner(self, *source: str) -> subprocess.Popen[bytes]:
         """The wordcount runner; ``source`` defaults to the generator's arguments."""

@@ -89,13 +89,14 @@ class RescaleExecutor:
         return self.commands.handle(command)
 
     # -- the barrier ---------------------------------------------------------------------------
-    def plan(self, epoch: int) -> dict[str, FragmentActions]:
+    def plan(self, epoch: int, *, hold_queues_waited: bool = False) -> dict[str, FragmentActions]:
         """Move operations forward for ``epoch`` and derive its actions; updates placements.
 
         First, a step whose hold queue reached its bound keeps the epoch waiting here, and
         with it the source, until the step's export is verified: this epoch then acquires it.
         """
-        self.bound_hold_queues()
+        if not hold_queues_waited:  # the barrier waits itself, applying commands meanwhile
+            self.bound_hold_queues()
         with self.ledger.lock:
             for op in self.ledger.running():
                 if op.strategy == Strategy.STOP_START:
