@@ -121,7 +121,11 @@ class BarrierTicks:
             return False
         if not waiting:
             return False
-        self.tick()
+        try:
+            self.tick()
+        except OSError as exc:  # STATE_DIR full or unwritable: no epoch could commit anyway
+            log.warning("could not force a barrier (%s); the next poll tries again", exc)
+            return False
         return True
 
     def tick(self) -> int:

@@ -97,6 +97,26 @@ def test_no_tick_without_waiting_work_and_none_when_the_control_plane_fails(
     assert read_ticks(ticks.path) == 0 and not ticks.path.exists()
 
 
+def test_a_tick_that_cannot_be_written_is_tried_again_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full STATE_DIR (ENOSPC) made the tick's write raise out of the runner's watch loop and
+    killed the runner while it was waiting the disk out (the soak, issue 24)."""
+    clock = Clock()
+    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    real_write = Path.write_text
+
+    def full_disk(self: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    assert not ticks.poll(False, lambda: True, never), "not written: no tick"
+    assert read_ticks(ticks.path) == 0 and ticks.forced == 0
+    monkeypatch.setattr(Path, "write_text", real_write)
+    assert ticks.poll(False, lambda: True, never), "space again: the next poll ticks at once"
+    assert read_ticks(ticks.path) == 1
+
+
 def test_read_ticks_tolerates_a_missing_or_garbled_file(tmp_path: Path) -> None:
     assert read_ticks(None) == 0 and read_ticks(tmp_path / "none") == 0
     (tmp_path / "bad").write_text("x")
