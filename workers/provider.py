@@ -347,6 +347,19 @@ class LocalMaster:
             self.proc = None
 
 
+def local_workers_dir(env: Mapping[str, str] | None = None, state_dir: Path | None = None) -> Path:
+    """Where the local provider keeps its workers' registry and work directories (executors'
+    logs, shipped files): ``RESCALER_LOCAL_WORKERS_DIR``, else ``_spark_workers`` in
+    ``state_dir`` (default ``STATE_DIR``). Put it on another disk than the state where one fills
+    up: executors that cannot write their logs fail to start, and Spark then ends the
+    application."""
+    env = os.environ if env is None else env
+    if env.get("RESCALER_LOCAL_WORKERS_DIR"):
+        return Path(env["RESCALER_LOCAL_WORKERS_DIR"])
+    state = state_dir or Path(env.get("STATE_DIR") or Path.cwd() / "var" / "state")
+    return state / "_spark_workers"
+
+
 def provider_from_env(env: Mapping[str, str] | None = None) -> WorkerProvider:
     """The provider ``RESCALER_WORKER_PROVIDER`` names (see the module's docstring)."""
     env = os.environ if env is None else env
@@ -360,8 +373,7 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> WorkerProvider:
             "(scripts/dev --workers N) or set RESCALER_WORKER_PROVIDER=command"
         )
     if kind == "local":
-        state = Path(env.get("STATE_DIR") or Path.cwd() / "var" / "state")
-        return LocalProvider(master, state / "_spark_workers")
+        return LocalProvider(master, local_workers_dir(env))
     if kind == "command":
         command = env.get("RESCALER_WORKER_PROVIDER_COMMAND", "")
         if not command:
