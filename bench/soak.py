@@ -675,7 +675,9 @@ def http_summary(
     ``daphne_grace_s``, as a request sent just before the kill can be answered by nothing else).
     ``five_xx_by_window`` says in which fault's window each 5xx fell (``none``: outside all).
     Read latency is over the readers' requests that got an HTTP answer outside daphne's
-    downtime; ``..._steady`` only outside every fault's window."""
+    downtime (``read_p99_ms_all``); the goal's ``read_p99_ms`` also leaves out Postgres's
+    restarts, where a read waits for the database by design (``RESCALER_DB_WAIT_S``), and
+    ``..._steady`` is outside every fault's window."""
     daphne = [
         Window(w.kind, w.start, w.end + daphne_grace_s) for w in windows if w.kind == "kill_daphne"
     ]
@@ -686,9 +688,16 @@ def http_summary(
         kinds = sorted({w.kind for w in attributed if w.start <= s.t <= w.end}) or ["none"]
         for k in kinds:
             by_window[k] = by_window.get(k, 0) + 1
+    postgres = [
+        Window(w.kind, w.start, w.end + daphne_grace_s)
+        for w in windows
+        if w.kind == "restart_postgres"
+    ]
     reads = [s for s in samples if s.source == "reader" and s.status and not in_any(s.t, daphne)]
+    database_up = [s for s in reads if not in_any(s.t, postgres)]
     steady = [s for s in reads if not in_any(s.t, windows)]
-    lat = [s.latency_s * 1000 for s in reads]
+    lat_all = [s.latency_s * 1000 for s in reads]
+    lat = [s.latency_s * 1000 for s in database_up]
     lat_steady = [s.latency_s * 1000 for s in steady]
     return {
         "requests": len(samples),
@@ -703,8 +712,9 @@ def http_summary(
         "five_xx_samples": [asdict(s) for s in five if not in_any(s.t, daphne)][:20],
         "read_p50_ms": _round(common.percentile(lat, 50)),
         "read_p99_ms": _round(common.percentile(lat, 99)),
+        "read_p99_ms_all": _round(common.percentile(lat_all, 99)),
         "read_p99_ms_steady": _round(common.percentile(lat_steady, 99)),
-        "reads_measured": len(lat),
+        "reads_measured": len(lat_all),
     }
 
 
@@ -1317,6 +1327,7 @@ class Stack:
         self.dir = run_dir
         self.profile = profile
         self.state = run_dir / "state"
+        self.workers_dir = run_dir / "spark_workers"  # off STATE_DIR's tmpfs (disk_full)
         self.use_tmpfs = tmpfs
         self.mounted = False
         self.sink_server = sink_server
@@ -1374,7 +1385,7 @@ class Stack:
             self.master.start()
             # the registry directory provider_from_env gives daphne's and Celery's provider, so
             # that the API's "add worker" and a drain's release see these workers too
-            self.provider = LocalProvider(self.master.url, self.state / "_spark_workers")
+            self.provider = LocalProvider(self.master.url, self.workers_dir)
             for _ in range(self.profile.spark_workers):
                 self.provider.add(1)
         except ProviderError as exc:
@@ -1393,6 +1404,8 @@ class Stack:
             "RESCALER_INITIAL_PUS": str(p.spark_workers),
             "RESCALER_VNODES": str(p.vnodes),
             "RESCALER_RECOVERY_DIR": str(self.dir / "recovery"),  # off the small tmpfs
+            # the workers' own files (executors' logs) too: the disk_full fault is the state's
+            "RESCALER_LOCAL_WORKERS_DIR": str(self.workers_dir),
             "RESCALER_SINK": f"{self.sink_url}?table={SINK_TABLE}" if self.sink_url else "",
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -2253,9 +2266,10 @@ def table(report: Mapping[str, Any]) -> str:
         ["faults by kind", ", ".join(f"{k}: {v}" for k, v in faults["by_kind"].items()) or "-"],
         ["processes that exited by themselves", len(report["unexpected_exits"])],
         ["5xx outside daphne's downtime (all 5xx)", f"{http['five_xx_outside_daphne_down']} ({http['five_xx']})"],
-        ["API read p50 / p99 ms (steady p99)",
+        ["API read p50 / p99 ms (steady; with Postgres's restarts)",
          f"{common.fmt(http['read_p50_ms'], '.0f')} / {common.fmt(http['read_p99_ms'], '.0f')} "
-         f"({common.fmt(http['read_p99_ms_steady'], '.0f')})"],
+         f"({common.fmt(http['read_p99_ms_steady'], '.0f')}; "
+         f"{common.fmt(http.get('read_p99_ms_all'), '.0f')})"],
         ["websocket clients on a stale status", f"{ws['clients_stale']} of {ws['clients']}"],
         ["state vs oracle", diff_cell(ver.get("state"))],
         ["sink vs oracle", diff_cell(ver.get("sink")) if not ver.get("sink_error") else ver["sink_error"]],

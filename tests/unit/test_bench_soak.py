@@ -231,14 +231,22 @@ def test_5xx_while_daphne_is_down_do_not_count_against_the_goal_the_others_do() 
 
 
 def test_read_p99_is_over_the_readers_answers_outside_daphnes_downtime() -> None:
-    windows = [soak.Window("kill_daphne", 100.0, 110.0), soak.Window("restart_redis", 200, 220)]
+    windows = [
+        soak.Window("kill_daphne", 100.0, 110.0),
+        soak.Window("restart_redis", 200, 220),
+        soak.Window("restart_postgres", 300, 308),
+    ]
     samples = [_sample(t, 200, ms=10.0) for t in range(0, 99)]
     samples.append(_sample(105, 200, ms=60_000.0))  # daphne down: left out
     samples.append(_sample(150, 200, ms=5_000.0, source="operator"))  # not a reader
     samples.append(_sample(210, 200, ms=1_000.0))  # a fault's window: in, but not in steady
+    samples.append(_sample(305, 200, ms=9_000.0))  # waited for Postgres: only in ..._all
     h = soak.http_summary(samples, windows)
-    assert h["reads_measured"] == 100
+    assert h["reads_measured"] == 101
     assert h["read_p99_ms"] == pytest.approx(common.percentile([10.0] * 99 + [1000.0], 99), 0.01)
+    assert h["read_p99_ms_all"] == pytest.approx(
+        common.percentile([10.0] * 99 + [1000.0, 9000.0], 99), 0.01
+    )
     assert h["read_p99_ms_steady"] == pytest.approx(10.0)
 
 
