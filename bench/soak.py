@@ -149,7 +149,7 @@ class Profile:
 FULL = Profile(
     name="full",
     minutes=30,
-    operation_interval_s=25.0,
+    operation_interval_s=15.0,
     worker_action_interval_s=120.0,
     faults_per_minute=1.0,
     cancel_share=0.25,
