@@ -81,7 +81,11 @@ class CommandHandler:
                 raise CommandRefused(f"fragment {name!r} is busy with operation {busy[name]}")
             unknown = set(change.added_parallel_units) - self.worker_pus
             if unknown:
-                raise CommandRefused(f"{name}: parallel units {sorted(unknown)} do not exist")
+                raise CommandRefused(
+                    f"{name}: parallel units {sorted(unknown)} have no executor on this runner "
+                    "(their worker was lost, or has not joined since the runner started); "
+                    "request again once the cluster shows them alive"
+                )
             if begin.strategy == Strategy.STOP_START:
                 after = change.mapping_after
                 if not after or len(after) != placements[name].vnodes:
