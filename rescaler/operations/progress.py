@@ -122,7 +122,8 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Pro
                 )  # fmt: skip
             return ProgressAck(operation_id, session, version, full_wanted=fit == ReportFit.GAP)
         recorded = {
-            "progress": report.summary_json(),
+            # what the operation holds is whole: the report's steps merged into its rows
+            "progress": {**report.summary_json(), "base_version": None},
             "vnodes_moved": report.vnodes_moved,
             "keys_moved": report.keys_moved,
             "bytes_moved": report.bytes_moved,

@@ -173,7 +173,7 @@ class Orchestrator:
             self._account(step.step)
         if since is None:
             return progress
-        return replace(progress, steps=tuple(self._known.every.values()))
+        return replace(progress, steps=tuple(self._known.every.values()), base_version=None)
 
     def _account(self, number: int) -> None:
         """Count a step known to the runner or issued (once) in the issue-ahead figures."""

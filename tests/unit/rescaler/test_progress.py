@@ -378,3 +378,14 @@ def test_the_queries_of_a_barrier_do_not_grow_with_the_operation(vnodes: int) ->
     )
     # the changed step's row (read to record it, and for its vnodes), and a few counted rows
     assert sum(rows_read) <= 10, rows_read
+
+
+def test_what_the_operation_holds_reads_as_a_whole_report(op: RescaleOperation) -> None:
+    every = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    delta(op, every, session="s", version=1, base=None)
+    delta(op, [step(op, 3, StepPhase.COLLECTING)], session="s", version=2, base=1)
+    progress = operation_progress(op)
+    assert progress is not None
+    whole = OperationProgress.from_json(progress)
+    assert not whole.delta and (whole.session, whole.version) == ("s", 2)
+    assert len(whole.steps) == 8
