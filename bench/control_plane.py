@@ -21,6 +21,7 @@ as the runner does: ``--pus`` PUs on workers of ``--pus-per-worker``, a stateful
 
     .venv/bin/python bench/control_plane.py                    # 1,024 PUs x 32,768 vnodes
     .venv/bin/python bench/control_plane.py --quick            # 64 PUs x 1,024 vnodes, a smoke run
+    .venv/bin/python bench/control_plane.py --only handoffs    # the simulated runner only
 
 Prints a table and writes ``bench/results/control_plane.json`` (``_quick`` with ``--quick``).
 Refuses to start above a 1-minute load average of 1.0 unless ``--allow-load`` (then the result
@@ -53,6 +54,7 @@ from bench._common import (  # noqa: E402
     format_table,
     log,
     machine_info,
+    parse_names,
     percentile,
     results_path,
     trust_fields,
@@ -308,8 +310,9 @@ class SimulatedRunner:
     and no epoch to wait for. Its barrier: the commands polled and acknowledged; each step one
     phase on (acquiring: done; collecting: its export finished during the epoch, so it is
     acquired now; pending: collected while fewer than ``steps_in_flight`` hold their vnodes);
-    then every step it knows reported, as the runner does (``OperationLedger``), through the
-    runner's own control interface (``OrmControl``)."""
+    then the steps that changed since the acknowledged report reported, as the runner does
+    (``OperationLedger`` with ``ProgressReports``), through the runner's own control interface
+    (``OrmControl``)."""
 
     control: Any
     pipeline: str
@@ -321,7 +324,7 @@ class SimulatedRunner:
     finish_requested: bool = False
     finished_epoch: int | None = None
     steps: dict[int, Any] = field(default_factory=dict)  # step -> StepProgress
-    reported: dict[int, dict[str, Any]] = field(default_factory=dict)  # step -> its JSON
+    reports: Any = None  # workers.rescale.reports.ProgressReports
     moved: list[int] = field(default_factory=lambda: [0, 0, 0])  # vnodes, keys, bytes
     _planned: dict[int, tuple[int, int]] = field(default_factory=dict)  # step -> keys, bytes
     beat_at: float = float("-inf")
@@ -369,7 +372,6 @@ class SimulatedRunner:
         self.steps[number] = replace(
             step, phase=phase, timings={**step.timings, phase: time.time()}, **figures
         )
-        self.reported.pop(number, None)
 
     def advance(self) -> None:
         """One barrier's worth of phases (see the class)."""
@@ -401,26 +403,34 @@ class SimulatedRunner:
             self._enter(number, StepPhase.COLLECTING, collect_epoch=epoch, hold_queue=0)
             holding += 1
 
-    def report(self, *, finished: bool = False) -> dict[str, Any]:
+    def report(self, *, finished: bool = False, full: bool = False) -> Any:
+        """The barrier's report (an ``OperationProgress``): the steps changed since the
+        acknowledged one."""
         from workers.rescale.protocol import (
             OperationProgress,
             OperationStatus,
             StopStartPhase,
             Strategy,
         )
+        from workers.rescale.reports import ProgressReports
 
+        if self.reports is None:
+            self.reports = ProgressReports()
         status = OperationStatus.COMPLETED if finished else OperationStatus.RUNNING
-        progress = OperationProgress(
+        head = OperationProgress(
             operation_id=self.operation_id, strategy=Strategy.LIVE, fragments=self.fragments,
             status=status, phase=StopStartPhase.BEGUN, begun_epoch=self.begun_epoch,
             finished_epoch=self.epoch if finished else None, vnodes_moved=self.moved[0],
             keys_moved=self.moved[1], bytes_moved=self.moved[2],
-        ).to_json()  # fmt: skip
-        for number in sorted(self.steps):  # each step's JSON made once per change
-            if number not in self.reported:
-                self.reported[number] = self.steps[number].to_json()
-        progress["steps"] = [self.reported[n] for n in sorted(self.reported)]
-        return progress
+        )  # fmt: skip
+        return self.reports.report(head, self.steps, lambda step: step, full=full)
+
+    def send(self, report: Any) -> None:
+        """As the runner's ledger: send, and at once a full report if the control plane asks."""
+        ack = self.control.report_progress(self.pipeline, report.to_json())
+        if self.reports.answered(report, ack):
+            full = self.report(finished=report.final, full=True)
+            self.reports.answered(full, self.control.report_progress(self.pipeline, full.to_json()))
 
     @property
     def all_done(self) -> bool:
@@ -447,22 +457,23 @@ def captured_events() -> Iterator[list[tuple[str, str, int]]]:
 
 
 @contextmanager
-def timed_deltas() -> Iterator[list[float]]:
+def timed_deltas(name: str = "operation_delta") -> Iterator[list[float]]:
     """The time (s) the dashboard's receiver takes to build each operation delta event, a part
-    of recording a barrier (``dashboard.live.operation_delta``)."""
+    of recording a barrier (``dashboard.live.operation_delta``; ``operation_delta_html``: the
+    page's rendered rows it carries)."""
     from dashboard import live
 
     spent: list[float] = []
-    build = live.operation_delta
+    build = getattr(live, name)
 
-    def timed(**report: Any) -> dict[str, Any]:
+    def timed(**report: Any) -> Any:
         t0 = time.perf_counter()
         try:
             return build(**report)
         finally:
             spent.append(time.perf_counter() - t0)
 
-    with mock.patch.object(live, "operation_delta", timed):
+    with mock.patch.object(live, name, timed):
         yield spent
 
 
@@ -508,7 +519,11 @@ def drive_operation(
     probe: dict[str, Any] | None = None
     control_s = runner_s = 0.0
     tick_s: list[float] = []
-    with captured_events() as events, timed_deltas() as delta_s:
+    with (
+        captured_events() as events,
+        timed_deltas() as delta_s,
+        timed_deltas("operation_delta_html") as html_s,
+    ):
         t_start = time.perf_counter()
         while True:
             t0 = time.perf_counter()
@@ -533,14 +548,15 @@ def drive_operation(
             t0 = time.perf_counter()
             if sample:
                 with CaptureQueriesContext(connection) as queries:
-                    runner.control.report_progress(PIPELINE, report)
+                    runner.send(report)
             else:
-                runner.control.report_progress(PIPELINE, report)
+                runner.send(report)
             record_s = time.perf_counter() - t0
             control_s += poll_s + record_s
             barriers.append(
                 {
-                    "known_steps": len(report["steps"]),
+                    "known_steps": len(runner.steps),
+                    "reported_steps": len(report.steps),
                     "record_ms": _ms(record_s),
                     "queries": len(queries) if sample else None,
                     "writes": _writes(queries) if sample else None,
@@ -568,6 +584,10 @@ def drive_operation(
         "finalize_ms": _ms(finalize_s),
         "handoffs_per_s": round(runner.moved[0] / elapsed, 1),
         "handoffs_per_control_plane_s": round(runner.moved[0] / control_s, 1),
+        "reported_steps_per_barrier": {
+            "median": statistics.median(b["reported_steps"] for b in barriers),
+            "max": max(b["reported_steps"] for b in barriers),
+        },
         "record_per_barrier_ms": {
             "median": round(statistics.median(b["record_ms"] for b in barriers), 2),
             "max": round(max(b["record_ms"] for b in barriers), 2),
@@ -577,6 +597,13 @@ def drive_operation(
             "median": _ms(statistics.median(delta_s)) if delta_s else None,
             "max": _ms(max(delta_s)) if delta_s else None,
             "total_s": round(sum(delta_s), 3),
+        },
+        # and rendering the operation page's rows it carries (every changed step's table row
+        # and audit event, as HTML)
+        "delta_html_per_barrier_ms": {
+            "median": _ms(statistics.median(html_s)) if html_s else None,
+            "max": _ms(max(html_s)) if html_s else None,
+            "total_s": round(sum(html_s), 3),
         },
         "orchestrator_tick_ms": {
             "median": _ms(statistics.median(tick_s)),
@@ -617,9 +644,8 @@ def websocket_probe(
     )
     step = runner.steps[changing]
     runner.steps[changing] = replace(step, hold_queue=step.hold_queue + 17)
-    runner.reported.pop(changing, None)
     before = len(events)
-    runner.control.report_progress(PIPELINE, runner.report())
+    runner.send(runner.report())
     group = f"operation_{operation_id}"
     (delta,) = [b for g, _, b in events[before:] if g == group]
     document = client.get(f"/api/v1/operations/{operation_id}")
@@ -650,8 +676,12 @@ QUICK = Sizes(pus=64, pus_per_worker=8, vnodes=1024, runs=2, requests=20,
               steps_in_flight=32, probe_known=100)  # fmt: skip
 
 
-def run(sizes: Sizes) -> dict[str, Any]:
-    """Every measure, in the current database (empty; the caller owns it)."""
+PARTS = ("planner", "dry_run", "get_cluster", "handoffs")
+
+
+def run(sizes: Sizes, only: tuple[str, ...] = PARTS) -> dict[str, Any]:
+    """Every measure (those named in ``only``), in the current database (empty; the caller
+    owns it)."""
     from django.test import Client
 
     from rescaler.operations import requests as operation_requests
@@ -662,22 +692,24 @@ def run(sizes: Sizes) -> dict[str, Any]:
         client = Client(HTTP_AUTHORIZATION=f"Token {built.pop('token')}")
         user = built.pop("user")
         added = built["added_parallel_units"]
-        log("planner", prefix=PREFIX)
-        planner = measure_planner(added, sizes.runs)
-        log("dry run through the API", prefix=PREFIX)
-        dry_run = measure_dry_run(client, added, sizes.runs)
-        log("GET /api/v1/cluster", prefix=PREFIX)
-        cluster = measure_cluster(client, sizes.requests, warmup=max(sizes.requests // 10, 2))
-        log(f"driving {sizes.vnodes // 2} steps with the simulated runner", prefix=PREFIX)
-        handoffs = drive_operation(client, user, added, sizes.steps_in_flight, sizes.probe_known)
+        result: dict[str, Any] = {"cluster": built}
+        if "planner" in only:
+            log("planner", prefix=PREFIX)
+            result["planner"] = measure_planner(added, sizes.runs)
+        if "dry_run" in only:
+            log("dry run through the API", prefix=PREFIX)
+            result["dry_run"] = measure_dry_run(client, added, sizes.runs)
+        if "get_cluster" in only:
+            log("GET /api/v1/cluster", prefix=PREFIX)
+            warmup = max(sizes.requests // 10, 2)
+            result["get_cluster"] = measure_cluster(client, sizes.requests, warmup=warmup)
+        if "handoffs" in only:
+            log(f"driving {sizes.vnodes // 2} steps with the simulated runner", prefix=PREFIX)
+            result["handoffs"] = drive_operation(
+                client, user, added, sizes.steps_in_flight, sizes.probe_known
+            )
     built["added_parallel_units"] = len(added)
-    return {
-        "cluster": built,
-        "planner": planner,
-        "dry_run": dry_run,
-        "get_cluster": cluster,
-        "handoffs": handoffs,
-    }
+    return result
 
 
 GOALS = {
@@ -689,24 +721,51 @@ GOALS = {
 
 
 def table(result: dict[str, Any]) -> str:
-    p, d, c, h = result["planner"], result["dry_run"], result["get_cluster"], result["handoffs"]
-    probe = h["websocket_probe"] or {}
-    rows = [
+    rows: list[tuple[str, str, str, str]] = []
+    if "planner" in result:
+        rows += _planner_rows(result["planner"])
+    if "dry_run" in result:
+        rows += _dry_run_rows(result["dry_run"])
+    if "get_cluster" in result:
+        rows += _cluster_rows(result["get_cluster"])
+    if "handoffs" in result:
+        rows += _handoff_rows(result["handoffs"])
+    return format_table(("measure", "plain / a", "weighted / b", "goal"), rows)
+
+
+def _planner_rows(p: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [
         ("plan, 2x scale-out (planner)", fmt(p["plan_plain"]["median_ms"], ",.1f", " ms"),
          fmt(p["plan_weighted"]["median_ms"], ",.1f", " ms"), f"<= {GOALS['plan_ms']} ms"),
         ("  its CPU time in this process, median", fmt(p["plan_plain"]["cpu_median_ms"],
          ",.1f", " ms"), fmt(p["plan_weighted"]["cpu_median_ms"], ",.1f", " ms"), "-"),
         ("cluster view + validate (Postgres)", fmt(p["cluster_view"]["median_ms"], ",.1f", " ms"),
          fmt(p["validate_weighted"]["median_ms"], ",.2f", " ms"), "-"),
+    ]  # fmt: skip
+
+
+def _dry_run_rows(d: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [
         ("dry run through the API", fmt(d["plain"]["median_ms"], ",.0f", " ms"),
          fmt(d["weighted"]["median_ms"], ",.0f", " ms"), f"<= {GOALS['dry_run_ms']} ms"),
         ("  its CPU time in this process, median", fmt(d["plain"]["cpu_median_ms"], ",.0f",
          " ms"), fmt(d["weighted"]["cpu_median_ms"], ",.0f", " ms"), "-"),
+    ]  # fmt: skip
+
+
+def _cluster_rows(c: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [
         ("GET /api/v1/cluster p50 / p99", fmt(c["p50_ms"], ",.1f", " ms"),
          fmt(c["p99_ms"], ",.1f", " ms"), f"p99 <= {GOALS['get_cluster_p99_ms']} ms"),
         ("  its CPU time in this process, median", fmt(c["cpu_median_ms"], ",.1f", " ms"),
          "", "-"),
         ("GET /api/v1/cluster queries / bytes", fmt(c["queries"]), fmt(c["response_bytes"]), "-"),
+    ]  # fmt: skip
+
+
+def _handoff_rows(h: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    probe = h["websocket_probe"] or {}
+    return [
         (f"handoffs ({h['steps']:,} steps), wall / control plane",
          fmt(h["handoffs_per_s"], ",.0f", " vnodes/s"),
          fmt(h["handoffs_per_control_plane_s"], ",.0f", " vnodes/s"),
@@ -718,6 +777,12 @@ def table(result: dict[str, Any]) -> str:
         ("of which the delta event (dashboard), median / max",
          fmt(h["delta_event_per_barrier_ms"]["median"], ",.1f", " ms"),
          fmt(h["delta_event_per_barrier_ms"]["max"], ",.1f", " ms"), "-"),
+        ("of which the page's HTML rows (dashboard), median / max",
+         fmt(h["delta_html_per_barrier_ms"]["median"], ",.1f", " ms"),
+         fmt(h["delta_html_per_barrier_ms"]["max"], ",.1f", " ms"), "-"),
+        ("reported steps per barrier (median / max)",
+         fmt(h["reported_steps_per_barrier"]["median"]),
+         fmt(h["reported_steps_per_barrier"]["max"]), "-"),
         ("orchestrator tick (median / max)", fmt(h["orchestrator_tick_ms"]["median"], ",.1f",
          " ms"), fmt(h["orchestrator_tick_ms"]["max"], ",.1f", " ms"), "-"),
         (f"websocket event, 1 of {probe.get('known_steps', 0):,} steps changed / document",
@@ -726,7 +791,6 @@ def table(result: dict[str, Any]) -> str:
         ("operation document GET (at the end)", fmt(h["document_at_end"]["median_ms"], ",.0f",
          " ms"), fmt(h["document_at_end"]["response_bytes"], ",", " B"), "-"),
     ]  # fmt: skip
-    return format_table(("measure", "plain / a", "weighted / b", "goal"), rows)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -737,6 +801,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps-in-flight", type=int, help="of the driven operation (256)")
     parser.add_argument("--requests", type=int, help="GET /api/v1/cluster requests (200)")
     parser.add_argument("--allow-load", action="store_true", help="run above load 1.0, INVALID")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated parts to measure, of {', '.join(PARTS)} (default: all)",
+    )
     parser.add_argument("--out", help="the JSON report (default bench/results/control_plane.json)")
     return parser
 
@@ -758,6 +826,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     validity, load = check_load(args.allow_load, prefix=PREFIX)
     sizes = sizes_of(args)
+    only = tuple(parse_names(args.only, PARTS, "part")) if args.only else PARTS
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rescaler.settings.test")
     import django
@@ -777,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     try:
-        result = run(sizes)
+        result = run(sizes, only)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
     out = results_path(args.out, PREFIX, args.quick)
@@ -786,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "control plane at scale",
         "command": command_line(),
         "quick": args.quick,
+        "only": list(only),
         "sizes": vars(sizes),
         **trust_fields(validity, load, [{"phase": "end", "load": load_end}]),
         "load_1m_at_start": load[0],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rescaler.operations.counts import StepCounts
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import Moved, operation_moved
 
@@ -83,9 +84,12 @@ def moved_text(measure: str, moved: Moved) -> str:
     )
 
 
-def moved_figures(op: RescaleOperation) -> dict[str, dict[str, Any]]:
+def moved_figures(
+    op: RescaleOperation, *, counts: StepCounts | None = None
+) -> dict[str, dict[str, Any]]:
     """Keys, bytes and vnodes of the operation, planned against moved, each with its words:
-    what the API's ``moved`` carries and the operation page prints."""
+    what the API's ``moved`` carries and the operation page prints (``counts``: its steps
+    counted, when the caller has them)."""
     return {
         measure: {
             "planned": m.planned,
@@ -94,5 +98,5 @@ def moved_figures(op: RescaleOperation) -> dict[str, dict[str, Any]]:
             "share": m.share,
             "text": moved_text(measure, m),
         }
-        for measure, m in operation_moved(op).items()
+        for measure, m in operation_moved(op, counts=counts).items()
     }

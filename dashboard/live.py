@@ -34,19 +34,20 @@ from dashboard.api.serializers import (
     StepSerializer,
 )
 from dashboard.consumers import PAGE_HTML
+from dashboard.format import moved_figures
 from dashboard.tables import StepTable
 from rescaler import events as channel
 from rescaler.audit.models import AuditEvent
 from rescaler.events import operation_group
+from rescaler.operations.counts import StepCounts, step_counts
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.signals import operation_progressed
-from workers.rescale.protocol import Event, StepPhase
+from rescaler.operations.waiting import operation_waiting
+from workers.rescale.protocol import Event
 
 # the document's fields worked out from every step, sent with each delta (their size does not
 # grow with the steps)
 DERIVED = ("moved", "waiting", "steps_done")
-# what ``moved`` and ``waiting`` read of every step
-STEP_FIGURES = ("operation", "step", "phase", "vnodes", "timings", "keys", "bytes")
 
 
 def operation_delta(
@@ -56,21 +57,23 @@ def operation_delta(
     columns: list[str],
     steps: list[RescaleStep],
     events: list[AuditEvent],
+    counts: StepCounts | None = None,
 ) -> dict[str, Any]:
-    """The delta event of one progress report (see the module's docstring)."""
-    # (and what the page's rendered delta reads: per source PU, the placement now)
-    every = RescaleStep.objects.only(
-        *STEP_FIGURES, "keys_moved", "bytes_moved", "fragment", "source_pu", "target_pu"
-    )
-    prefetch_related_objects([operation], Prefetch("steps", queryset=every))
-    operation.steps_done = sum(  # type: ignore[attr-defined]  # as the document's annotation
-        1 for s in operation.steps.all() if s.phase == StepPhase.DONE
-    )
+    """The delta event of one progress report (see the module's docstring): built from the
+    changed steps, and the figures of every step counted in one query (``step_counts``, unless
+    given)."""
+    counts = counts or step_counts(operation)
+    operation.steps_done = counts.done  # type: ignore[attr-defined]  # as the document's annotation
     fields = OperationDetailSerializer(operation).fields
-    changed = {}
-    for name in [*columns, *DERIVED]:
+    changed: dict[str, Any] = {}
+    for name in columns:
         field = fields[name]
         changed[name] = field.to_representation(field.get_attribute(operation))
+    # the document's derived fields, as its serializer gives them, from the counts
+    waiting = operation_waiting(operation, counts=counts)
+    changed["moved"] = moved_figures(operation, counts=counts)
+    changed["waiting"] = None if waiting is None else waiting.to_json()
+    changed["steps_done"] = counts.done
     vnodes: list[Any] = []
     if steps:
         # the document's vnode rows, of the changed steps only
@@ -98,13 +101,15 @@ def operation_delta_html(
     steps: list[RescaleStep],
     events: list[AuditEvent],
     waiting: dict[str, Any] | None,
+    counts: StepCounts | None = None,
 ) -> list[str]:
     """The operation page's rendered delta, as the websocket messages htmx swaps in: the table
     rows first, alone (HTML parses ``<tr>`` only among rows), then the rest. Its size grows with
-    the steps that changed, not with the operation's vnodes. ``operation`` has its steps
-    prefetched (``operation_delta`` did), and ``waiting`` is the delta's own (one query less)."""
+    the steps that changed, not with the operation's vnodes, and so does its cost: the figures
+    of every step are counted in the database (``counts`` and ``waiting`` are the delta's own,
+    when given)."""
     touched = operation_page.step_pus(steps)
-    fragments = operation_page.fragment_views(operation, pus=touched)
+    fragments = operation_page.fragment_deltas(operation, pus=touched)
     context = {
         "oob": True,
         "steps_table": StepTable(sorted(steps, key=lambda s: s.step)),
@@ -113,7 +118,7 @@ def operation_delta_html(
             operation, only={(s.fragment, s.source_pu) for s in steps}
         ),
         "summary": operation_page.operation_summary(
-            operation, waiting=operation_page.waiting_of(waiting)
+            operation, waiting=operation_page.waiting_of(waiting), counts=counts
         ),
         "measures": operation_page.MEASURES,
         "patch": json.dumps(operation_page.vnode_patch(steps), separators=(",", ":")),
@@ -130,17 +135,20 @@ def operation_delta_html(
 def operation_progress_publish(sender: Any, **report: Any) -> None:
     """Publish a progress report to the operation's page as its delta event."""
     operation: RescaleOperation = report["operation"]
+    counts = step_counts(operation)
     delta = operation_delta(
         operation=operation,
         version=report["version"],
         columns=report["columns"],
         steps=report["steps"],
         events=report["events"],
+        counts=counts,
     )
     delta[PAGE_HTML] = operation_delta_html(
         operation=operation,
         steps=report["steps"],
         events=report["events"],
         waiting=delta["operation"]["waiting"],
+        counts=counts,
     )
     channel.publish(operation_group(operation.operation_id), Event.OPERATION_PROGRESS, delta)

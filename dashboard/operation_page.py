@@ -15,11 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch, Q, Sum
 
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
 from rescaler.audit.models import AuditEvent
+from rescaler.operations.counts import JsonArrayLength, StepCounts, step_counts
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
 from workers.rescale.protocol import (
@@ -123,12 +124,18 @@ _ASK = object()  # operation_summary's default: find out what the operation wait
 
 
 def operation_summary(
-    op: RescaleOperation, *, now: float | None = None, waiting: Any = _ASK
+    op: RescaleOperation,
+    *,
+    now: float | None = None,
+    waiting: Any = _ASK,
+    counts: StepCounts | None = None,
 ) -> Summary:
     """The page's head, as of ``now`` (unix s); ``waiting`` when the caller already knows it
-    (the live delta, whose document fields carry it), else asked of ``operation_waiting``."""
+    (the live delta, whose document fields carry it), else asked of ``operation_waiting``;
+    ``counts``, the steps counted, when the caller has them."""
     now = time.time() if now is None else now
-    moved = moved_figures(op)
+    counts = counts or step_counts(op)
+    moved = moved_figures(op, counts=counts)
     elapsed = _elapsed_s(op, now)
     final = op.is_final
     if elapsed and op.keys_moved > 0:
@@ -143,18 +150,17 @@ def operation_summary(
             eta = "not started"
         else:
             eta = f"{'took' if final else 'running for'} {duration(elapsed)}"
-    steps = list(op.steps.all())
     return Summary(
         operation_id=op.operation_id,
         status=op.status,
-        waiting=operation_waiting(op) if waiting is _ASK else waiting,
+        waiting=operation_waiting(op, counts=counts) if waiting is _ASK else waiting,
         outcome=op.outcome,
         error_code=op.error_code,
         moved=moved,
         rate=rate,
         eta=eta,
-        steps_done=sum(1 for s in steps if s.phase == StepPhase.DONE),
-        steps_total=len(steps),
+        steps_done=counts.done,
+        steps_total=counts.total,
         cancellable=not final and op.status != OperationStatus.CANCELLING,
         progress_version=op.progress_version,
     )
@@ -186,12 +192,28 @@ class SourceProgress:
 def per_source(
     op: RescaleOperation, *, only: Iterable[tuple[str, int]] | None = None
 ) -> list[SourceProgress]:
-    """Steps done of steps planned per (fragment, source PU); only those named when given."""
+    """Steps done of steps planned per (fragment, source PU); only those named when given
+    (counted in the database unless the steps are prefetched: the live delta's few sources)."""
     done: Counter[tuple[str, int]] = Counter()
     total: Counter[tuple[str, int]] = Counter()
-    for s in op.steps.all():
-        total[(s.fragment, s.source_pu)] += 1
-        done[(s.fragment, s.source_pu)] += s.phase == StepPhase.DONE
+    if only is not None and not _steps_prefetched(op):
+        named = set(only)
+        rows = (
+            RescaleStep.objects.filter(
+                operation_id=op.pk,
+                fragment__in={f for f, _ in named},
+                source_pu__in={pu for _, pu in named},
+            )
+            .values_list("fragment", "source_pu")
+            .annotate(steps=Count("pk"), done=Count("pk", filter=Q(phase=StepPhase.DONE)))
+        )
+        for fragment, pu, steps, finished in rows:
+            total[(fragment, pu)] += steps
+            done[(fragment, pu)] += finished
+    else:
+        for s in op.steps.all():
+            total[(s.fragment, s.source_pu)] += 1
+            done[(s.fragment, s.source_pu)] += s.phase == StepPhase.DONE
     keys = sorted(total) if only is None else sorted(set(only) & set(total))
     return [SourceProgress(f, pu, done[(f, pu)], total[(f, pu)]) for f, pu in keys]
 
@@ -224,6 +246,62 @@ class FragmentView:
     def grid_data(self) -> str:
         """Every vnode's phase as one digit, in vnode order (32,768 vnodes: 32 KB)."""
         return "".join(str(p) for p in self.phases)
+
+
+def _steps_prefetched(op: RescaleOperation) -> bool:
+    return "steps" in getattr(op, "_prefetched_objects_cache", {})
+
+
+def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[FragmentView]:
+    """``fragment_views`` for the live delta, counted in the database rather than from every
+    step: each fragment's vnodes per phase, and the placement rows of ``pus`` only (no grid:
+    the delta's ``vnode_patch`` repaints the vnodes that changed)."""
+    fragments = sorted(((op.plan or {}).get("fragments") or {}).items())
+    steps = RescaleStep.objects.filter(operation_id=op.pk)
+    in_steps: dict[str, Counter[str]] = {}
+    for fragment, phase, vnodes in (
+        steps.values_list("fragment", "phase").annotate(n=Sum(JsonArrayLength("vnodes")))
+    ).order_by():
+        in_steps.setdefault(fragment, Counter())[phase] += vnodes
+    # vnodes routed to their target already, out of and into the PUs named
+    gone = steps.filter(phase__in=[p for p, r in ROUTING_BY_PHASE.items() if r == Routing.TARGET])
+    named = {pu for _, pu in pus}
+    moved: dict[str, Counter[tuple[str, int]]] = {}
+    for end in ("source_pu", "target_pu"):
+        counted = moved[end] = Counter()
+        for fragment, pu, vnodes in (
+            gone.filter(**{f"{end}__in": named})
+            .values_list("fragment", end)
+            .annotate(n=Sum(JsonArrayLength("vnodes")))
+            .order_by()
+        ):
+            counted[(fragment, pu)] += vnodes
+    views = []
+    for name, frag in fragments:
+        before = [int(pu) for pu in frag.get("mapping_before") or []]
+        after = [int(pu) for pu in frag.get("mapping_after") or []]
+        phases = in_steps.get(name, Counter())
+        per_phase = Counter({str(p): n for p, n in phases.items()})
+        per_phase[OWNED] = len(before) - sum(phases.values())
+        placed_before, placed_after = Counter(before), Counter(after)
+        placement = tuple(
+            PlacementRow(
+                name,
+                pu,
+                placed_before[pu],
+                placed_after[pu],
+                placed_before[pu] - moved["source_pu"][(name, pu)] + moved["target_pu"][(name, pu)],
+            )
+            for fragment, pu in sorted(pus)
+            if fragment == name
+        )
+        phase_counts = tuple(
+            (phase, PHASE_SYMBOL[phase], PHASE_LEGEND[phase], per_phase[phase])
+            for phase in PHASES
+            if per_phase[phase]
+        )
+        views.append(FragmentView(name, len(before), (), phase_counts, placement))
+    return views
 
 
 def _step_of_vnode(op: RescaleOperation) -> dict[str, dict[int, RescaleStep]]:

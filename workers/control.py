@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from workers.rescale.protocol import OperationProgress, ProgressAck, ReportFit
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -151,8 +153,11 @@ class ControlInterface(Protocol):
     def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
         """The runner is alive; ``status`` is "running", "stopping" or "stopped"."""
 
-    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
-        """A rescale operation changed phase: ``progress`` is its whole state (steps, vnodes)."""
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
+        """A rescale operation changed: ``progress`` (``OperationProgress.to_json``) is its
+        figures with every step, or a delta carrying the steps changed since an acknowledged
+        report. Answers which report the control plane holds now, and whether it wants a full
+        one (a delta on a report it does not hold); None: nothing said (the next is full)."""
 
     def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
         """The runner's whole view of its workers at the barrier of ``epoch``: sent when a
@@ -231,8 +236,8 @@ class PatientControl:
     def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
         self.inner.heartbeat(pipeline, epoch, status, spark)
 
-    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
-        self._call("report progress", lambda: self.inner.report_progress(pipeline, progress))
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
+        return self._call("report progress", lambda: self.inner.report_progress(pipeline, progress))
 
     def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
         self._call("report workers", lambda: self.inner.report_workers(pipeline, epoch, workers))
@@ -308,10 +313,30 @@ class LocalControl:
     def epochs(self) -> list[dict[str, Any]]:
         return self._read_lines("epochs.jsonl")
 
-    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
-        (self.dir / "progress").mkdir(exist_ok=True)
-        self._write_atomic(f"progress/{progress['operation_id']}.json", progress)
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
+        """Keeps each operation's whole progress in ``progress/<operation_id>.json``, a delta
+        merged into it (a delta on a report it does not hold is refused: ``full_wanted``), and
+        appends every report as received to ``progress.jsonl``."""
+        report = OperationProgress.from_json(progress)
+        operation_id = report.operation_id
         self._append("progress.jsonl", {"at": time.time(), **progress})
+        with self._lock:
+            held = self.progress(operation_id) or {}
+            session, version = held.get("session", ""), held.get("version", 0)
+            fit = report.fit(session, version)
+            if fit == ReportFit.GAP:
+                return ProgressAck(operation_id, session, version, full_wanted=True)
+            if fit == ReportFit.STALE:
+                return ProgressAck(operation_id, session, version)
+            merged = dict(progress)
+            if report.delta:
+                steps = {s["step"]: s for s in held.get("steps", ())}
+                steps.update((s["step"], s) for s in progress.get("steps", ()))
+                merged["steps"] = [steps[n] for n in sorted(steps)]
+            merged["base_version"] = None  # what the file holds is whole
+            (self.dir / "progress").mkdir(exist_ok=True)
+            self._write_atomic(f"progress/{operation_id}.json", merged)
+        return ProgressAck(operation_id, report.session, report.version)
 
     def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
         record = {"epoch": epoch, "workers": [w.to_json() for w in workers]}

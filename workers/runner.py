@@ -79,6 +79,7 @@ from workers.recovery.snapshots import (
 from workers.recovery.tasks import CRASH_DURING
 from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
 from workers.rescale.exports import ExportWaitStopped
+from workers.rescale.protocol import ProgressAck
 from workers.restarts import QueryGivenUp, QueryRestarts
 from workers.sinks.base import Sink, SinkError
 from workers.worker_pool import ExecutorsMissing, WorkerPool
@@ -296,8 +297,8 @@ class PipelineRunner:
         return placements
 
     def _make_executor(self) -> RescaleExecutor:
-        def report(progress: dict[str, Any]) -> None:
-            self.control.report_progress(self.pipeline.name, progress)
+        def report(progress: dict[str, Any]) -> ProgressAck | None:
+            return self.control.report_progress(self.pipeline.name, progress)
 
         return RescaleExecutor(
             self.config.pipeline_dir,

@@ -23,7 +23,7 @@ from rescaler.cluster.models import RunnerCommand
 from rescaler.cluster.services import command_submit, commands_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.models import OperationFragment, RescaleOperation
-from rescaler.operations.progress import operation_progress
+from rescaler.operations.progress import operation_progress, operation_progress_since
 from rescaler.operations.requests import operation_cancel, operation_cancel_command
 from rescaler.operations.signals import operation_finished
 from rescaler.operations.summary import operation_summary
@@ -72,6 +72,11 @@ class OrmChannel:
 
     def progress(self, operation_id: str) -> dict[str, Any] | None:
         return operation_progress(self.op)
+
+    def progress_since(self, operation_id: str, version: int) -> tuple[dict[str, Any] | None, int]:
+        """The progress with the steps recorded after ``version`` only (the orchestrator keeps
+        the others from its earlier ticks)."""
+        return operation_progress_since(self.op, version)
 
     def command_status(self, command_id: int) -> tuple[str, str] | None:
         row = RunnerCommand.objects.filter(id=command_id).values("status", "detail").first()

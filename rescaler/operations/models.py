@@ -186,11 +186,17 @@ class RescaleStep(models.Model):
     timings = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # the operation's progress_version that last wrote the row: who follows the operation reads
+    # only the rows written since the version it saw (the orchestrator, at every tick)
+    progress_version = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["operation", "step"]
         constraints = [
             models.UniqueConstraint(fields=["operation", "step"], name="one_row_per_step")
+        ]
+        indexes = [
+            models.Index(fields=["operation", "progress_version"], name="step_progress_version")
         ]
 
     def __str__(self) -> str:

@@ -4,9 +4,12 @@ Called in the runner process through ``rescaler.runner.control.OrmControl``; the
 what this records (``operation_progress``).
 
 Each fact is stored once: the report without its steps on the operation (``progress``, and the
-counters in their columns), each step in its ``RescaleStep`` row. The runner reports every step
-it knows at every barrier, but only the rows whose figures changed are written (one
-``bulk_update``), so a barrier costs the same few writes whatever the number of steps.
+counters in their columns), each step in its ``RescaleStep`` row. The runner reports only the
+steps that changed since the report the control plane acknowledged (``workers.rescale.reports``):
+only those rows are read and, where their figures changed, written (one UPDATE), so a barrier
+costs the same few queries whatever the number of steps. The stored report keeps the runner's
+``session`` and ``version``: a delta on a report not held (a gap) is refused with a request for
+a full report, which the runner sends at once (``ProgressAck``).
 
 Each report also moves the operation's ``progress_version`` one on, and what changed (its
 columns, the changed step rows, the appended audit events) goes to the apps above through
@@ -34,6 +37,8 @@ from workers.rescale.protocol import (
     AuditObject,
     Event,
     OperationProgress,
+    ProgressAck,
+    ReportFit,
     StepPhase,
     StepProgress,
 )
@@ -54,6 +59,8 @@ REPORTED = (
 )
 # the operation's columns a report writes
 RECORDED = ("progress", "vnodes_moved", "keys_moved", "bytes_moved")
+# what the stored report says of the report itself, not of the operation
+REPORT_IDENTITY = ("session", "version", "base_version")
 
 logger = logging.getLogger(__name__)
 
@@ -78,15 +85,23 @@ def _said(column: str, value: Any) -> Any:
     """What a column says that no other does: the stored report less the counters (they are
     columns of their own)."""
     if column == "progress" and isinstance(value, dict):
-        return {k: v for k, v in value.items() if k not in RECORDED}
+        return {k: v for k, v in value.items() if k not in RECORDED and k not in REPORT_IDENTITY}
     return value
 
 
-def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> None:
+def _held(op: RescaleOperation) -> tuple[str, int]:
+    """The runner's report the operation holds: its session and version ("", 0: none, or one
+    of a runner that did not number them)."""
+    stored = op.progress or {}
+    return str(stored.get("session") or ""), int(stored.get("version") or 0)
+
+
+def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> ProgressAck:
     """Record one progress report of an operation: the report without its steps on the
-    operation, the steps whose figures changed in their rows; a step whose phase changed is
-    audited. Then tell the apps above what changed (``operation_progressed``), under the
-    operation's next ``progress_version``."""
+    operation, the reported steps whose figures changed in their rows; a step whose phase
+    changed is audited. Then tell the apps above what changed (``operation_progressed``), under
+    the operation's next ``progress_version``. A delta on a report the operation does not hold
+    changes nothing and asks for a full report; one it holds already changes nothing."""
     report = OperationProgress.from_json(progress)
     operation_id = report.operation_id
     changes: list[tuple[RescaleStep, str]] = []  # (step, its phase before)
@@ -95,9 +110,20 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
         op = RescaleOperation.objects.select_for_update().filter(operation_id=operation_id).first()
         if op is None:  # an operation started without the control plane (python -m workers)
             events.publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
-            return
+            return ProgressAck(operation_id, report.session, report.version)
+        session, version = _held(op)
+        fit = report.fit(session, version)
+        if fit != ReportFit.APPLY:
+            if fit == ReportFit.GAP:
+                logger.info(
+                    "progress of %s: a delta on report %s of %s, holding %s of %s: asking for "
+                    "a full report",
+                    operation_id, report.base_version, report.session, version, session,
+                )  # fmt: skip
+            return ProgressAck(operation_id, session, version, full_wanted=fit == ReportFit.GAP)
         recorded = {
-            "progress": report.summary_json(),
+            # what the operation holds is whole: the report's steps merged into its rows
+            "progress": {**report.summary_json(), "base_version": None},
             "vnodes_moved": report.vnodes_moved,
             "keys_moved": report.keys_moved,
             "bytes_moved": report.bytes_moved,
@@ -112,32 +138,23 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
         op.progress_version += 1
         op.save(update_fields=[*RECORDED, "progress_version"])
         reported = {s.step: s for s in report.steps}
-        # the stored figures of every reported step, as plain values (thousands of steps at
-        # every barrier of a large operation); rows only for the steps whose figures changed
-        stored = (
-            RescaleStep.objects.filter(operation=op, step__in=list(reported)).values_list(
-                "pk", "step", *REPORTED
-            )
-            if reported
-            else ()
-        )
-        figures_of: dict[int, dict[str, Any]] = {}
-        for pk, number, *values in stored:
-            figures = _reported(reported[number])
-            if any(value != figures[name] for name, value in zip(REPORTED, values, strict=True)):
-                figures_of[pk] = figures
+        # the rows of the reported steps only: a delta carries the steps that changed, a full
+        # report (after a runner's start or a gap) every one
+        rows = RescaleStep.objects.filter(operation=op, step__in=list(reported)) if reported else ()
         changed: list[RescaleStep] = []
         now = timezone.now()
-        rows = RescaleStep.objects.filter(pk__in=list(figures_of)) if figures_of else ()
         for step in rows:
-            figures = figures_of[step.pk]
+            figures = _reported(reported[step.step])
+            if all(getattr(step, name) == value for name, value in figures.items()):
+                continue
             if step.phase != figures["phase"]:
                 changes.append((step, step.phase))
             for name, value in figures.items():
                 setattr(step, name, value)
             step.updated_at = now  # as auto_now would
+            step.progress_version = op.progress_version
             changed.append(step)
-        written = [*REPORTED, "updated_at"]
+        written = [*REPORTED, "updated_at", "progress_version"]
         rows_update(
             RescaleStep,
             written,
@@ -177,6 +194,7 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Non
                 "%s failed on the progress of %s", receiver, operation_id, exc_info=failure
             )
     events.publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
+    return ProgressAck(operation_id, report.session, report.version)
 
 
 # a step as the runner reports it (``StepProgress.to_json``), read straight from its row; a
@@ -193,16 +211,28 @@ STEP_UNSTORED = {
 def operation_progress(op: RescaleOperation) -> dict[str, Any] | None:
     """The runner's last report put back together (``OperationProgress.to_json``): the stored
     report and the rows of the steps the runner knows (every step it was sent); None before
-    its first report. The rows are read as values (the orchestrator reads this at every tick,
-    thousands of steps in a large operation)."""
-    stored = RescaleOperation.objects.values_list("progress", flat=True).get(pk=op.pk)
+    its first report."""
+    progress, _ = operation_progress_since(op, 0)
+    return progress
+
+
+def operation_progress_since(
+    op: RescaleOperation, version: int
+) -> tuple[dict[str, Any] | None, int]:
+    """The runner's last report with only the steps recorded after the operation's
+    ``progress_version`` ``version`` (0: every step the runner knows), and the version read;
+    (None, 0) before its first report. Who follows the operation (the orchestrator, at every
+    tick) keeps the steps it read and asks for those written since: a barrier's few, not the
+    thousands of a large operation. The version is read before the rows: a report recorded
+    in between is read again next time, never missed."""
+    stored, now = RescaleOperation.objects.values_list("progress", "progress_version").get(pk=op.pk)
     if not stored:
-        return None
-    rows = (
-        RescaleStep.objects.filter(operation_id=op.pk)
-        .exclude(phase=StepPhase.PLANNED)
-        .order_by("step")
-        .values_list(*STEP_PROGRESS)
-    )
-    steps = [{**STEP_UNSTORED, **dict(zip(STEP_PROGRESS, row, strict=True))} for row in rows]
-    return {**stored, "steps": steps}
+        return None, 0
+    rows = RescaleStep.objects.filter(operation_id=op.pk).exclude(phase=StepPhase.PLANNED)
+    if version:
+        rows = rows.filter(progress_version__gt=version)
+    steps = [
+        {**STEP_UNSTORED, **dict(zip(STEP_PROGRESS, row, strict=True))}
+        for row in rows.order_by("step").values_list(*STEP_PROGRESS)
+    ]
+    return {**stored, "steps": steps}, now

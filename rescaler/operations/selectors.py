@@ -9,6 +9,7 @@ from django.db.models import Avg, OuterRef, Q, Subquery, Value
 
 from rescaler.cluster.models import EpochMetric, Fragment, ParallelUnit, Pipeline, VnodeMapping
 from rescaler.cluster.selectors import runner_alive
+from rescaler.operations.counts import StepCounts, step_counts
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from workers.rescale.planner import DEFAULT_EPOCH_S, DEFAULT_TRANSFER_BYTES_PER_S
 from workers.rescale.protocol import OperationStatus, Strategy
@@ -140,17 +141,16 @@ class Moved:
 MOVED_MEASURES = ("keys", "bytes", "vnodes")
 
 
-def operation_moved(op: RescaleOperation) -> dict[str, Moved]:
+def operation_moved(op: RescaleOperation, *, counts: StepCounts | None = None) -> dict[str, Moved]:
     """Keys, bytes and vnodes of the operation, planned against moved. A step that moved more
     than planned carried new arrivals; one that moved less lost some on the way (a key deleted
-    meanwhile): only the surplus counts as arrived."""
+    meanwhile): only the surplus counts as arrived. ``counts``: the steps counted, when the
+    caller has them."""
     fragments = (op.plan or {}).get("fragments", {}).values()
     planned = {m: sum(int(f.get(f"{m}_moved", 0)) for f in fragments) for m in MOVED_MEASURES}
     moved = {"keys": op.keys_moved, "bytes": op.bytes_moved, "vnodes": op.vnodes_moved}
-    surplus = {"keys": 0, "bytes": 0}
-    for step in op.steps.all():
-        surplus["keys"] += max(step.keys_moved - step.keys, 0)
-        surplus["bytes"] += max(step.bytes_moved - step.bytes, 0)
+    counts = counts or step_counts(op)
+    surplus = {"keys": counts.keys_surplus, "bytes": counts.bytes_surplus}
     result = {}
     for measure in MOVED_MEASURES:
         over = max(surplus.get(measure, 0), moved[measure] - planned[measure], 0)

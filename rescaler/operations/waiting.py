@@ -17,8 +17,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from rescaler.cluster.models import EpochMetric
+from rescaler.operations.counts import StepCounts, step_counts, steps_of
 from rescaler.operations.models import RescaleOperation
-from workers.rescale.protocol import STEP_ENDED, OperationStatus, StepPhase
+from workers.rescale.protocol import OperationStatus, StepPhase
 
 # an epoch older than this (or one with no rows) means the stream is idle
 IDLE_AFTER_S = 5.0
@@ -44,8 +45,9 @@ class Waiting:
         return asdict(self)
 
 
-def operation_waiting(op: RescaleOperation) -> Waiting | None:
-    """What ``op`` waits for now; None once it is final."""
+def operation_waiting(op: RescaleOperation, *, counts: StepCounts | None = None) -> Waiting | None:
+    """What ``op`` waits for now; None once it is final. Its steps are counted (``counts``, when
+    the caller has them), never read one by one but for those whose hold queue is full."""
     if op.is_final:
         return None
     pipeline = op.pipeline
@@ -89,12 +91,10 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
             "boundary." + idle_note,
             idle,
         )
-    rows = list(op.steps.all())  # the prefetched rows when the API asks
-    # the steps the runner knows (every one it was sent); a planned one was not sent yet
-    steps = [s for s in rows if s.phase != StepPhase.PLANNED]
+    counts = counts or step_counts(op)  # the prefetched rows when the API asks
     full = set(progress.get("hold_queue_full") or ())
     if full:
-        waited = [s for s in steps if s.step in full]
+        waited = [s for s in steps_of(op, full) if s.phase != StepPhase.PLANNED]
         return Waiting(
             WaitingFor.HOLD_QUEUE_FULL,
             f"hold queues full: {sum(s.hold_bytes for s in waited):,} bytes of records are "
@@ -105,22 +105,20 @@ def operation_waiting(op: RescaleOperation) -> Waiting | None:
             f"none is dropped.",
             idle,
         )
-    exporting = [s for s in steps if s.phase == StepPhase.COLLECTING]
-    if exporting:
-        since = min(s.timings.get(StepPhase.COLLECTING, time.time()) for s in exporting)
+    if counts.exporting:
+        now_s = time.time()
+        since = now_s if counts.exporting_since is None else counts.exporting_since
         return Waiting(
             WaitingFor.EXPORT,
-            f"exporting the state of {sum(len(s.vnodes) for s in exporting)} vnodes "
-            f"({len(exporting)} steps) for {max(time.time() - since, 0):.0f} s; their records "
+            f"exporting the state of {counts.exporting_vnodes} vnodes "
+            f"({counts.exporting} steps) for {max(now_s - since, 0):.0f} s; their records "
             f"wait in hold queues.",
             idle,
         )
-    moving = [s for s in steps if s.phase not in STEP_ENDED]
-    planned = len(rows)
-    if not moving and len(steps) < planned and not progress.get("cancel_requested"):
+    if not counts.moving and counts.known < counts.total and not progress.get("cancel_requested"):
         return Waiting(
             WaitingFor.PACING,
-            f"{planned - len(steps)} steps not issued yet: the granularity paces them "
+            f"{counts.total - counts.known} steps not issued yet: the granularity paces them "
             f"(steps in flight, bytes per second).",
             idle,
         )

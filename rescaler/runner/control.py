@@ -20,6 +20,7 @@ from rescaler.cluster.models import Fragment, RunnerCommand
 from rescaler.operations.progress import operation_progress_record
 from rescaler.runner import workers as _workers
 from workers.control import Command, ControlUnavailable, EpochReport, Topology, WorkerInfo
+from workers.rescale.protocol import ProgressAck
 
 
 @contextmanager
@@ -85,9 +86,9 @@ class OrmControl:
         with _database():
             services.runner_heartbeat(pipeline=pipeline, epoch=epoch, status=status, spark=spark)
 
-    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
+    def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck:
         with _database():
-            operation_progress_record(pipeline=pipeline, progress=progress)
+            return operation_progress_record(pipeline=pipeline, progress=progress)
 
     def report_workers(self, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> None:
         with _database():

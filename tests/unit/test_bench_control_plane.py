@@ -71,3 +71,16 @@ def test_the_sizes_come_from_the_command_line() -> None:
         control_plane.parser().parse_args(["--vnodes", "65536", "--steps-in-flight", "64"])
     )
     assert (full.pus, full.vnodes, full.steps_in_flight) == (1024, 65536, 64)
+
+
+def test_only_the_simulated_runner_is_measured_when_asked() -> None:
+    result = control_plane.run(SMALL, only=("handoffs",))
+
+    assert set(result) == {"cluster", "handoffs"}
+    handoffs = result["handoffs"]
+    assert handoffs["vnodes_moved"] == 128
+    # a barrier reports the steps that changed since the acknowledged report: at most the
+    # steps started, acquired, ended and newly issued at it, never all 128
+    assert handoffs["reported_steps_per_barrier"]["max"] <= 4 * 8 + 8
+    text = control_plane.table(result)
+    assert "vnodes/s" in text and "GET /api/v1/cluster" not in text

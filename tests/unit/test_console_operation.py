@@ -181,3 +181,31 @@ def test_the_summary_says_rate_and_eta_once_keys_move(op: RescaleOperation) -> N
     assert summary.eta.startswith("ETA ")
     views: Any = fragment_views(full)
     assert views[0].vnodes == 16
+
+
+def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_step(
+    op: RescaleOperation,
+) -> None:
+    """The delta's phase counts, placement rows and sources are counted in SQL (not from every
+    step's row, 16,384 of them at scale); they say what the page says from the rows."""
+    from dashboard.operation_page import fragment_deltas, per_source, step_pus
+    from rescaler.operations.counts import StepCounts, step_counts
+
+    report(
+        op,
+        {1: StepPhase.DONE, 2: StepPhase.ACQUIRING, 3: StepPhase.COLLECTING, 4: StepPhase.PENDING},
+        {1: 40, 2: 7},
+    )
+    every = RescaleOperation.objects.prefetch_related("steps").get(pk=op.pk)
+    bare = RescaleOperation.objects.get(pk=op.pk)
+    touched = step_pus(list(bare.steps.filter(step__in=[1, 2, 3])))
+    rows = fragment_views(every, pus=touched)
+    counted = fragment_deltas(bare, pus=touched)
+    assert [(v.fragment, v.vnodes, v.phase_counts, v.placement) for v in counted] == [
+        (v.fragment, v.vnodes, v.phase_counts, v.placement) for v in rows
+    ]
+    assert any(p.now != p.before for v in counted for p in v.placement)
+    sources = {(s.fragment, s.source_pu) for s in bare.steps.all()}
+    assert per_source(bare, only=sources) == per_source(every, only=sources)
+    assert step_counts(bare) == StepCounts.of_rows(every.steps.all())
+    assert step_counts(bare).done == 1 and step_counts(bare).exporting == 1

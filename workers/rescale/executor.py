@@ -169,7 +169,7 @@ class RescaleExecutor:
                 if op.final and op.operation_id not in settled:
                     mark_settled(ledger.dir, op.operation_id)
                     self.live.clean_up(op)
-            report = [ledger.ops[i].progress().to_json() for i in sorted(ledger.unreported_final)]
+            report = [ledger.progress(ledger.ops[i]) for i in sorted(ledger.unreported_final)]
             ledger.unreported_final.clear()
         for progress in report:
             ledger.send(progress)

@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from workers.pipeline.placement import VnodeMapping
-from workers.rescale.operation import OperationState, OperationStore
+from workers.rescale.operation import OperationState, OperationStore, StepState
+from workers.rescale.protocol import OperationProgress, ProgressAck
+from workers.rescale.reports import ProgressReports
 
 log = logging.getLogger("workers.rescale")
 
-Reporter = Callable[[dict[str, Any]], None]
+# sends one progress report (``OperationProgress.to_json``); returns the control plane's
+# answer, or None when it says nothing (then the next report is full)
+Reporter = Callable[[dict[str, Any]], ProgressAck | None]
 
 
 class OperationLedger:
@@ -44,6 +48,7 @@ class OperationLedger:
             o.operation_id for o in self.ops.values() if o.final and o.operation_id not in settled
         }
         self._report = report or (lambda progress: None)
+        self.reports = ProgressReports()
         self.lock = threading.RLock()
 
     def running(self) -> list[OperationState]:
@@ -59,14 +64,31 @@ class OperationLedger:
                 # not before the placement it ends with is durable (see placements_saved)
                 self.unreported_final.add(op.operation_id)
                 return
-            progress = op.progress().to_json()
+            progress = self.progress(op)
         self.send(progress)
 
-    def send(self, progress: dict[str, Any]) -> None:
-        try:
-            self._report(progress)
-        except Exception:  # progress is a notification; the state file is the truth
-            log.exception("reporting progress of operation %s failed", progress["operation_id"])
+    def progress(self, op: OperationState, *, full: bool = False) -> OperationProgress:
+        """The next report of ``op``: its steps that changed since the acknowledged report."""
+        return self.reports.report(
+            op.progress(steps=False), op.steps, StepState.progress, full=full
+        )
+
+    def send(self, progress: OperationProgress) -> None:
+        """Send a report; a control plane that found a gap gets a full report at once."""
+        for _ in range(2):
+            try:
+                ack = self._report(progress.to_json())
+            except Exception:  # progress is a notification; the state file is the truth
+                log.exception("reporting progress of operation %s failed", progress.operation_id)
+                self.reports.answered(progress, None)
+                return
+            if not self.reports.answered(progress, ack):
+                return
+            log.info(
+                "the control plane asks for a full report of operation %s", progress.operation_id
+            )
+            with self.lock:
+                progress = self.progress(self.ops[progress.operation_id], full=True)
 
     def set_placement(self, name: str, pus: list[int], mapping: list[int]) -> None:
         current = self.placements[name]

@@ -202,14 +202,17 @@ class OperationState:
         data["hold_queue_full"] = tuple(data.get("hold_queue_full", ()))
         return cls(**data)
 
-    def progress(self) -> OperationProgress:
-        steps = sorted(self.steps.values(), key=lambda s: s.spec.step)
+    def progress(self, *, steps: bool = True) -> OperationProgress:
+        """The operation as reported, with every step (``steps``) or none (the figures alone:
+        a report's steps are chosen by ``workers.rescale.reports``)."""
+        ordered = sorted(self.steps.values(), key=lambda s: s.spec.step) if steps else []
+        every = self.steps.values()
         if self.strategy == Strategy.STOP_START:
             vnodes, keys, moved_bytes = self.restored_moves
         else:
-            vnodes = sum(len(s.spec.vnodes) for s in steps if s.phase == StepPhase.DONE)
-            keys = sum(s.keys_moved for s in steps)
-            moved_bytes = sum(s.bytes_moved for s in steps)
+            vnodes = sum(len(s.spec.vnodes) for s in every if s.phase == StepPhase.DONE)
+            keys = sum(s.keys_moved for s in every)
+            moved_bytes = sum(s.bytes_moved for s in every)
         return OperationProgress(
             operation_id=self.operation_id,
             strategy=self.strategy,
@@ -219,7 +222,7 @@ class OperationState:
             cancel_requested=self.cancel_requested,
             begun_epoch=self.begun_epoch,
             finished_epoch=self.finished_epoch,
-            steps=tuple(s.progress() for s in steps),
+            steps=tuple(s.progress() for s in ordered),
             vnodes_moved=vnodes,
             keys_moved=keys,
             bytes_moved=moved_bytes,

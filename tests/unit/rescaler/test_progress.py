@@ -16,13 +16,18 @@ from rescaler import events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import RescaleOperation, RescaleStep
-from rescaler.operations.progress import operation_progress, operation_progress_record
+from rescaler.operations.progress import (
+    operation_progress,
+    operation_progress_record,
+    operation_progress_since,
+)
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster, token_client
 from workers.rescale.protocol import (
     Event,
     OperationProgress,
     OperationStatus,
+    ProgressAck,
     StepPhase,
     StepProgress,
     StopStartPhase,
@@ -106,10 +111,14 @@ def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOpera
     assert values.count("), (") == 0, "one row: the step that changed"
     assert len(writes(queries, "operations_rescaleoperation")) == 1
     assert len(writes(queries, "operations_auditevent")) == 1  # step 2's new phase
-    # 8 to record it (the reported steps' figures, then the rows of those that changed), 4
-    # reads for the page's delta event (every step's phase and figures for moved and waiting,
-    # the pipeline, its last epoch, the changed steps' vnodes)
-    assert len(queries.captured_queries) <= 12, [q["sql"][:80] for q in queries.captured_queries]
+    # 7 to record it (the rows of the reported steps, then one UPDATE of those that changed),
+    # 8 reads for the delta event, none of them of every step's row: the steps counted (for
+    # moved, waiting and steps done), the pipeline, its last epoch, the changed steps' vnodes,
+    # and for the page's rendered delta the vnodes per phase, the placement of the PUs touched
+    # (out of and into them) and the steps of the sources touched
+    assert len(queries.captured_queries) <= 15, "\n".join(
+        q["sql"][:120] for q in queries.captured_queries
+    )
     after = {s.pk: s.updated_at for s in op.steps.all()}
     assert [pk for pk in after if after[pk] != before[pk]] == [changed.pk]
     row = op.steps.get(step=2)
@@ -244,3 +253,139 @@ def test_reports_stored_with_their_steps_lose_them_in_the_migration(op: RescaleO
     migration.drop_steps(apps, None)
     op.refresh_from_db()
     assert op.progress == {k: v for k, v in report.items() if k != "steps"}
+
+
+# -- deltas: the runner reports the steps changed since the acknowledged report -----------------
+def delta(
+    op: RescaleOperation, steps: list[StepProgress], *, session: str, version: int, base: int | None
+) -> ProgressAck:
+    report = OperationProgress(
+        operation_id=op.operation_id,
+        strategy=Strategy(op.strategy),
+        fragments=tuple(op.fragments),
+        status=OperationStatus.RUNNING,
+        phase=StopStartPhase.BEGUN,
+        begun_epoch=3,
+        steps=tuple(steps),
+        session=session,
+        version=version,
+        base_version=base,
+    ).to_json()
+    return operation_progress_record(pipeline=PIPELINE, progress=report)
+
+
+def test_a_delta_updates_its_steps_and_leaves_the_others(op: RescaleOperation) -> None:
+    every = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    assert delta(op, every, session="s", version=1, base=None) == ProgressAck(
+        op.operation_id, "s", 1
+    )
+    ack = delta(op, [step(op, 3, StepPhase.COLLECTING)], session="s", version=2, base=1)
+    assert ack == ProgressAck(op.operation_id, "s", 2)
+    phases = dict(op.steps.values_list("step", "phase"))
+    assert phases == {**{n: "pending" for n in range(1, 9)}, 3: "collecting"}
+
+
+def test_a_delta_on_a_report_not_held_changes_nothing_and_asks_for_a_full_one(
+    op: RescaleOperation,
+) -> None:
+    every = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    delta(op, every, session="s", version=1, base=None)
+    op.refresh_from_db()
+    version = op.progress_version
+    # report 2 was lost: report 3 is a delta on it
+    ack = delta(op, [step(op, 4, StepPhase.COLLECTING)], session="s", version=3, base=2)
+    assert ack == ProgressAck(op.operation_id, "s", 1, full_wanted=True)
+    op.refresh_from_db()
+    assert op.progress_version == version
+    assert set(op.steps.values_list("phase", flat=True)) == {"pending"}
+    # the full report the runner sends at once: the same state as if nothing had been lost
+    every[3] = step(op, 4, StepPhase.COLLECTING)
+    every[1] = step(op, 2, StepPhase.COLLECTING)
+    assert delta(op, every, session="s", version=4, base=None) == ProgressAck(
+        op.operation_id, "s", 4
+    )
+    progress = operation_progress(op)
+    assert progress is not None
+    assert progress["steps"] == [s.to_json() for s in every]
+
+
+def test_a_restarted_runner_s_delta_before_its_full_report_is_a_gap(op: RescaleOperation) -> None:
+    delta(op, [step(op, 1, StepPhase.PENDING)], session="before", version=9, base=None)
+    ack = delta(op, [step(op, 1, StepPhase.COLLECTING)], session="after", version=2, base=1)
+    assert ack.full_wanted
+    assert delta(op, [step(op, 1, StepPhase.COLLECTING)], session="after", version=3, base=None)
+    assert op.steps.get(step=1).phase == "collecting"
+
+
+def test_a_report_held_already_is_acknowledged_and_not_recorded_again(
+    op: RescaleOperation,
+) -> None:
+    delta(op, [step(op, 1, StepPhase.PENDING)], session="s", version=1, base=None)
+    ack = delta(op, [step(op, 1, StepPhase.COLLECTING)], session="s", version=2, base=1)
+    op.refresh_from_db()
+    version = op.progress_version
+    # the same report again (its answer was lost and it was sent again), then an older one
+    assert delta(op, [step(op, 1, StepPhase.COLLECTING)], session="s", version=2, base=1) == ack
+    assert delta(op, [step(op, 1, StepPhase.PENDING)], session="s", version=1, base=None) == ack
+    op.refresh_from_db()
+    assert op.progress_version == version
+    assert op.steps.get(step=1).phase == "collecting"
+
+
+def test_the_orchestrator_reads_the_steps_written_since_its_last_read(
+    op: RescaleOperation,
+) -> None:
+    every = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    delta(op, every, session="s", version=1, base=None)
+    progress, seen = operation_progress_since(op, 0)
+    assert progress is not None and len(progress["steps"]) == 8
+    delta(op, [step(op, 6, StepPhase.COLLECTING)], session="s", version=2, base=1)
+    progress, now = operation_progress_since(op, seen)
+    assert progress is not None and now == seen + 1
+    assert [(s["step"], s["phase"]) for s in progress["steps"]] == [(6, "collecting")]
+    progress, _ = operation_progress_since(op, now)
+    assert progress is not None and progress["steps"] == []
+
+
+@pytest.mark.parametrize("vnodes", [16, 512])
+def test_the_queries_of_a_barrier_do_not_grow_with_the_operation(vnodes: int) -> None:
+    """A one-step delta, its delta event included, on operations of 8 and 256 steps: the same
+    queries, and no row read but the changed step's."""
+    register_cluster(vnodes=vnodes)
+    op = operation_request(
+        user=make_user("operator", rescale=True),
+        body={
+            "changes": {FRAGMENT: {"added_parallel_units": [2, 3]}},
+            "granularity": {"vnodes_per_step": 1},
+        },
+    )
+    assert isinstance(op, RescaleOperation) and op.steps.count() == vnodes // 2
+    every = [step(op, n, StepPhase.PENDING) for n in range(1, vnodes // 2 + 1)]
+    delta(op, every, session="s", version=1, base=None)
+    collecting = step(op, 2, StepPhase.COLLECTING)
+    rows_read: list[int] = []
+
+    def count_rows(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if sql.startswith("SELECT") and '"operations_rescalestep"' in sql:
+            rows_read.append(context["cursor"].rowcount)
+        return result
+
+    with CaptureQueriesContext(connection) as queries, connection.execute_wrapper(count_rows):
+        delta(op, [collecting], session="s", version=2, base=1)
+    assert len(queries.captured_queries) == 15, "\n".join(
+        q["sql"][:120] for q in queries.captured_queries
+    )
+    # the changed step's row (read to record it, and for its vnodes), and a few counted rows
+    assert sum(rows_read) <= 10, rows_read
+
+
+def test_what_the_operation_holds_reads_as_a_whole_report(op: RescaleOperation) -> None:
+    every = [step(op, n, StepPhase.PENDING) for n in range(1, 9)]
+    delta(op, every, session="s", version=1, base=None)
+    delta(op, [step(op, 3, StepPhase.COLLECTING)], session="s", version=2, base=1)
+    progress = operation_progress(op)
+    assert progress is not None
+    whole = OperationProgress.from_json(progress)
+    assert not whole.delta and (whole.session, whole.version) == ("s", 2)
+    assert len(whole.steps) == 8

@@ -147,6 +147,10 @@ def check_final(h: Harness, plan, operation_id: str) -> dict[str, Any]:
     sim = h.sim
     progress = sim.control.progress(operation_id)
     assert progress is not None and progress["status"] in ("completed", "cancelled"), progress
+    # the runner reported deltas (full reports after each restart): the control's view of every
+    # step, merged from them, is the runner's own
+    runner_steps = sim.executor.ops[operation_id].progress().to_json()["steps"]
+    assert progress["steps"] == runner_steps, "a step's progress was lost on the way"
     placement = sim.placements[FRAGMENT]
     stores = sim.state_by_store()
     seen: dict[str, int] = {}

@@ -74,6 +74,8 @@ from workers.rescale.protocol.plan import (
 from workers.rescale.protocol.progress import (
     OperationProgress,
     OperationSummary,
+    ProgressAck,
+    ReportFit,
     StepProgress,
     Tick,
 )
@@ -114,6 +116,8 @@ __all__ = [
     "OperationStatus",
     "OperationSummary",
     "Plan",
+    "ProgressAck",
+    "ReportFit",
     "Routing",
     "StepPayload",
     "StepPhase",

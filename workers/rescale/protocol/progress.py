@@ -3,6 +3,7 @@ an event or audit record carries."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -55,8 +56,16 @@ class StepProgress:
 
 @dataclass(frozen=True)
 class OperationProgress:
-    """An operation as the runner reports it: its whole state at one barrier. A report with a
-    FINAL status is the completion message."""
+    """An operation as the runner reports it at one barrier. A report with a FINAL status is
+    the completion message.
+
+    A report carries the operation's own figures and either every step the runner knows (a
+    *full* report: ``base_version`` None) or only the steps that changed since report
+    ``base_version`` of the same ``session``, the last one the control plane acknowledged (a
+    *delta*). ``session`` names the runner's ledger since its start and ``version`` numbers its
+    reports from 1, so a restarted runner (a new session) and a lost report (a gap) are seen
+    (``ReportFit``); a report without them (an older runner) is a full one.
+    """
 
     operation_id: str
     strategy: Strategy
@@ -75,10 +84,31 @@ class OperationProgress:
     executors: tuple[str, ...] = ()
     # steps whose hold queue reached its bound: the stream waits at the barrier for their exports
     hold_queue_full: tuple[int, ...] = ()
+    session: str = ""
+    version: int = 0
+    base_version: int | None = None  # a delta on that report; None: a full report
 
     @property
     def final(self) -> bool:
         return self.status in FINAL
+
+    @property
+    def delta(self) -> bool:
+        return self.base_version is not None
+
+    def fit(self, session: str, version: int) -> ReportFit:
+        """How this report fits a view holding report ``version`` of ``session`` (version 0:
+        none, or one from an older runner): a full report applies unless it is an older one of
+        the same session; a delta only on a view that holds its base or a later report of its
+        session (what changed since the base includes what changed since then)."""
+        same = bool(self.session) and self.session == session
+        if same and self.version <= version:
+            return ReportFit.STALE
+        if self.base_version is None:
+            return ReportFit.APPLY
+        if same and self.base_version <= version:
+            return ReportFit.APPLY
+        return ReportFit.GAP
 
     def to_json(self) -> dict[str, Any]:
         return {**self.summary_json(), "steps": [s.to_json() for s in self.steps]}
@@ -107,6 +137,41 @@ class OperationProgress:
                 "hold_queue_full": tuple(data.get("hold_queue_full", ())),
             }
         )
+
+
+class ReportFit(enum.StrEnum):
+    """What a view of an operation's progress does with a report (``OperationProgress.fit``)."""
+
+    APPLY = "apply"
+    STALE = "stale"  # the view holds it or a later one already: nothing to do
+    GAP = "gap"  # a delta on a report the view does not hold: it asks for a full report
+
+
+@dataclass(frozen=True)
+class ProgressAck:
+    """The control plane's answer to a progress report: the report of the operation it holds
+    now (``session``, ``version``), and whether it wants a full report (it found a gap)."""
+
+    operation_id: str
+    session: str
+    version: int
+    full_wanted: bool = False
+
+    def acknowledges(self, report: OperationProgress) -> bool:
+        """Whether the control plane holds exactly ``report`` now: its next delta may build on
+        it."""
+        return (
+            not self.full_wanted
+            and self.session == report.session
+            and self.version == report.version
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProgressAck:
+        return cls(**data)
 
 
 @dataclass(frozen=True)
