@@ -309,7 +309,9 @@ class Plan:
                 "fragment": [s.fragment for s in steps],
                 "source_pu": [s.source_pu for s in steps],
                 "target_pu": [s.target_pu for s in steps],
-                "vnodes": [list(s.vnodes) for s in steps],
+                # one flat list and a count per step (most steps have one vnode)
+                "vnodes": [v for s in steps for v in s.vnodes],
+                "vnode_counts": [len(s.vnodes) for s in steps],
                 "keys": [s.keys for s in steps],
                 "bytes": [s.bytes for s in steps],
             },
@@ -319,16 +321,22 @@ class Plan:
     @classmethod
     def from_compact(cls, request: OperationRequest, data: dict[str, Any]) -> Plan:
         steps = data["steps"]
+        flat, at = steps["vnodes"], 0
+        vnodes = []
+        for count in steps["vnode_counts"]:
+            vnodes.append(tuple(flat[at : at + count]))
+            at += count
+        if at != len(flat):
+            raise ValueError(f"the steps count {at} vnodes, the plan has {len(flat)}")
         columns = (
             steps["step"], steps["fragment"], steps["source_pu"], steps["target_pu"],
-            steps["vnodes"], steps["keys"], steps["bytes"],
+            vnodes, steps["keys"], steps["bytes"],
         )  # fmt: skip
         return cls(
             request=request,
             fragments={n: FragmentPlan.from_compact(f) for n, f in data["fragments"].items()},
             steps=tuple(
-                StepSpec(n, f, s, t, tuple(v), k, b)
-                for n, f, s, t, v, k, b in zip(*columns, strict=True)
+                StepSpec(n, f, s, t, v, k, b) for n, f, s, t, v, k, b in zip(*columns, strict=True)
             ),
             estimate_s=data["estimated_duration_s"],
         )
