@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('operations', '0009_step_hold_bytes'),
+        ('operations', '0010_step_progress_version'),
     ]
 
     operations = [
