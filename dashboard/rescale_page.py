@@ -169,9 +169,13 @@ def _skew(balance: dict[str, Any]) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def plan_view(plan: dict[str, Any]) -> dict[str, Any]:
+def plan_view(
+    plan: dict[str, Any],
+    transfers: dict[str, list[tuple[int, int, list[int], int, int]]] | None = None,
+) -> dict[str, Any]:
     """A dry run's answer (``DryRunSerializer``) as the page shows it: per fragment the vnodes
-    per PU now and after, the moves grouped by source and target, and the estimate."""
+    per PU now and after, the moves grouped by source and target with the vnodes each moves
+    (``transfers``, from the kept plan: ``plans.plan_transfers``), and the estimate."""
     fragments = []
     for name, frag in (plan.get("fragments") or {}).items():
         before = {int(k): v for k, v in frag["balance_before"]["vnodes_per_pu"].items()}
@@ -186,15 +190,9 @@ def plan_view(plan: dict[str, Any]) -> dict[str, Any]:
             sign = f" ({'+' if delta > 0 else ''}{delta})" if delta else ""
             css = "" if not delta else f"ghost {'gain' if delta > 0 else 'loss'}"
             cells.append((f"{after[pu]}{sign}", css))
-        groups: dict[tuple[int, int], list[Any]] = {}
-        for m in frag.get("moves") or []:
-            g = groups.setdefault((m["source_pu"], m["target_pu"]), [[], 0, 0])
-            g[0].append(m["vnode"])
-            g[1] += m["keys"]
-            g[2] += m["bytes"]
         moves = tuple(
             (f"PU {s} → PU {t}", count(len(v)), count(k), size(b), vnode_ranges(v))
-            for (s, t), (v, k, b) in groups.items()
+            for s, t, v, k, b in (transfers or {}).get(name, [])
         )
         summary = (
             f"{frag['kind'].replace('_', ' ')}: {count(frag['vnodes_moved'])} vnodes move, "
@@ -213,7 +211,7 @@ def plan_view(plan: dict[str, Any]) -> dict[str, Any]:
                 moves,
             )
         )
-    steps = len(plan.get("steps") or [])
+    steps = int(plan.get("steps_total") or 0)
     estimate = (
         f"{count(steps)} steps" if plan.get("strategy") == "live" else "one barrier (stop-start)"
     ) + f"; estimated duration {float(plan.get('estimated_duration_s') or 0):.1f} s."

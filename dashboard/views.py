@@ -40,7 +40,8 @@ from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
 from dashboard.tables import HistoryTable, StepTable, WorkerTable
 from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
-from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations import plans
+from rescaler.operations.models import OperationPlan, RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_cancel, operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from rescaler.runner import workers as worker_services
@@ -430,11 +431,12 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
                     )
                     return redirect("dashboard:operation", operation_id=op.operation_id)
                 planned = operation_request(user=request.user, body=form.body(dry_run=True))
+                assert isinstance(planned, OperationPlan), "a dry run answers its kept plan"
             except RescaleError as refused:
                 form.refuse(refused)
                 status = status_for(refused)
             else:
-                shown = plan_view(DryRunSerializer(planned).data)
+                shown = plan_view(DryRunSerializer(planned).data, plans.plan_transfers(planned))
                 data = request.POST.copy()
                 data["plan_id"] = shown["plan_id"]
                 data.setlist("add", [str(p) for p in form.cleaned_data["add"]])

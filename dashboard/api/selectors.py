@@ -12,7 +12,17 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg, JSONBAgg
-from django.db.models import Count, JSONField, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    Count,
+    JSONField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import JSONObject
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -73,6 +83,50 @@ def _pu_rows() -> JSONBAgg:
         order_by="parallel_units__number",
         default=Value([], output_field=JSONField()),
     )
+
+
+class _PuLoad(RawSQL):
+    """Per PU of a fragment's current mapping, ``[pu, vnodes, keys, bytes]`` by PU: the vnodes
+    the mapping gives it and the keys and bytes of their last per-vnode report
+    (``Fragment.vnode_load``), summed by Postgres. A correlated subquery of the fragments'
+    query: no row per vnode and no per-vnode load reaches Python (32,768 vnodes were 40 % of
+    the request's time). The mapping and the load are each read once (``jsonb_array_elements``,
+    ``jsonb_each``), never looked up per vnode (each lookup would read the whole load again).
+    It is not grouped by: it is a value of the fragment's row."""
+
+    def __init__(self) -> None:
+        fragment, mapping = Fragment._meta.db_table, VnodeMapping._meta.db_table
+        super().__init__(
+            f"""
+            SELECT COALESCE(
+                jsonb_agg(jsonb_build_array(s.pu, s.vnodes, s.keys, s.bytes) ORDER BY s.pu),
+                '[]'::jsonb)
+            FROM (
+                SELECT m.pu::bigint AS pu, count(*) AS vnodes,
+                       COALESCE(sum((l.kb ->> 0)::numeric), 0)::bigint AS keys,
+                       COALESCE(sum((l.kb ->> 1)::numeric), 0)::bigint AS bytes
+                FROM "{mapping}" vm
+                CROSS JOIN LATERAL jsonb_array_elements_text(vm.mapping) WITH ORDINALITY
+                    AS m(pu, i)
+                LEFT JOIN LATERAL (
+                    SELECT e.key::bigint AS vnode, e.value AS kb
+                    FROM jsonb_each(
+                        CASE jsonb_typeof("{fragment}"."vnode_load")
+                            WHEN 'object' THEN "{fragment}"."vnode_load" ELSE '{{}}'::jsonb END
+                    ) e
+                ) l ON l.vnode = m.i - 1 AND jsonb_typeof(l.kb) = 'array'
+                WHERE vm.fragment_id = "{fragment}"."id"
+                  AND vm.version = "{fragment}"."mapping_version"
+                  AND jsonb_typeof(vm.mapping) = 'array'
+                GROUP BY m.pu::bigint
+            ) s
+            """,
+            (),
+            output_field=JSONField(),
+        )
+
+    def get_group_by_cols(self) -> list[Any]:
+        return []
 
 
 def locality(tasks_home: int, tasks_total: int) -> dict[str, Any]:
@@ -187,7 +241,9 @@ def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
             pu_numbers=_pu_numbers("parallel_units"),
             current_mapping=Subquery(current_mapping.values("mapping")[:1]),
             busy_with=Subquery(active_operation.values("operation__operation_id")[:1]),
+            pu_load=_PuLoad(),
         )
+        .defer("vnode_load")
         .order_by("pipeline_id", "position")
     )
 
@@ -237,10 +293,11 @@ def _pipeline_row(p: Pipeline, alive: bool, epoch: dict[str, Any] | None) -> dic
         "last_epoch_metric": None
         if epoch is None
         else {
-            "epoch": epoch["epoch"],
-            "rows": epoch["rows"],
-            "malformed": epoch["malformed"],
-            "duration_s": epoch["duration_s"],
+            # as the schema types them: Postgres writes a whole float in JSON as an integer
+            "epoch": int(epoch["epoch"]),
+            "rows": int(epoch["rows"]),
+            "malformed": int(epoch["malformed"]),
+            "duration_s": float(epoch["duration_s"]),
             # JSONObject gives the time as Postgres writes it in JSON (ISO 8601)
             "committed_at": parse_datetime(epoch["committed_at"]),
         },
@@ -261,21 +318,17 @@ def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dic
 
     for pu in pus:
         row(pu)
-    load = frag.vnode_load or {}
-    for vnode, pu in enumerate(mapping or []):
-        entry = row(pu)
-        entry["vnodes"] += 1
-        keys_bytes = load.get(str(vnode))
-        if keys_bytes:
-            entry["keys"] += keys_bytes[0]
-            entry["bytes"] += keys_bytes[1]
+    if mapping is not None:
+        for pu, vnodes, keys, nbytes in frag.pu_load:  # summed by Postgres (_PuLoad)
+            entry = row(pu)
+            entry["vnodes"], entry["keys"], entry["bytes"] = vnodes, keys, nbytes
     if epoch is not None:
         for reported in epoch["per_pu"] or []:
             if reported.get("fragment") == frag.name:
                 entry = row(reported["pu"])
-                entry["epoch_rows"] += reported.get("rows", 0)
-                entry["epoch_keys"] += reported.get("keys", 0)
-                entry["epoch_bytes"] += reported.get("bytes", 0)
+                entry["epoch_rows"] += int(reported.get("rows", 0))
+                entry["epoch_keys"] += int(reported.get("keys", 0))
+                entry["epoch_bytes"] += int(reported.get("bytes", 0))
     loads = [per_pu[pu] for pu in sorted(per_pu)]
     return {
         "name": frag.name,

@@ -56,6 +56,7 @@ from workers.rescale.protocol import (
 OPERATION_STATUS_CHOICES = choices(OperationStatus)  # RescaleOperation.status
 STEP_PHASE_CHOICES = choices(StepPhase)  # RescaleStep.phase and the phases derived from it
 STRATEGY_CHOICES = choices(Strategy)
+CHANGE_KIND_CHOICES = choices(ChangeKind)  # a fragment plan's kind, whole or summed up
 
 
 # -- the operation request -----------------------------------------------------------------------
@@ -182,7 +183,7 @@ class BalanceSerializer(serializers.Serializer):
 
 class FragmentPlanSerializer(serializers.Serializer):
     fragment = serializers.CharField()
-    kind = serializers.ChoiceField(choices=choices(ChangeKind))
+    kind = serializers.ChoiceField(choices=CHANGE_KIND_CHOICES)
     parallel_units_before = serializers.ListField(child=serializers.IntegerField())
     parallel_units_after = serializers.ListField(child=serializers.IntegerField())
     moves = MoveSerializer(many=True)
@@ -199,26 +200,42 @@ class FragmentPlanSerializer(serializers.Serializer):
     )
 
 
-class StepSpecSerializer(serializers.Serializer):
-    step = serializers.IntegerField()
-    fragment = serializers.CharField()
-    source_pu = serializers.IntegerField()
-    target_pu = serializers.IntegerField()
-    vnodes = serializers.ListField(child=serializers.IntegerField())
+class PuMovesSerializer(serializers.Serializer):
+    parallel_unit = serializers.IntegerField()
+    vnodes = serializers.IntegerField()
     keys = serializers.IntegerField()
     bytes = serializers.IntegerField()
 
 
-class PlanSerializer(serializers.Serializer):
+class FragmentPlanSummarySerializer(serializers.Serializer):
+    fragment = serializers.CharField()
+    kind = serializers.ChoiceField(choices=CHANGE_KIND_CHOICES)
+    parallel_units_before = serializers.ListField(child=serializers.IntegerField())
+    parallel_units_after = serializers.ListField(child=serializers.IntegerField())
+    vnodes_moved = serializers.IntegerField()
+    keys_moved = serializers.IntegerField()
+    bytes_moved = serializers.IntegerField()
+    balance_before = BalanceSerializer()
+    balance_after = BalanceSerializer()
+    sources = PuMovesSerializer(
+        many=True, help_text="Per source PU, by PU: the vnodes (keys, bytes) leaving it."
+    )
+    targets = PuMovesSerializer(
+        many=True,
+        help_text="Per target PU, by PU: the vnodes (keys, bytes) it takes. Each move, vnode "
+        "by vnode, is in the operation once started (GET operations/{operation_id}).",
+    )
+
+
+class DryRunSerializer(serializers.Serializer):
+    """A dry run's answer: a summary of the plan, and the ``plan_id`` that starts exactly it
+    (the whole plan is kept on the server; its size grows with the PUs, not with the moves)."""
+
     strategy = serializers.ChoiceField(choices=STRATEGY_CHOICES)
     granularity = GranularitySerializer()
-    fragments = serializers.DictField(child=FragmentPlanSerializer())
-    steps = StepSpecSerializer(many=True)
+    fragments = serializers.DictField(child=FragmentPlanSummarySerializer())
+    steps_total = serializers.IntegerField(help_text="Steps of the plan (0 with stop_start).")
     estimated_duration_s = serializers.FloatField()
-
-
-class DryRunSerializer(PlanSerializer):
-    """A dry run's answer: the plan, and the ``plan_id`` that starts exactly it."""
 
     plan_id = serializers.CharField(
         help_text="Send it with the same body (without dry_run) to start exactly this plan."

@@ -98,7 +98,11 @@ class ClusterView(APIView):
         query = ClusterQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         info = selectors.cluster_info(pipeline=query.validated_data.get("pipeline") or None)
-        return Response(ClusterSerializer(info).data)
+        # ``cluster_info`` answers the schema's shape and types already (ClusterSerializer
+        # documents it; tests/unit/api/test_cluster.py holds the two byte for byte equal):
+        # serializing 1,024 PUs and 32,768 vnodes field by field through DRF was half the
+        # request's time, rendering the same dicts is a few ms
+        return Response(info)
 
 
 REQUEST_EXAMPLES = [

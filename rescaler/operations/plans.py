@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rescaler.cluster.models import Fragment, Pipeline
-from rescaler.operations.models import PLAN_ID_CHARS, OperationPlan
+from rescaler.operations.models import PLAN_ID_CHARS, OperationPlan, plan_detail_dump
 from workers.rescale import errors
 from workers.rescale.protocol import REQUEST_FIELDS, OperationRequest, Plan
 from workers.rescale.request import ClusterView
@@ -86,10 +86,27 @@ def plan_store(
         pipeline=pipeline,
         requested_by=user if user is not None and user.is_authenticated else None,
         request={**request.to_json(), "dry_run": False},
-        plan=plan.to_json(),
+        plan=plan.summary_json(),
+        detail=plan_detail_dump(plan),
         mapping_versions=versions,
         expires_at=now + dt.timedelta(seconds=settings.RESCALER_PLAN_TTL_S),
     )
+
+
+def plan_transfers(stored: OperationPlan) -> dict[str, list[tuple[int, int, list[int], int, int]]]:
+    """Per fragment of a kept plan, its moves per (source PU, target PU) in the order they
+    first come (by vnode): the vnodes, keys and bytes of each, for a page that shows them
+    (a dry run's answer sums them per PU)."""
+    found: dict[str, list[tuple[int, int, list[int], int, int]]] = {}
+    for name, fragment in stored.plan_record().fragments.items():
+        pairs: dict[tuple[int, int], list[Any]] = {}
+        for move in fragment.moves:
+            pair = pairs.setdefault((move.source_pu, move.target_pu), [[], 0, 0])
+            pair[0].append(move.vnode)
+            pair[1] += move.keys
+            pair[2] += move.bytes
+        found[name] = [(s, t, v, k, b) for (s, t), (v, k, b) in pairs.items()]
+    return found
 
 
 def plan_locked(*, user: Any, plan_id: str) -> OperationPlan:

@@ -266,6 +266,7 @@ SPECTACULAR_SETTINGS = {
         "OperationStatusEnum": "dashboard.api.serializers.OPERATION_STATUS_CHOICES",
         "StepPhaseEnum": "dashboard.api.serializers.STEP_PHASE_CHOICES",
         "StrategyEnum": "dashboard.api.serializers.STRATEGY_CHOICES",
+        "ChangeKindEnum": "dashboard.api.serializers.CHANGE_KIND_CHOICES",
         "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
         "WorkerStatusEnum": "rescaler.cluster.models.WORKER_STATUS_CHOICES",
         "ParallelUnitStatusEnum": "rescaler.cluster.models.ParallelUnit.Status",

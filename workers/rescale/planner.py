@@ -110,9 +110,16 @@ def plan_fragment(
         held[pu].append(vnode)
     quota = closed_quota({pu: len(v) for pu, v in held.items()}, after, vnodes, closed)
     vnode_load = view.vnode_load
-    size = [vnode_load[v][1] if v in vnode_load else 0 for v in range(vnodes)]
-    load = {pu: sum(size[v] for v in held.get(pu, ())) for pu in after}
-    mean_load = sum(size) / len(after)
+    # bytes per vnode and per PU: what the weighted choice weighs (the plain one counts only)
+    size = [0] * vnodes
+    load: dict[int, int] = {}
+    mean_load = 0.0
+    if weighted:
+        for vnode, (_, nbytes) in vnode_load.items():
+            if 0 <= vnode < vnodes:
+                size[vnode] = nbytes
+        load = {pu: sum(map(size.__getitem__, held.get(pu, ()))) for pu in after}
+        mean_load = sum(size) / len(after)
 
     leaving: list[tuple[int, int]] = []  # (vnode, source)
     leaving_from: Counter[int] = Counter()
@@ -127,43 +134,42 @@ def plan_fragment(
         if weighted:
             kept = set(_keep_near(owned, quota[pu], size, mean_load))
             chosen = [v for v in owned if v not in kept]
+            load[pu] -= sum(map(size.__getitem__, chosen))
         else:
             chosen = owned[-excess:]  # the tail of its range: ranges stay contiguous
         leaving += [(v, pu) for v in chosen]
         leaving_from[pu] += len(chosen)
-        for v in chosen:
-            load[pu] -= size[v]
 
     room = {pu: quota[pu] - len(held.get(pu, ())) + leaving_from[pu] for pu in after}
     leaving.sort()  # by vnode
-    if weighted:  # largest first, ties by vnode (a stable sort)
-        leaving.sort(key=lambda vs: size[vs[0]], reverse=True)
     new_mapping = list(mapping)
-    moves: list[Move] = []
     # the PUs that may still take a vnode: plain, in the order of ``after`` (the first one with
     # room takes it); weighted, by (load, PU) (the least loaded takes it: LPT)
     open_units = [pu for pu in after if room[pu] > 0]
-    cursor = 0
-    by_load = [(load[pu], pu) for pu in open_units]
-    heapq.heapify(by_load)
-    for vnode, source in leaving:
-        if weighted:
+    if weighted:
+        # largest first, ties by vnode: sorted as tuples, with no key function per vnode
+        by_load = [(load[pu], pu) for pu in open_units]
+        heapq.heapify(by_load)
+        for _, vnode in sorted([(-size[v], v) for v, _ in leaving]):
             target_load, target = heapq.heappop(by_load)
             load[target] = target_load + size[vnode]
             room[target] -= 1
             if room[target] > 0:
                 heapq.heappush(by_load, (load[target], target))
-        else:
+            new_mapping[vnode] = target
+    else:
+        cursor = 0
+        for vnode, _ in leaving:
             while room[open_units[cursor]] == 0:
                 cursor += 1
             target = open_units[cursor]
             room[target] -= 1
-            load[target] += size[vnode]
-        new_mapping[vnode] = target
-        keys, nbytes = vnode_load.get(vnode, (0, 0))
-        moves.append(Move(view.name, vnode, source, target, keys, nbytes))
-    if weighted:
-        moves.sort(key=_by_vnode)
+            new_mapping[vnode] = target
+    # the moves by vnode, however their targets were chosen
+    moves = [
+        Move(view.name, vnode, source, new_mapping[vnode], *vnode_load.get(vnode, (0, 0)))
+        for vnode, source in leaving
+    ]
     return FragmentPlan(
         fragment=view.name,
         kind=change.kind,
@@ -176,12 +182,10 @@ def plan_fragment(
     )
 
 
-def _by_vnode(move: Move) -> int:
-    return move.vnode
-
-
 def _chunks(group: list[Move], granularity: Granularity) -> list[list[Move]]:
     """Consecutive moves cut at the vnode, key and byte caps (one vnode always fits alone)."""
+    if len(group) == 1:  # one move always fits alone (most groups of a weighted plan)
+        return [group]
     most = granularity.vnodes_per_step
     max_keys, max_bytes = granularity.max_keys_per_step, granularity.max_bytes_per_step
     if max_keys is None and max_bytes is None:  # the vnode cap alone: slices of ``most``

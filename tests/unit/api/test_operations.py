@@ -45,7 +45,20 @@ def test_dry_run_answers_the_plan_and_creates_nothing(
     fragment = plan["fragments"]["word_count"]
     assert fragment["kind"] == "scale_out" and fragment["vnodes_moved"] == 8
     assert fragment["balance_after"]["vnodes_per_pu"] == {"0": 4, "1": 4, "2": 4, "3": 4}
-    assert len(plan["steps"]) == 4 and plan["estimated_duration_s"] > 0
+    # the tail of each range moves (vnode v holds 10 keys and 100 + v bytes)
+    assert fragment["sources"] == [
+        {"parallel_unit": 0, "vnodes": 4, "keys": 40, "bytes": 400 + 4 + 5 + 6 + 7},
+        {"parallel_unit": 1, "vnodes": 4, "keys": 40, "bytes": 400 + 12 + 13 + 14 + 15},
+    ]
+    assert fragment["targets"] == [
+        {"parallel_unit": 2, "vnodes": 4, "keys": 40, "bytes": 400 + 4 + 5 + 6 + 7},
+        {"parallel_unit": 3, "vnodes": 4, "keys": 40, "bytes": 400 + 12 + 13 + 14 + 15},
+    ]
+    assert fragment["keys_moved"] == 80 and fragment["bytes_moved"] == 800 + 76
+    assert plan["steps_total"] == 4 and plan["estimated_duration_s"] > 0
+    # a summary: nothing per vnode (the whole plan is kept with its plan_id)
+    assert not {"moves", "mapping_before", "mapping_after", "load"} & set(fragment)
+    assert "steps" not in plan
     assert plan["granularity"]["vnodes_per_step"] == 2
     assert not RescaleOperation.objects.exists()
     assert not AuditEvent.objects.exists(), "a dry run changes nothing, so it is not audited"

@@ -23,6 +23,7 @@ from workers.rescale.protocol import (
     Granularity,
     Move,
     OperationRequest,
+    Plan,
     StepSpec,
     Strategy,
 )
@@ -295,3 +296,73 @@ def test_planning_leaves_the_cycle_collector_as_it_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# -- what a dry run keeps and answers (issue 23, "Control plane II") -------------------------------
+def old_balance(
+    plan: FragmentPlan, mapping: tuple[int, ...], parallel_units: tuple[int, ...]
+) -> dict:
+    """``FragmentPlan.balance`` before it counted with a Counter, verbatim."""
+    counts = {pu: 0 for pu in parallel_units}
+    size = {pu: 0 for pu in parallel_units}
+    for vnode, pu in enumerate(mapping):
+        counts[pu] = counts.get(pu, 0) + 1
+        size[pu] = size.get(pu, 0) + plan.load.get(vnode, (0, 0))[1]
+    mean_bytes = sum(size.values()) / max(len(parallel_units), 1)
+    return {
+        "vnodes_per_pu": {str(pu): n for pu, n in sorted(counts.items())},
+        "bytes_per_pu": {str(pu): b for pu, b in sorted(size.items())},
+        "max_vnodes_minus_min": max(counts.values()) - min(counts.values()),
+        "max_bytes_over_mean": round(max(size.values()) / mean_bytes, 3) if mean_bytes else None,
+    }
+
+
+def _request(case: dict, strategy: Strategy) -> OperationRequest:
+    return OperationRequest(
+        {"f": case["change"]},
+        strategy=strategy,
+        granularity=case["granularity"],
+        weighted=case["weighted"],
+    )
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_the_plan_a_dry_run_keeps_comes_back_equal(case: dict) -> None:
+    """``compact_json`` is what a plan_id starts: through JSON and back it is the same plan, its
+    steps, moves, mappings and load (in their order) and its estimate as ``to_json`` says it."""
+    import json
+
+    cluster = ClusterView({pu: "w" for pu in range(60)}, {"w": True}, {"f": case["view"]})
+    for strategy in (Strategy.LIVE, Strategy.STOP_START):
+        plan = plan_request(_request(case, strategy=strategy), cluster)
+        kept = Plan.from_compact(plan.request, json.loads(json.dumps(plan.compact_json())))
+        assert kept.fragments == plan.fragments and kept.steps == plan.steps
+        assert list(kept.fragments["f"].load) == list(plan.fragments["f"].load)
+        assert kept.to_json() == plan.to_json()
+        assert kept.summary_json() == plan.summary_json()
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_the_summary_is_the_plan_summed_and_the_balance_as_before(case: dict) -> None:
+    plan = plan_fragment(case["view"], case["change"], weighted=case["weighted"])
+    for mapping, units in (
+        (plan.mapping_before, plan.parallel_units_before),
+        (plan.mapping_after, plan.parallel_units_after),
+    ):
+        assert plan.balance(mapping, units) == old_balance(plan, mapping, units)
+    summary, whole = plan.summary_json(), plan.to_json()
+    per_pu = ("sources", "targets")
+    assert {k: v for k, v in summary.items() if k not in per_pu} == {
+        k: v for k, v in whole.items() if k in summary
+    }
+    for side, pu_of in (("sources", "source_pu"), ("targets", "target_pu")):
+        figures: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for move in plan.moves:
+            f = figures[getattr(move, pu_of)]
+            f[0], f[1], f[2] = f[0] + 1, f[1] + move.keys, f[2] + move.bytes
+        assert summary[side] == [
+            {"parallel_unit": pu, "vnodes": n, "keys": k, "bytes": b}
+            for pu, (n, k, b) in sorted(figures.items())
+        ]
