@@ -24,7 +24,11 @@ from rescaler.cluster.services import command_submit, commands_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.progress import operation_progress, operation_progress_since
-from rescaler.operations.requests import operation_cancel, operation_cancel_command
+from rescaler.operations.requests import (
+    operation_begin_sent,
+    operation_cancel,
+    operation_cancel_command,
+)
 from rescaler.operations.signals import operation_finished
 from rescaler.operations.summary import operation_summary
 from workers.rescale.orchestrator import Orchestrator
@@ -145,7 +149,9 @@ def operation_drive(*, pk: int, budget_s: float | None = None, poll_s: float = 0
     op = RescaleOperation.objects.select_related("pipeline").get(pk=pk)
     if op.is_final:
         return op.status
-    if op.status == OperationStatus.CANCELLING and not op.progress:
+    if op.status == OperationStatus.CANCELLING and not op.progress and not operation_begin_sent(op):
+        # never sent to the runner (or refused by it): nothing can have moved. A begin it may
+        # have taken is cancelled through it like any running operation, below
         _finalize(op, OperationStatus.CANCELLED, "cancelled before it started: nothing moved")
         return OperationStatus.CANCELLED
     if op.status == OperationStatus.PENDING:

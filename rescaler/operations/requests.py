@@ -250,7 +250,9 @@ def operation_cancel(
             before=before,
             after={**after, "reason": reason} if reason else after,
         )
-        if op.progress:  # the runner knows it: tell it now, whatever the orchestrator does
+        if op.progress or operation_begin_sent(op):
+            # the runner holds it, or may (a begin it took before its first report): tell it
+            # now, whatever the orchestrator does; it applies the cancel after the begin
             operation_cancel_command(operation=op, user=user, actor_name=actor_name)
         transaction.on_commit(lambda: _enqueue_drive(op.id))
     publish(
@@ -259,6 +261,21 @@ def operation_cancel(
         OperationRef(op.operation_id).to_json(),
     )
     return op
+
+
+def operation_begin_sent(op: RescaleOperation) -> bool:
+    """Whether an ``operation.begin`` of ``op`` was written that the runner did not refuse: the
+    runner may then hold the operation even before its first report, so only the runner can
+    say it ended (a cancel is then sent, never assumed)."""
+    return (
+        RunnerCommand.objects.filter(
+            pipeline_id=op.pipeline_id,
+            kind=CommandKind.OPERATION_BEGIN,
+            payload__operation_id=op.operation_id,
+        )
+        .exclude(status=RunnerCommand.Status.FAILED)
+        .exists()
+    )
 
 
 def operation_cancel_command(

@@ -164,6 +164,44 @@ def test_cancel_before_the_runner_began_ends_it_without_moving_anything(
     assert ("operation.cancelled", "orchestrator") in actions
 
 
+def test_a_cancel_after_the_begin_was_sent_waits_for_the_runner_even_before_its_first_report(
+    cluster: Pipeline, user: Any
+) -> None:
+    """The quiet 30-minute soak's one failed operation (issue 24): a driver sent the begin, the
+    runner took it but had not reported yet, a cancel came, and the next driver ended the
+    operation "cancelled before it started". The fragment was free in the control plane and
+    busy on the runner, so the next operation's begin was refused."""
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    assert RunnerCommand.objects.filter(kind="operation.begin").exists()
+    operation_cancel(user=user, operation=op)
+    cancels = RunnerCommand.objects.filter(kind="operation.cancel")
+    assert cancels.count() == 1, "the runner may hold it: it is told at once, after the begin"
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    op.refresh_from_db()
+    assert op.status == "cancelling", "final only when the runner says so"
+    assert OperationFragment.objects.filter(operation=op, active=True).exists()
+    # the runner applies the begin, then the cancel, and reports the operation cancelled
+    final = {**report_of(op), "status": OperationStatus.CANCELLED, "cancel_requested": True}
+    operation_progress_record(pipeline="wordcount", progress=final)
+    assert drive.operation_drive(pk=op.id, budget_s=1, poll_s=0.05) == "cancelled"
+    assert not OperationFragment.objects.filter(active=True).exists(), "the fragment is free again"
+
+
+def test_a_cancel_after_the_runner_refused_the_begin_ends_at_once(
+    cluster: Pipeline, user: Any
+) -> None:
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "continue"
+    RunnerCommand.objects.filter(kind="operation.begin").update(status="failed", detail="no PU 2")
+    operation_cancel(user=user, operation=op)
+    assert drive.operation_drive(pk=op.id, budget_s=1) in ("cancelled", "failed")
+    op.refresh_from_db()
+    assert op.is_final and not OperationFragment.objects.filter(active=True).exists()
+
+
 def report_of(op: RescaleOperation) -> dict[str, Any]:
     """A running operation's progress report, as the runner sends it (without steps)."""
     return OperationProgress(
