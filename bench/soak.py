@@ -2399,7 +2399,8 @@ def run(args: argparse.Namespace) -> int:
             error = str(exc) if isinstance(exc, SoakError) else repr(exc)
             say(f"stopped: {error}")
         finally:
-            keep = args.keep or error is not None
+            # a run that went wrong keeps its logs, state and databases for the diagnosis
+            keep = args.keep or error is not None or bool(outcome is not None and outcome.errors)
             run_dir.keep = keep
             stack.close(keep=keep)
     report = build_report(
