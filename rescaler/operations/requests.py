@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from rescaler.audit.services import audit_record
@@ -267,15 +268,14 @@ def operation_begin_sent(op: RescaleOperation) -> bool:
     """Whether an ``operation.begin`` of ``op`` was written that the runner did not refuse: the
     runner may then hold the operation even before its first report, so only the runner can
     say it ended (a cancel is then sent, never assumed)."""
-    return (
-        RunnerCommand.objects.filter(
-            pipeline_id=op.pipeline_id,
-            kind=CommandKind.OPERATION_BEGIN,
-            payload__operation_id=op.operation_id,
-        )
-        .exclude(status=RunnerCommand.Status.FAILED)
-        .exists()
-    )
+    return _commands_not_refused(op, CommandKind.OPERATION_BEGIN).exists()
+
+
+def _commands_not_refused(op: RescaleOperation, kind: CommandKind) -> QuerySet[RunnerCommand]:
+    """The operation's runner commands of ``kind`` that the runner did not refuse."""
+    return RunnerCommand.objects.filter(
+        pipeline_id=op.pipeline_id, kind=kind, payload__operation_id=op.operation_id
+    ).exclude(status=RunnerCommand.Status.FAILED)
 
 
 def operation_cancel_command(
@@ -296,16 +296,7 @@ def operation_cancel_command(
             .select_related("pipeline", "cancel_requested_by")
             .get(pk=operation.pk)
         )
-        sent = (
-            RunnerCommand.objects.filter(
-                pipeline=op.pipeline,
-                kind=CommandKind.OPERATION_CANCEL,
-                payload__operation_id=op.operation_id,
-            )
-            .exclude(status=RunnerCommand.Status.FAILED)
-            .order_by("id")
-            .first()
-        )
+        sent = _commands_not_refused(op, CommandKind.OPERATION_CANCEL).order_by("id").first()
         if sent is not None:
             return sent
         asker = op.cancel_requested_by  # a user asked: the command is theirs, whoever sends it

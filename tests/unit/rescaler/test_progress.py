@@ -72,8 +72,11 @@ def step(op: RescaleOperation, number: int, phase: StepPhase, **figures: Any) ->
     )
 
 
-def barrier(op: RescaleOperation, steps: list[StepProgress], **figures: Any) -> dict[str, Any]:
-    report = OperationProgress(
+def running_report(
+    op: RescaleOperation, steps: list[StepProgress], **figures: Any
+) -> dict[str, Any]:
+    """A running operation's report as the runner sends it, with ``steps`` and ``figures``."""
+    return OperationProgress(
         operation_id=op.operation_id,
         strategy=Strategy(op.strategy),
         fragments=tuple(op.fragments),
@@ -83,6 +86,10 @@ def barrier(op: RescaleOperation, steps: list[StepProgress], **figures: Any) -> 
         steps=tuple(steps),
         **figures,
     ).to_json()
+
+
+def barrier(op: RescaleOperation, steps: list[StepProgress], **figures: Any) -> dict[str, Any]:
+    report = running_report(op, steps, **figures)
     operation_progress_record(pipeline=PIPELINE, progress=report)
     return report
 
@@ -259,18 +266,7 @@ def test_reports_stored_with_their_steps_lose_them_in_the_migration(op: RescaleO
 def delta(
     op: RescaleOperation, steps: list[StepProgress], *, session: str, version: int, base: int | None
 ) -> ProgressAck:
-    report = OperationProgress(
-        operation_id=op.operation_id,
-        strategy=Strategy(op.strategy),
-        fragments=tuple(op.fragments),
-        status=OperationStatus.RUNNING,
-        phase=StopStartPhase.BEGUN,
-        begun_epoch=3,
-        steps=tuple(steps),
-        session=session,
-        version=version,
-        base_version=base,
-    ).to_json()
+    report = running_report(op, steps, session=session, version=version, base_version=base)
     return operation_progress_record(pipeline=PIPELINE, progress=report)
 
 
