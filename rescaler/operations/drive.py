@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 import socket
 import time
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -135,14 +136,18 @@ def _finalize(op: RescaleOperation, status: OperationStatus, outcome: str, code:
     publish(operation_group(op.operation_id), Event.OPERATION_FINISHED, summary)
 
 
-def operation_drive(*, pk: int, budget_s: float | None = None, poll_s: float = 0.25) -> str:
+def operation_drive(
+    *, pk: int, owner: str = "", budget_s: float | None = None, poll_s: float = 0.25
+) -> str:
     """Drive an operation for up to ``budget_s``; returns its status ("continue" if not done).
 
     Safe to run twice (a second driver finds the lease taken) and after a crash (a new driver
-    takes the expired lease and rebuilds everything from the runner's progress).
+    takes the expired lease and rebuilds everything from the runner's progress). ``owner``
+    names the driver: a run that failed (Postgres restarting under it) and runs again under the
+    same owner takes its own lease back at once, where another owner would find it taken.
     """
     budget_s = budget_s or settings.RESCALER_DRIVE_BUDGET_S
-    owner = f"{socket.gethostname()}:{time.monotonic_ns()}"
+    owner = owner or f"{socket.gethostname()}:{time.monotonic_ns()}"
     lease_s = settings.RESCALER_LEASE_S
     if not _take_lease(pk, owner, lease_s):
         return "leased"
@@ -203,14 +208,27 @@ def operation_drive(*, pk: int, budget_s: float | None = None, poll_s: float = 0
     return "continue"
 
 
-def unfinished_operations() -> bool:
-    """Whether any operation has yet to end (the resume task keeps looking while one has)."""
-    return RescaleOperation.objects.exclude(status__in=FINAL).exists()
-
-
-def orphaned_operations() -> list[int]:
-    """Unfinished operations left without a driver (a Celery worker died): their lease expired."""
-    stale = RescaleOperation.objects.exclude(status__in=FINAL).filter(
-        Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+def unfinished_operations() -> list[int]:
+    """The operations that have yet to end."""
+    return list(
+        RescaleOperation.objects.exclude(status__in=FINAL)
+        .order_by("id")
+        .values_list("id", flat=True)
     )
-    return list(stale.values_list("id", flat=True))
+
+
+class Watch(StrEnum):
+    """What an operation's watchdog found."""
+
+    FINAL = "final"  # the operation ended: the watchdog stops
+    DRIVEN = "driven"  # a driver holds a live lease
+    ORPHANED = "orphaned"  # unfinished and no live lease: a driver is needed
+
+
+def operation_watch(pk: int) -> Watch:
+    op = RescaleOperation.objects.filter(pk=pk).values("status", "lease_until").first()
+    if op is None or op["status"] in FINAL:
+        return Watch.FINAL
+    if op["lease_until"] is not None and op["lease_until"] >= timezone.now():
+        return Watch.DRIVEN
+    return Watch.ORPHANED

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -208,9 +209,12 @@ def _operation_create(
 
 
 def _enqueue_drive(pk: int) -> None:
-    from rescaler.operations.tasks import drive_operation  # the tasks import the drive loop
+    """A driver for the operation, and its watchdog, which queues a new driver whenever the
+    driver's lease expires before the operation ends (a driver killed, or given up)."""
+    from rescaler.operations.tasks import drive_operation, watch_operation  # they import drive
 
     drive_operation.delay(pk)
+    watch_operation.apply_async((pk,), countdown=settings.RESCALER_LEASE_S + 1)
 
 
 def operation_cancel(

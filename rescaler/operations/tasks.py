@@ -39,7 +39,10 @@ def drive_operation(self: Any, pk: int) -> str:
     Each run is bounded (RESCALER_DRIVE_BUDGET_S) so that no message stays unacknowledged for
     long; a killed worker's operation is picked up by the next worker (see resume below).
     """
-    status = drive.operation_drive(pk=pk)
+    # the owner is the task's id, which its retries keep: a run that Postgres's restart broke
+    # with the lease taken runs again as the same driver, not as one the lease keeps out
+    task_id = self.request.id
+    status = drive.operation_drive(pk=pk, owner=f"drive:{task_id}" if task_id else "")
     if status == "continue":
         try:
             drive_operation.apply_async((pk,), countdown=0)
@@ -50,13 +53,28 @@ def drive_operation(self: Any, pk: int) -> str:
     return status
 
 
+@shared_task(name="rescaler.operations.watch_operation", **RETRY)
+def watch_operation(pk: int) -> str:
+    """The operation's watchdog, queued with its first driver: once per lease period until the
+    operation ends, queue a driver if the last one's lease expired (its worker was killed, or
+    it failed or gave up holding the lease).
+
+    Each operation has its own, so no moment without unfinished operations can stop the
+    watching of the next one (the one resume chain for all operations did stop there, and an
+    operation whose driver was lost after that stayed running, in the soak)."""
+    state = drive.operation_watch(pk)
+    if state == drive.Watch.ORPHANED:
+        drive_operation.delay(pk)
+    if state != drive.Watch.FINAL:
+        watch_operation.apply_async((pk,), countdown=settings.RESCALER_LEASE_S + 1)
+    return state
+
+
 @shared_task(name="rescaler.operations.resume_operations", **RETRY)
 def resume_operations() -> list[int]:
-    """Queue a driver for every operation whose driver's lease expired; while any operation is
-    unfinished, look again after one lease period (a worker killed with its lease still live)."""
-    orphaned = drive.orphaned_operations()
-    for pk in orphaned:
-        drive_operation.delay(pk)
-    if drive.unfinished_operations():
-        resume_operations.apply_async(countdown=settings.RESCALER_LEASE_S + 1)
-    return orphaned
+    """A watchdog for every unfinished operation: queued each time a worker (re)connects to the
+    broker, which may have come back empty (a Redis without persistence keeps no message)."""
+    unfinished = drive.unfinished_operations()
+    for pk in unfinished:
+        watch_operation.delay(pk)
+    return unfinished

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import OperationalError
 from django.utils import timezone
 
 from rescaler.audit.models import AuditEvent
@@ -23,10 +24,12 @@ from rescaler.operations.models import (
 )
 from rescaler.operations.progress import operation_progress_record
 from rescaler.operations.requests import OperationFinal, operation_cancel, operation_request
+from rescaler.operations.tasks import drive_operation, resume_operations, watch_operation
 from workers.control import Topology
 from workers.pipeline.placement import VnodeMapping
 from workers.rescale import errors
 from workers.rescale.protocol import (
+    CommandKind,
     OperationProgress,
     OperationStatus,
     Plan,
@@ -285,7 +288,82 @@ def test_a_live_lease_keeps_a_second_driver_out(cluster: Pipeline, user: Any) ->
     RescaleOperation.objects.filter(pk=op.pk).update(
         lease_until=timezone.now() - timezone.timedelta(seconds=1)
     )
-    assert drive.orphaned_operations() == [op.id]
+    assert drive.operation_watch(op.id) == drive.Watch.ORPHANED
+    assert drive.unfinished_operations() == [op.id]
+
+
+def test_the_watchdog_queues_a_driver_once_the_lease_expired_and_watches_until_the_end(
+    cluster: Pipeline, user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watchdog is per operation: a moment without unfinished operations cannot stop it, as
+    it stopped the one resume chain for all of them (the soak's operation left running)."""
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    drivers: list[int] = []
+    watches: list[tuple[int, float]] = []
+    monkeypatch.setattr(drive_operation, "delay", drivers.append)
+    monkeypatch.setattr(
+        watch_operation, "apply_async", lambda args, countdown: watches.append((args[0], countdown))
+    )
+    assert drive._take_lease(op.id, "drive:alive", 30)
+    assert watch_operation(op.id) == "driven" and drivers == [] and len(watches) == 1
+
+    RescaleOperation.objects.filter(pk=op.pk).update(
+        lease_until=timezone.now() - timezone.timedelta(seconds=1)
+    )
+    assert watch_operation(op.id) == "orphaned" and drivers == [op.id] and len(watches) == 2
+
+    RescaleOperation.objects.filter(pk=op.pk).update(status=OperationStatus.COMPLETED)
+    assert watch_operation(op.id) == "final" and drivers == [op.id] and len(watches) == 2
+
+
+def test_a_worker_that_connects_starts_a_watchdog_for_every_unfinished_operation(
+    cluster: Pipeline, user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    watched: list[int] = []
+    monkeypatch.setattr(watch_operation, "delay", watched.append)
+    assert resume_operations() == [op.id] and watched == [op.id]
+
+
+def test_a_driver_that_failed_holding_the_lease_takes_it_back_when_it_runs_again(
+    cluster: Pipeline, user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres restarting under a driver fails its run with the lease taken; Celery runs it again
+    (same task, same owner). Before, the new run was a new owner, found the lease taken, returned
+    "leased" and re-queued nothing: the operation stayed running with no driver (the soak's
+    operation left running, issue 24)."""
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    real_tick = drive.orchestrator_tick
+
+    def postgres_restarting(orchestrator: Any) -> Any:
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(drive, "orchestrator_tick", postgres_restarting)
+    with pytest.raises(OperationalError):
+        drive.operation_drive(pk=op.id, owner="drive:task-1", budget_s=0.3, poll_s=0.05)
+    assert RescaleOperation.objects.get(pk=op.pk).lease_owner == "drive:task-1"
+
+    monkeypatch.setattr(drive, "orchestrator_tick", real_tick)
+    assert drive.operation_drive(pk=op.id, owner="drive:task-2", budget_s=0.1) == "leased"
+    assert drive.operation_drive(pk=op.id, owner="drive:task-1", budget_s=0.3) == "continue"
+    assert RunnerCommand.objects.filter(kind=CommandKind.OPERATION_BEGIN).exists()
+
+
+def test_the_drive_task_drives_as_its_own_id_which_its_retries_keep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    owners: list[str] = []
+
+    def record(*, pk: int, owner: str = "") -> str:
+        owners.append(owner)
+        return "leased"
+
+    monkeypatch.setattr(drive, "operation_drive", record)
+    drive_operation.apply(args=(1,), task_id="3f2c")
+    assert owners == ["drive:3f2c"]
 
 
 def test_audit_log_is_append_only(cluster: Pipeline, user: Any) -> None:
