@@ -25,14 +25,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils.html import format_html
 
+from dashboard.live import PAGE_CHANGES, StepRanges, operation_page_delta, parse_step_ranges
 from rescaler.events import CLUSTER_GROUP, operation_group
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import operation_exists
 from workers.rescale.protocol import Event
-
-# the payload key of an operation.progress event that holds its rendered rows, for the
-# operation page's socket only (dashboard/live.py); JSON clients never receive it
-PAGE_HTML = "page_html"
 
 # Application close codes (4000-4999), shown to the client.
 CLOSE_UNAUTHENTICATED = 4401
@@ -42,7 +39,7 @@ OPERATION_ID = re.compile(r"[0-9A-Za-z_-]{1,32}")
 
 def _forwarder(event_type: Event) -> Any:
     async def forward(self: EventConsumer, event: dict[str, Any]) -> None:
-        payload = {k: v for k, v in event.get("payload", {}).items() if k != PAGE_HTML}
+        payload = {k: v for k, v in event.get("payload", {}).items() if k != PAGE_CHANGES}
         await self.send_json({"type": event_type.value, **payload})
 
     forward.__doc__ = f"``{event_type.value}``: forwarded to the browser as it is."
@@ -148,16 +145,22 @@ def _progress_version(operation_id: str) -> int | None:
     )
 
 
+_page_delta = database_sync_to_async(operation_page_delta)
+
+
 class OperationPageConsumer(OperationConsumer):
-    """``/ws/operations/<operation_id>/page/?version=N``: the operation page's socket (htmx's
-    websocket extension). Each progress event goes out as the rows it changed, rendered once
-    by the publisher, to be swapped in by id. The consumer holds the version the page has: the
-    next one is sent as it is; after a gap (an event lost on the channel layer, or a page
-    rendered before an event the socket did not carry), or any other event of the operation,
-    it tells the page to re-read its live part. So a page that misses a version re-reads the
-    document, and is never left holding a delta applied to the wrong version."""
+    """``/ws/operations/<operation_id>/page/?version=N&steps=1-100``: the operation page's
+    socket (htmx's websocket extension). Each progress event goes out as the rows it changed,
+    rendered here (``dashboard.live.operation_page_delta``: once per version in this process,
+    and of the step rows only those the page shows, ``steps``), to be swapped in by id. The
+    consumer holds the version the page has: the next one is sent as it is; after a gap (an
+    event lost on the channel layer, or a page rendered before an event the socket did not
+    carry), or any other event of the operation, it tells the page to re-read its live part.
+    So a page that misses a version re-reads the document, and is never left holding a delta
+    applied to the wrong version."""
 
     version = 0
+    shown: StepRanges | None = None
 
     async def connect(self) -> None:
         await super().connect()
@@ -168,6 +171,7 @@ class OperationPageConsumer(OperationConsumer):
             self.version = int(query.get("version", ["-1"])[0])
         except ValueError:
             self.version = -1
+        self.shown = parse_step_ranges(query.get("steps", [""])[0])
         operation_id = str(self.scope["url_route"]["kwargs"]["operation_id"])
         now = await _progress_version(operation_id)
         stale = now is None or now != self.version
@@ -183,13 +187,16 @@ class OperationPageConsumer(OperationConsumer):
         version = payload.get("progress_version")
         if not isinstance(version, int) or version <= self.version:
             return  # the page already holds it (it re-read the document after it)
-        if version != self.version + 1 or not payload.get(PAGE_HTML):
-            self.version = version
+        html = None
+        if version == self.version + 1:
+            operation_id = str(self.scope["url_route"]["kwargs"]["operation_id"])
+            html = await _page_delta(operation_id=operation_id, payload=payload, shown=self.shown)
+        self.version = version
+        if html is None:
             await self.send(text_data=RESYNC)
             return
-        self.version = version
-        for html in payload[PAGE_HTML]:
-            await self.send(text_data=html)
+        for part in html:
+            await self.send(text_data=part)
 
 
 for _event in Event:

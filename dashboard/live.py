@@ -9,16 +9,20 @@ rows whose figures changed; ``vnodes``, those steps' vnodes; ``events``, the aud
 appended. A page applies it when it holds the version before, and re-reads the document
 otherwise. docs/api.md, "Websocket events", has the shapes.
 
-The same event carries, for the console's operation page only, the rows it changed rendered
-as HTML (``page_html``, rendered once here, whatever the number of pages watching): the
-operation page's consumer sends them to htmx, which swaps each in by its id
-(``hx-swap-oob``); JSON clients receive the event without them.
+The console's operation page gets the same delta as HTML, rendered by its socket's consumer
+(``operation_page_delta``), not here: recording a barrier renders nothing, a report no page
+watches is never rendered, and a page gets only the rows it shows (its socket names them), once
+per version and set of rows in each server process whatever the number of pages. The event
+carries what the report changed for that (``page_changes``: step numbers and audit event ids),
+which the consumers strip before a JSON client sees it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import OrderedDict
 from typing import Any
 
 from django.db.models import Prefetch, prefetch_related_objects
@@ -33,7 +37,6 @@ from dashboard.api.serializers import (
     OperationVnodeSerializer,
     StepSerializer,
 )
-from dashboard.consumers import PAGE_HTML
 from dashboard.format import moved_figures
 from dashboard.tables import StepTable
 from rescaler import events as channel
@@ -48,6 +51,14 @@ from workers.rescale.protocol import Event
 # the document's fields worked out from every step, sent with each delta (their size does not
 # grow with the steps)
 DERIVED = ("moved", "waiting", "steps_done")
+
+# the payload key of an operation.progress event naming what the report changed, for the
+# operation page's socket (``operation_page_delta``); JSON clients never receive it
+PAGE_CHANGES = "page_changes"
+
+# the step numbers a page shows, as its socket's ``steps`` parameter says them ("1-100,205")
+StepRanges = tuple[tuple[int, int], ...]
+STEP_RANGES = re.compile(r"\d{1,9}(?:-\d{1,9})?(?:,\d{1,9}(?:-\d{1,9})?){0,127}")
 
 
 def operation_delta(
@@ -95,6 +106,33 @@ def operation_delta(
     }
 
 
+def step_ranges(steps: list[int]) -> str:
+    """The step numbers a page shows, as ranges: "1-100" for a sorted page, "3,9-10" otherwise
+    (at most 128: a page shows ``STEPS_PER_PAGE`` rows, 100)."""
+    ranges: list[list[int]] = []
+    for step in sorted(set(steps)):
+        if ranges and step == ranges[-1][1] + 1:
+            ranges[-1][1] = step
+        else:
+            ranges.append([step, step])
+    return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges[:128])
+
+
+def parse_step_ranges(text: str) -> StepRanges | None:
+    """``step_ranges`` read back; None (every row) for a socket that names none or garbles them."""
+    if not STEP_RANGES.fullmatch(text):
+        return None
+    ranges = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        ranges.append((int(lo), int(hi or lo)))
+    return tuple(ranges)
+
+
+def _shown(step: int, shown: StepRanges | None) -> bool:
+    return shown is None or any(lo <= step <= hi for lo, hi in shown)
+
+
 def operation_delta_html(
     *,
     operation: RescaleOperation,
@@ -102,17 +140,22 @@ def operation_delta_html(
     events: list[AuditEvent],
     waiting: dict[str, Any] | None,
     counts: StepCounts | None = None,
+    shown: StepRanges | None = None,
 ) -> list[str]:
     """The operation page's rendered delta, as the websocket messages htmx swaps in: the table
-    rows first, alone (HTML parses ``<tr>`` only among rows), then the rest. Its size grows with
-    the steps that changed, not with the operation's vnodes, and so does its cost: the figures
-    of every step are counted in the database (``counts`` and ``waiting`` are the delta's own,
-    when given)."""
+    rows first, alone (HTML parses ``<tr>`` only among rows), then the rest. Of the changed
+    ``steps``, only the rows the page shows (``shown``; None: all) are rendered; the rest (the
+    placement and sources touched, the summary, the vnode grid's patch, the timeline) is the
+    same for every page. Its size grows with the steps that changed, not with the operation's
+    vnodes, and so does its cost: the figures of every step are counted in the database
+    (``counts`` and ``waiting`` are the delta's own, when given)."""
     touched = operation_page.step_pus(steps)
     fragments = operation_page.fragment_deltas(operation, pus=touched)
     context = {
         "oob": True,
-        "steps_table": StepTable(sorted(steps, key=lambda s: s.step)),
+        "steps_table": StepTable(
+            sorted((s for s in steps if _shown(s.step, shown)), key=lambda s: s.step)
+        ),
         "fragments": fragments,
         "per_source": operation_page.per_source(
             operation, only={(s.fragment, s.source_pu) for s in steps}
@@ -131,24 +174,56 @@ def operation_delta_html(
     return [html for html in (rows, rest) if html]
 
 
+# the page deltas rendered last in this process, by (operation, version, rows shown): pages
+# watching the same operation render each version once (consumers render on Channels' one
+# thread for the database, so no lock is needed)
+_RENDERED: OrderedDict[tuple[str, int, StepRanges | None], list[str]] = OrderedDict()
+RENDERED_KEPT = 32
+
+
+def operation_page_delta(
+    *, operation_id: str, payload: dict[str, Any], shown: StepRanges | None
+) -> list[str] | None:
+    """An operation.progress event as the operation page's socket sends it: the rendered delta
+    (``operation_delta_html``) of the rows the page shows, read from the database by what the
+    event names as changed; None when the event names nothing (the page then re-reads)."""
+    changes = payload.get(PAGE_CHANGES)
+    version = payload.get("progress_version")
+    if not isinstance(changes, dict) or not isinstance(version, int):
+        return None
+    key = (operation_id, version, shown)
+    if key in _RENDERED:
+        _RENDERED.move_to_end(key)
+        return _RENDERED[key]
+    operation = RescaleOperation.objects.filter(operation_id=operation_id).first()
+    if operation is None:
+        return None
+    steps = list(RescaleStep.objects.filter(operation=operation, step__in=changes["steps"]))
+    events = list(AuditEvent.objects.filter(pk__in=changes["events"]).order_by("id"))
+    waiting = (payload.get("operation") or {}).get("waiting")
+    html = operation_delta_html(
+        operation=operation, steps=steps, events=events, waiting=waiting, shown=shown
+    )
+    _RENDERED[key] = html
+    while len(_RENDERED) > RENDERED_KEPT:
+        _RENDERED.popitem(last=False)
+    return html
+
+
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")
 def operation_progress_publish(sender: Any, **report: Any) -> None:
-    """Publish a progress report to the operation's page as its delta event."""
+    """Publish a progress report to the operation's page as its delta event, naming what it
+    changed for the console's page (rendered by its socket, only when one watches)."""
     operation: RescaleOperation = report["operation"]
-    counts = step_counts(operation)
     delta = operation_delta(
         operation=operation,
         version=report["version"],
         columns=report["columns"],
         steps=report["steps"],
         events=report["events"],
-        counts=counts,
     )
-    delta[PAGE_HTML] = operation_delta_html(
-        operation=operation,
-        steps=report["steps"],
-        events=report["events"],
-        waiting=delta["operation"]["waiting"],
-        counts=counts,
-    )
+    delta[PAGE_CHANGES] = {
+        "steps": [s.step for s in report["steps"]],
+        "events": [e.pk for e in report["events"]],
+    }
     channel.publish(operation_group(operation.operation_id), Event.OPERATION_PROGRESS, delta)

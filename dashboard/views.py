@@ -34,6 +34,7 @@ from dashboard.console import (
 from dashboard.format import count, vnode_ranges
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm
 from dashboard.key_finder import key_finder
+from dashboard.live import step_ranges
 from dashboard.operation_page import operation_for_page
 from dashboard.operation_page import page_context as operation_page_context
 from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
@@ -343,6 +344,13 @@ def _render_operation(
     return response
 
 
+def _socket_path(op: RescaleOperation, steps: StepTable) -> str:
+    """The operation page's socket: from the version the page holds, for the step rows it
+    shows (the consumer renders only those)."""
+    shown = step_ranges([row.record.step for row in steps.paginated_rows])
+    return f"/ws/operations/{op.operation_id}/page/?version={op.progress_version}&steps={shown}"
+
+
 def _render_operation_page(
     request: HttpRequest,
     op: RescaleOperation,
@@ -354,7 +362,7 @@ def _render_operation_page(
         "dashboard/operation.html",
         {
             **context,
-            "socket_path": f"/ws/operations/{op.operation_id}/page/?version={op.progress_version}",
+            "socket_path": _socket_path(op, context["steps_table"]),
             "key_fragments": op.fragments,
             "finder": key_finder(request.GET, list(op.fragments)),
             # the epochs around the operation: a minute before it began to a minute after it ended

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -258,17 +259,19 @@ async def test_an_operations_page_receives_its_progress_as_versioned_deltas(
 async def test_the_operation_page_receives_rendered_rows_and_rereads_after_a_gap(
     redis_service: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The console's socket: each next version as the HTML rows it changed (htmx swaps them in
-    by id); a version the page did not hold before, or a gap, as the order to re-read."""
-    from dashboard.consumers import PAGE_HTML, RESYNC
+    """The console's socket: each next version as the HTML rows it changed, rendered by the
+    consumer (htmx swaps them in by id), of the step rows only those the page shows; a version
+    the page did not hold before, or a gap, as the order to re-read."""
+    from dashboard.consumers import RESYNC
+    from dashboard.live import PAGE_CHANGES
     from rescaler.operations import requests as operation_requests
 
     monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
     operation_id, report = await database_sync_to_async(_operation_with_two_reports)()
     cookie = await database_sync_to_async(_session_cookie)()
 
-    async def page(version: int) -> WebsocketCommunicator:
-        path = f"/ws/operations/{operation_id}/page/?version={version}"
+    async def page(version: int, steps: str = "") -> WebsocketCommunicator:
+        path = f"/ws/operations/{operation_id}/page/?version={version}&steps={steps}"
         communicator = await _communicator(ORIGIN, (b"cookie", cookie), path=path)
         connected, _ = await communicator.connect(timeout=10)
         assert connected
@@ -276,6 +279,7 @@ async def test_the_operation_page_receives_rendered_rows_and_rereads_after_a_gap
 
     current = await page(0)
     stale = await page(7)  # a version the operation never had: re-read at once
+    second_page = await page(0, steps="3-4")  # a page of the steps table showing steps 3 and 4
     json_client = await _communicator(
         ORIGIN, (b"cookie", cookie), path=f"/ws/operations/{operation_id}/"
     )
@@ -290,8 +294,12 @@ async def test_the_operation_page_receives_rendered_rows_and_rereads_after_a_gap
         rest = await current.receive_from(timeout=10)
         assert rows.startswith("<tr") and 'id="step-1"' in rows and 'id="step-4"' in rows
         assert 'id="op-summary" hx-swap-oob="true"' in rest
-        # JSON clients get the delta without the page's HTML
-        assert PAGE_HTML not in await json_client.receive_json_from(timeout=10)
+        assert "live-state" in await second_page.receive_from(timeout=10)
+        shown = await second_page.receive_from(timeout=10)
+        assert re.findall(r'id="(step-\d+)"', shown) == ["step-3", "step-4"]
+        assert 'id="op-summary" hx-swap-oob="true"' in await second_page.receive_from(timeout=10)
+        # JSON clients get the delta without what the page's socket reads
+        assert PAGE_CHANGES not in await json_client.receive_json_from(timeout=10)
 
         # a version lost between the channel layer and this socket: the page re-reads
         from rescaler import events
@@ -304,5 +312,5 @@ async def test_the_operation_page_receives_rendered_rows_and_rereads_after_a_gap
         assert await current.receive_from(timeout=10) == RESYNC
         assert await current.receive_nothing(timeout=0.2)
     finally:
-        for communicator in (current, stale, json_client):
+        for communicator in (current, stale, second_page, json_client):
             await communicator.disconnect()

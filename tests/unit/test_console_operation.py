@@ -1,7 +1,7 @@
 """The operation page is complete on the server: its head, placement, vnodes by phase, steps
 and timeline are in the HTML itself (no script needed); its cancel is a form whose refusals
-come from the service the API calls; and each progress report is also rendered once as the
-rows it changed, which the page's socket swaps in by id."""
+come from the service the API calls; and each progress report is also rendered, by the page's
+socket, as the rows it changed that the page shows, which htmx swaps in by id."""
 
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from dashboard import live
 from dashboard.format import vnode_ranges
-from dashboard.live import operation_delta_html
+from dashboard.live import (
+    PAGE_CHANGES,
+    operation_delta_html,
+    operation_page_delta,
+    parse_step_ranges,
+    step_ranges,
+)
 from dashboard.operation_page import PHASE_INDEX, fragment_views, operation_summary
+from rescaler import events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.progress import operation_progress_record
@@ -169,6 +177,46 @@ def test_a_report_is_rendered_as_the_rows_it_changed(op: RescaleOperation) -> No
     patch = re.search(r'data-patch="([^"]+)"', rest)
     assert patch is not None
     assert str(PHASE_INDEX["collecting"]) in patch[1]
+
+
+def test_a_page_s_socket_names_the_rows_it_shows_as_ranges(
+    client: Client, op: RescaleOperation
+) -> None:
+    assert step_ranges([4, 1, 2, 3, 9, 11, 10]) == "1-4,9-11"
+    assert parse_step_ranges("1-4,9-11") == ((1, 4), (9, 11))
+    assert parse_step_ranges("7") == ((7, 7),)
+    for garbled in ("", "1-", "a", "1,,2", ",".join(["1"] * 129)):
+        assert parse_step_ranges(garbled) is None, garbled  # every row, as before
+    client.force_login(make_user("viewer"))
+    page = client.get(f"/operations/{op.operation_id}/?sort=-step").content.decode()
+    steps = op.steps.count()
+    socket = f"/ws/operations/{op.operation_id}/page/?version=0&amp;steps=1-{steps}"
+    assert f'ws-connect="{socket}"' in page
+
+
+def test_the_page_s_socket_renders_the_changed_rows_it_shows_once_per_version(
+    op: RescaleOperation, django_assert_num_queries: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording a report renders nothing (the event names what changed); a page's socket
+    renders the rows it shows of those, once per version and rows in the process."""
+    live._RENDERED.clear()
+    published: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "publish", lambda group, kind, payload: published.append(payload))
+    report(op, {1: StepPhase.COLLECTING, 3: StepPhase.COLLECTING}, {})
+    delta = next(p for p in published if PAGE_CHANGES in p)
+    assert delta[PAGE_CHANGES]["steps"] == [1, 3] and "page_html" not in delta
+    rows, rest = operation_page_delta(
+        operation_id=op.operation_id, payload=delta, shown=((2, 10),)
+    ) or ["", ""]
+    assert re.findall(r'id="(step-\d+)"', rows) == ["step-3"]
+    assert 'id="op-summary"' in rest
+    with django_assert_num_queries(0):  # a second page on the same rows: rendered already
+        again = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=((2, 10),))
+    assert again == [rows, rest]
+    everything = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
+    assert everything is not None
+    assert re.findall(r'id="(step-\d+)"', everything[0]) == ["step-1", "step-3"]
+    assert operation_page_delta(operation_id=op.operation_id, payload={}, shown=None) is None
 
 
 def test_the_summary_says_rate_and_eta_once_keys_move(op: RescaleOperation) -> None:
