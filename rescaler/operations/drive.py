@@ -226,6 +226,7 @@ class Watch(StrEnum):
 
 
 def operation_watch(pk: int) -> Watch:
+    """What the operation's watchdog finds: ended, driven under a live lease, or orphaned."""
     op = RescaleOperation.objects.filter(pk=pk).values("status", "lease_until").first()
     if op is None or op["status"] in FINAL:
         return Watch.FINAL
