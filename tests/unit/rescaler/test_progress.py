@@ -369,7 +369,8 @@ def test_the_queries_of_a_barrier_do_not_grow_with_the_operation(vnodes: int) ->
 
     with CaptureQueriesContext(connection) as queries, connection.execute_wrapper(count_rows):
         delta(op, [collecting], session="s", version=2, base=1)
-    assert len(queries.captured_queries) == 15, "\n".join(
+    # 11: the page's HTML (4 more) is no longer rendered here but by a watching page's socket
+    assert len(queries.captured_queries) == 11, "\n".join(
         q["sql"][:120] for q in queries.captured_queries
     )
     # the changed step's row (read to record it, and for its vnodes), and a few counted rows
