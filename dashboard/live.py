@@ -58,7 +58,9 @@ PAGE_CHANGES = "page_changes"
 
 # the step numbers a page shows, as its socket's ``steps`` parameter says them ("1-100,205")
 StepRanges = tuple[tuple[int, int], ...]
-STEP_RANGES = re.compile(r"\d{1,9}(?:-\d{1,9})?(?:,\d{1,9}(?:-\d{1,9})?){0,127}")
+MAX_RANGES = 128  # a page shows STEPS_PER_PAGE rows (100): at most that many ranges
+_RANGE = r"\d{1,9}(?:-\d{1,9})?"
+STEP_RANGES = re.compile(rf"{_RANGE}(?:,{_RANGE}){{0,{MAX_RANGES - 1}}}")
 
 
 def operation_delta(
@@ -108,14 +110,14 @@ def operation_delta(
 
 def step_ranges(steps: list[int]) -> str:
     """The step numbers a page shows, as ranges: "1-100" for a sorted page, "3,9-10" otherwise
-    (at most 128: a page shows ``STEPS_PER_PAGE`` rows, 100)."""
+    (at most ``MAX_RANGES``)."""
     ranges: list[list[int]] = []
     for step in sorted(set(steps)):
         if ranges and step == ranges[-1][1] + 1:
             ranges[-1][1] = step
         else:
             ranges.append([step, step])
-    return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges[:128])
+    return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges[:MAX_RANGES])
 
 
 def parse_step_ranges(text: str) -> StepRanges | None:

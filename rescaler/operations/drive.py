@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
 from rescaler.audit.services import audit_record
@@ -99,12 +99,16 @@ def orchestrator_tick(orchestrator: Orchestrator) -> Tick:
         return orchestrator.tick()
 
 
+def _lease_free(now: dt.datetime) -> Q:
+    """An operation no driver holds: it has no lease, or its lease expired."""
+    return Q(lease_until__isnull=True) | Q(lease_until__lt=now)
+
+
 def _take_lease(pk: int, owner: str, seconds: float) -> bool:
     now = timezone.now()
-    taken = RescaleOperation.objects.filter(
-        Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner),
-        pk=pk,
-    ).update(lease_owner=owner, lease_until=now + dt.timedelta(seconds=seconds))
+    taken = RescaleOperation.objects.filter(_lease_free(now) | Q(lease_owner=owner), pk=pk).update(
+        lease_owner=owner, lease_until=now + dt.timedelta(seconds=seconds)
+    )
     return taken == 1
 
 
@@ -227,9 +231,13 @@ class Watch(StrEnum):
 
 def operation_watch(pk: int) -> Watch:
     """What the operation's watchdog finds: ended, driven under a live lease, or orphaned."""
-    op = RescaleOperation.objects.filter(pk=pk).values("status", "lease_until").first()
-    if op is None or op["status"] in FINAL:
+    free = (
+        RescaleOperation.objects.filter(pk=pk)
+        .exclude(status__in=FINAL)
+        .annotate(free=ExpressionWrapper(_lease_free(timezone.now()), BooleanField()))
+        .values_list("free", flat=True)
+        .first()
+    )
+    if free is None:
         return Watch.FINAL
-    if op["lease_until"] is not None and op["lease_until"] >= timezone.now():
-        return Watch.DRIVEN
-    return Watch.ORPHANED
+    return Watch.ORPHANED if free else Watch.DRIVEN

@@ -37,7 +37,7 @@ def drive_operation(self: Any, pk: int) -> str:
     """Drive an operation for a while; re-queue itself until it ends.
 
     Each run is bounded (RESCALER_DRIVE_BUDGET_S) so that no message stays unacknowledged for
-    long; a killed worker's operation is picked up by the next worker (see resume below).
+    long; a killed worker's operation is picked up by the operation's watchdog (below).
     """
     # the owner is the task's id, which its retries keep: a run that Postgres's restart broke
     # with the lease taken runs again as the same driver, not as one the lease keeps out

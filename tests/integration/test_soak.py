@@ -28,11 +28,7 @@ import pytest
 
 from tests.integration.stack import REPO
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.spark,
-    pytest.mark.timeout(1500),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]
 
 SEED = 7
 
