@@ -25,7 +25,6 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from django.db.models import Prefetch, prefetch_related_objects
 from django.dispatch import receiver
 from django.template.loader import render_to_string
 
@@ -88,16 +87,8 @@ def operation_delta(
     changed["waiting"] = None if waiting is None else waiting.to_json()
     changed["steps_done"] = counts.done
     vnodes: list[Any] = []
-    if steps:
-        # the document's vnode rows, of the changed steps only
-        only = RescaleOperation(pk=operation.pk)
-        prefetch_related_objects(
-            [only],
-            Prefetch("steps", queryset=RescaleStep.objects.filter(pk__in=[s.pk for s in steps])),
-        )
-        vnodes = list(
-            OperationVnodeSerializer(selectors.operation_vnodes(operation=only), many=True).data
-        )
+    if steps:  # the document's vnode rows, of the changed steps only
+        vnodes = list(OperationVnodeSerializer(selectors.step_vnodes(steps), many=True).data)
     return {
         "operation_id": operation.operation_id,
         "progress_version": version,

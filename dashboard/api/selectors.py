@@ -7,6 +7,7 @@ Each function answers one endpoint in a fixed, small number of queries (no query
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -395,8 +396,13 @@ def operation_events(*, operation: RescaleOperation) -> QuerySet[AuditEvent]:
 def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
     """Per vnode of the operation: its step, where its records go, and its own figures (the
     step's PUs and phase are said once, by the step)."""
+    return step_vnodes(operation.steps.all())
+
+
+def step_vnodes(steps: Iterable[RescaleStep]) -> list[dict[str, Any]]:
+    """``operation_vnodes`` of these steps only (a delta event's changed steps)."""
     rows = []
-    for step in operation.steps.all():
+    for step in steps:
         routing = ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE)
         for vnode in step.vnodes:
             figures = (step.per_vnode or {}).get(str(vnode)) or {}

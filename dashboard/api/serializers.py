@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dashboard.api import selectors
+from dashboard.api.rows import RowSerializer
 from dashboard.format import moved_figures
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
@@ -315,7 +316,7 @@ class OperationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class StepSerializer(serializers.ModelSerializer):
+class StepSerializer(RowSerializer, serializers.ModelSerializer):
     """A step once: as planned (vnodes, PUs, keys, bytes) and as the runner last reported it;
     its vnodes' own figures are the document's ``vnodes``."""
 
@@ -335,7 +336,7 @@ class StepSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class OperationVnodeSerializer(serializers.Serializer):
+class OperationVnodeSerializer(RowSerializer):
     """A vnode of the operation: its step (whose PUs and phase are the step's) and its own
     figures."""
 
@@ -378,7 +379,7 @@ class RunnerProgressSerializer(serializers.Serializer):
     )
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(RowSerializer, serializers.ModelSerializer):
     actor_name = serializers.CharField(
         help_text='Who acted: a username, or the component ("orchestrator", "runner").'
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rescaler.audit.models import AuditEvent
+from rescaler.bulk import rows_insert
 
 
 def _event(
@@ -49,4 +50,4 @@ def audit_record_many(changes: list[dict[str, Any]]) -> list[AuditEvent]:
     """Append several events in one INSERT, in order; each of ``changes`` holds the arguments
     of ``audit_record``. For a writer of many changes at once (a barrier where hundreds of
     steps change phase), where one INSERT per event is most of its time."""
-    return AuditEvent.objects.bulk_create([_event(**change) for change in changes])
+    return rows_insert([_event(**change) for change in changes])

@@ -12,7 +12,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from rescaler.audit.services import audit_record_many
-from rescaler.bulk import rows_update
+from rescaler.bulk import rows_insert, rows_update
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -271,7 +271,7 @@ def commands_submit(
         except Pipeline.DoesNotExist:
             raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
     asker = user if user is not None and user.is_authenticated else None
-    commands = RunnerCommand.objects.bulk_create(
+    commands = rows_insert(
         [
             RunnerCommand(pipeline=target, kind=kind, payload=payload, created_by=asker)
             for payload in payloads
