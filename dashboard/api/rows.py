@@ -65,7 +65,7 @@ def _plan_of(serializer: serializers.Serializer) -> list[tuple[str, str, Convert
         convert = _simple(field) if len(field.source_attrs) == 1 else None
         if convert is None:
             return None
-        plan.append((field.field_name, field.source_attrs[0], convert))
+        plan.append((str(field.field_name), field.source_attrs[0], convert))
     return plan
 
 
