@@ -113,8 +113,9 @@ def test_a_barrier_where_one_step_changed_writes_that_step_only(op: RescaleOpera
     with CaptureQueriesContext(connection) as queries:
         barrier(op, sent)
     (update,) = writes(queries, "operations_rescalestep")
-    # one array per column, the first of the primary keys: one row, the step that changed
-    assert f"FROM unnest('{{{changed.pk}}}'::" in update, update
+    # the rows as one JSON array: one row, the step that changed
+    assert f"jsonb_to_recordset('[{{\"id\":{changed.pk},\"phase\"" in update, update
+    assert update.count('{"id":') == 1, update
     assert len(writes(queries, "operations_rescaleoperation")) == 1
     assert len(writes(queries, "operations_auditevent")) == 1  # step 2's new phase
     # 7 to record it (the rows of the reported steps, then one UPDATE of those that changed),
