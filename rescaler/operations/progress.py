@@ -107,7 +107,12 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Pro
     changes: list[tuple[RescaleStep, str]] = []  # (step, its phase before)
     audited: list[AuditEvent] = []
     with transaction.atomic():
-        op = RescaleOperation.objects.select_for_update().filter(operation_id=operation_id).first()
+        op = (
+            RescaleOperation.objects.select_for_update()
+            .defer("plan")  # megabytes in a large operation; a report needs none of it
+            .filter(operation_id=operation_id)
+            .first()
+        )
         if op is None:  # an operation started without the control plane (python -m workers)
             events.publish(CLUSTER_GROUP, Event.OPERATION_PROGRESS, report.summary_json())
             return ProgressAck(operation_id, report.session, report.version)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.postgres.aggregates import ArrayAgg
+from django.db import connection
 from django.db.models import Avg, OuterRef, Q, Subquery, Value
 
 from rescaler.cluster.models import EpochMetric, Fragment, ParallelUnit, Pipeline, VnodeMapping
@@ -141,13 +142,30 @@ class Moved:
 MOVED_MEASURES = ("keys", "bytes", "vnodes")
 
 
+def planned_moves(op: RescaleOperation) -> dict[str, int]:
+    """The plan's keys, bytes and vnodes to move: summed from the plan when it is loaded, else
+    by Postgres, so that who reads the operation without its plan (a barrier; a large
+    operation's plan is megabytes) does not read it for three numbers."""
+    if "plan" not in op.get_deferred_fields():
+        fragments = (op.plan or {}).get("fragments", {}).values()
+        return {m: sum(int(f.get(f"{m}_moved", 0)) for f in fragments) for m in MOVED_MEASURES}
+    sums = ", ".join(f"coalesce(sum((f.value ->> '{m}_moved')::bigint), 0)" for m in MOVED_MEASURES)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {sums} FROM {RescaleOperation._meta.db_table} AS o, "
+            "jsonb_each(o.plan -> 'fragments') AS f WHERE o.id = %s",
+            [op.pk],
+        )
+        row = cursor.fetchone() or (0,) * len(MOVED_MEASURES)
+    return {m: int(v) for m, v in zip(MOVED_MEASURES, row, strict=True)}
+
+
 def operation_moved(op: RescaleOperation, *, counts: StepCounts | None = None) -> dict[str, Moved]:
     """Keys, bytes and vnodes of the operation, planned against moved. A step that moved more
     than planned carried new arrivals; one that moved less lost some on the way (a key deleted
     meanwhile): only the surplus counts as arrived. ``counts``: the steps counted, when the
     caller has them."""
-    fragments = (op.plan or {}).get("fragments", {}).values()
-    planned = {m: sum(int(f.get(f"{m}_moved", 0)) for f in fragments) for m in MOVED_MEASURES}
+    planned = planned_moves(op)
     moved = {"keys": op.keys_moved, "bytes": op.bytes_moved, "vnodes": op.vnodes_moved}
     counts = counts or step_counts(op)
     surplus = {"keys": counts.keys_surplus, "bytes": counts.bytes_surplus}
