@@ -403,7 +403,7 @@ def step_vnodes(steps: Iterable[RescaleStep]) -> list[dict[str, Any]]:
     """``operation_vnodes`` of these steps only (a delta event's changed steps)."""
     rows = []
     for step in steps:
-        routing = ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE)
+        routing = ROUTING_BY_PHASE.get(step.phase, Routing.SOURCE)  # type: ignore[call-overload]
         for vnode in step.vnodes:
             figures = (step.per_vnode or {}).get(str(vnode)) or {}
             rows.append(

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dashboard.api import selectors
-from dashboard.api.rows import RowSerializer
+from dashboard.api.rows import RowListSerializer, RowSerializer
 from dashboard.format import moved_figures
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
@@ -327,6 +327,7 @@ class StepSerializer(RowSerializer, serializers.ModelSerializer):
 
     class Meta:
         model = RescaleStep
+        list_serializer_class = RowListSerializer
         fields = [
             "step", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
             "keys_moved", "bytes_moved", "hold_queue", "hold_bytes", "collect_epoch",
@@ -388,6 +389,7 @@ class AuditEventSerializer(RowSerializer, serializers.ModelSerializer):
 
     class Meta:
         model = AuditEvent
+        list_serializer_class = RowListSerializer
         fields = [
             "id", "at", "actor_name", "action", "object_type", "object_id", "before", "after"
         ]  # fmt: skip

@@ -125,3 +125,23 @@ def test_a_step_row_from_the_database_is_unchanged_by_the_fast_pass(op: RescaleO
     step = RescaleStep.objects.filter(operation=op).first()
     assert step is not None
     assert StepSerializer(step).data == drf(StepSerializer(), step)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_times_in_a_list_are_drf_s_in_the_current_time_zone(
+    op: RescaleOperation, zone: str
+) -> None:
+    """A list reads the time zone once (``RowListSerializer``): the same text as DRF's pass in
+    any zone, aware or naive."""
+    from django.utils import timezone
+
+    steps = list(op.steps.order_by("step"))
+    steps[0].updated_at = dt.datetime(2026, 11, 27, 8, 30, 0, 123456, tzinfo=dt.UTC)
+    steps[1].updated_at = dt.datetime(2026, 6, 1, 23, 59, 59)  # naive: DRF makes it aware
+    with timezone.override(zone):
+        fast = StepSerializer(steps, many=True).data
+        slow = [drf(StepSerializer(), s) for s in steps]
+    assert [r["updated_at"] for r in fast] == [r["updated_at"] for r in slow]
+    assert list(fast) == slow
+    assert isinstance(StepSerializer(many=True), serializers.ListSerializer)
+    assert StepSerializer(many=True).__class__.__name__ == "RowListSerializer"
