@@ -43,14 +43,23 @@ class StepCounts:
     exporting_since: float | None  # when the earliest of them started collecting (unix s)
     keys_surplus: int  # moved beyond the plan, step by step (arrivals during the move)
     bytes_surplus: int
+    # as planned: the steps partition the plan's moves (``planner.split_steps``), so these are
+    # the plan's own totals wherever the operation has steps
+    keys_planned: int = 0
+    bytes_planned: int = 0
+    vnodes_planned: int = 0
 
     @classmethod
     def of_rows(cls, rows: Iterable[RescaleStep]) -> StepCounts:
         """Counted from loaded rows (the same figures as ``step_counts``' query)."""
         total = known = done = moving = exporting = vnodes = keys = nbytes = 0
+        planned = [0, 0, 0]  # keys, bytes, vnodes
         since: float | None = None
         for s in rows:
             total += 1
+            planned[0] += s.keys
+            planned[1] += s.bytes
+            planned[2] += len(s.vnodes)
             keys += max(s.keys_moved - s.keys, 0)
             nbytes += max(s.bytes_moved - s.bytes, 0)
             if s.phase == StepPhase.PLANNED:
@@ -64,7 +73,7 @@ class StepCounts:
                 at = (s.timings or {}).get(StepPhase.COLLECTING)
                 if at is not None:
                     since = float(at) if since is None else min(since, float(at))
-        return cls(total, known, done, moving, exporting, vnodes, since, keys, nbytes)
+        return cls(total, known, done, moving, exporting, vnodes, since, keys, nbytes, *planned)
 
 
 def _prefetched_steps(op: RescaleOperation) -> list[RescaleStep] | None:
@@ -92,6 +101,9 @@ def step_counts(op: RescaleOperation) -> StepCounts:
         ),
         keys_surplus=Coalesce(Sum(Greatest(F("keys_moved") - F("keys"), zero)), zero),
         bytes_surplus=Coalesce(Sum(Greatest(F("bytes_moved") - F("bytes"), zero)), zero),
+        keys_planned=Coalesce(Sum("keys"), zero),
+        bytes_planned=Coalesce(Sum("bytes"), zero),
+        vnodes_planned=Coalesce(Sum(JsonArrayLength("vnodes")), zero),
     )
     return StepCounts(**figures)
 

@@ -142,10 +142,17 @@ class Moved:
 MOVED_MEASURES = ("keys", "bytes", "vnodes")
 
 
-def planned_moves(op: RescaleOperation) -> dict[str, int]:
-    """The plan's keys, bytes and vnodes to move: summed from the plan when it is loaded, else
-    by Postgres, so that who reads the operation without its plan (a barrier; a large
-    operation's plan is megabytes) does not read it for three numbers."""
+def planned_moves(op: RescaleOperation, counts: StepCounts | None = None) -> dict[str, int]:
+    """The plan's keys, bytes and vnodes to move. Where the operation has steps, their sums
+    (``counts``): the steps partition the plan's moves. Else from the plan: summed from it when
+    it is loaded, else by Postgres, so that who reads the operation without its plan (a barrier;
+    a large operation's plan is megabytes) does not read it for three numbers."""
+    if counts is not None and counts.total:
+        return {
+            "keys": counts.keys_planned,
+            "bytes": counts.bytes_planned,
+            "vnodes": counts.vnodes_planned,
+        }
     if "plan" not in op.get_deferred_fields():
         fragments = (op.plan or {}).get("fragments", {}).values()
         return {m: sum(int(f.get(f"{m}_moved", 0)) for f in fragments) for m in MOVED_MEASURES}
@@ -165,9 +172,9 @@ def operation_moved(op: RescaleOperation, *, counts: StepCounts | None = None) -
     than planned carried new arrivals; one that moved less lost some on the way (a key deleted
     meanwhile): only the surplus counts as arrived. ``counts``: the steps counted, when the
     caller has them."""
-    planned = planned_moves(op)
-    moved = {"keys": op.keys_moved, "bytes": op.bytes_moved, "vnodes": op.vnodes_moved}
     counts = counts or step_counts(op)
+    planned = planned_moves(op, counts)
+    moved = {"keys": op.keys_moved, "bytes": op.bytes_moved, "vnodes": op.vnodes_moved}
     surplus = {"keys": counts.keys_surplus, "bytes": counts.bytes_surplus}
     result = {}
     for measure in MOVED_MEASURES:
