@@ -25,7 +25,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils.html import format_html
 
-from dashboard.live import PAGE_CHANGES, StepRanges, operation_page_delta, parse_step_ranges
+from dashboard.live import (
+    PAGE_CHANGES,
+    StepRanges,
+    operation_page_delta,
+    operation_page_watched,
+    parse_step_ranges,
+)
 from rescaler.events import CLUSTER_GROUP, operation_group
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import operation_exists
@@ -146,6 +152,7 @@ def _progress_version(operation_id: str) -> int | None:
 
 
 _page_delta = database_sync_to_async(operation_page_delta)
+_page_watched = database_sync_to_async(operation_page_watched)
 
 
 class OperationPageConsumer(OperationConsumer):
@@ -177,6 +184,7 @@ class OperationPageConsumer(OperationConsumer):
         stale = now is None or now != self.version
         self.version = now or 0
         await self.send(text_data=LIVE + (RESYNC if stale else ""))
+        await _page_watched(operation_id=operation_id)
 
     async def resync(self, event: dict[str, Any]) -> None:
         """Any event but progress (requested, cancelling, finished): re-read the page."""

@@ -188,7 +188,9 @@ def operation_page_delta(
     if key in _RENDERED:
         _RENDERED.move_to_end(key)
         return _RENDERED[key]
-    operation = RescaleOperation.objects.filter(operation_id=operation_id).first()
+    # the plan (megabytes of mappings at 32,768 vnodes) is read only if this process has not
+    # kept its placements yet (``operation_page.planned_placements``)
+    operation = RescaleOperation.objects.defer("plan").filter(operation_id=operation_id).first()
     if operation is None:
         return None
     steps = list(RescaleStep.objects.filter(operation=operation, step__in=changes["steps"]))
@@ -201,6 +203,15 @@ def operation_page_delta(
     while len(_RENDERED) > RENDERED_KEPT:
         _RENDERED.popitem(last=False)
     return html
+
+
+def operation_page_watched(*, operation_id: str) -> None:
+    """A page's socket started watching the operation: read its plan's placements now
+    (``operation_page.planned_placements``), once per process, so that the page's first delta
+    is not the one that reads the plan."""
+    operation = RescaleOperation.objects.filter(operation_id=operation_id).first()
+    if operation is not None:
+        operation_page.planned_placements(operation)
 
 
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")

@@ -10,7 +10,7 @@ more than its steps and audit events.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -252,11 +252,46 @@ def _steps_prefetched(op: RescaleOperation) -> bool:
     return "steps" in getattr(op, "_prefetched_objects_cache", {})
 
 
+@dataclass(frozen=True)
+class PlannedPlacement:
+    """A fragment of the plan as the live delta counts it: its vnodes, and how many of them
+    each PU holds before and after the operation."""
+
+    vnodes: int
+    before: Counter[int]
+    after: Counter[int]
+
+
+# the planned placements of the last operations whose deltas this process rendered, by
+# operation id: a plan never changes once its operation exists, and at 32,768 vnodes reading it
+# (megabytes of mappings) was most of a live delta's cost
+_PLACEMENTS: OrderedDict[str, dict[str, PlannedPlacement]] = OrderedDict()
+PLACEMENTS_KEPT = 8
+
+
+def planned_placements(op: RescaleOperation) -> dict[str, PlannedPlacement]:
+    """Per fragment of the plan, its ``PlannedPlacement``: read from the plan once per process
+    (the operation may come without its plan: it is read only then)."""
+    kept = _PLACEMENTS.get(op.operation_id)
+    if kept is not None:
+        _PLACEMENTS.move_to_end(op.operation_id)
+        return kept
+    placements = {}
+    for name, frag in ((op.plan or {}).get("fragments") or {}).items():
+        before = [int(pu) for pu in frag.get("mapping_before") or []]
+        after = [int(pu) for pu in frag.get("mapping_after") or []]
+        placements[name] = PlannedPlacement(len(before), Counter(before), Counter(after))
+    _PLACEMENTS[op.operation_id] = placements
+    while len(_PLACEMENTS) > PLACEMENTS_KEPT:
+        _PLACEMENTS.popitem(last=False)
+    return placements
+
+
 def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[FragmentView]:
     """``fragment_views`` for the live delta, counted in the database rather than from every
     step: each fragment's vnodes per phase, and the placement rows of ``pus`` only (no grid:
     the delta's ``vnode_patch`` repaints the vnodes that changed)."""
-    fragments = sorted(((op.plan or {}).get("fragments") or {}).items())
+    fragments = sorted(planned_placements(op).items())
     steps = RescaleStep.objects.filter(operation_id=op.pk)
     in_steps: dict[str, Counter[str]] = {}
     for fragment, phase, vnodes in (
@@ -277,13 +312,11 @@ def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[
         ):
             counted[(fragment, pu)] += vnodes
     views = []
-    for name, frag in fragments:
-        before = [int(pu) for pu in frag.get("mapping_before") or []]
-        after = [int(pu) for pu in frag.get("mapping_after") or []]
+    for name, planned in fragments:
         phases = in_steps.get(name, Counter())
         per_phase = Counter({str(p): n for p, n in phases.items()})
-        per_phase[OWNED] = len(before) - sum(phases.values())
-        placed_before, placed_after = Counter(before), Counter(after)
+        per_phase[OWNED] = planned.vnodes - sum(phases.values())
+        placed_before, placed_after = planned.before, planned.after
         placement = tuple(
             PlacementRow(
                 name,
@@ -300,7 +333,7 @@ def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[
             for phase in PHASES
             if per_phase[phase]
         )
-        views.append(FragmentView(name, len(before), (), phase_counts, placement))
+        views.append(FragmentView(name, planned.vnodes, (), phase_counts, placement))
     return views
 
 

@@ -257,3 +257,46 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     assert per_source(bare, only=sources) == per_source(every, only=sources)
     assert step_counts(bare) == StepCounts.of_rows(every.steps.all())
     assert step_counts(bare).done == 1 and step_counts(bare).exporting == 1
+
+
+def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
+    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
+) -> None:
+    """The plan (megabytes of mappings at 32,768 vnodes) never changes once the operation
+    exists: a page's socket reads its placements when it starts watching, and no delta reads
+    the plan again; what the deltas say is the same as when each read it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard import operation_page
+
+    operation_page._PLACEMENTS.clear()
+    published: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "publish", lambda group, kind, payload: published.append(payload))
+    report(op, {1: StepPhase.COLLECTING}, {})
+    report(op, {1: StepPhase.DONE, 2: StepPhase.COLLECTING}, {1: 5})
+    first, second = (p for p in published if PAGE_CHANGES in p)
+
+    def plan_reads(queries: CaptureQueriesContext) -> int:
+        return sum('"plan"' in q["sql"] for q in queries.captured_queries)
+
+    live._RENDERED.clear()
+    fresh = [
+        operation_page_delta(operation_id=op.operation_id, payload=p, shown=None)
+        for p in (first, second)
+    ]
+    live._RENDERED.clear()
+    operation_page._PLACEMENTS.clear()
+    with CaptureQueriesContext(connection) as watched:
+        live.operation_page_watched(operation_id=op.operation_id)
+    assert plan_reads(watched) == 1
+    with CaptureQueriesContext(connection) as deltas:
+        kept = [
+            operation_page_delta(operation_id=op.operation_id, payload=p, shown=None)
+            for p in (first, second)
+        ]
+    assert plan_reads(deltas) == 0
+    strip = re.compile(r'data-rendered-at="[^"]*"')
+    assert [[strip.sub("", h) for h in k or []] for k in kept] == [
+        [strip.sub("", h) for h in f or []] for f in fresh
+    ]
