@@ -158,7 +158,7 @@ def operation_delta_html(
         ),
         "measures": operation_page.MEASURES,
         "patch": json.dumps(operation_page.vnode_patch(steps), separators=(",", ":")),
-        "events": events,
+        "events": operation_page.timeline_tail(events),
         # when the delta left the server, for the page's measure of how late events reach it
         "rendered_at": f"{time.time():.3f}",
     }

@@ -424,12 +424,30 @@ def in_phase(step: RescaleStep, *, now: float | None = None) -> str:
     return duration((time.time() if now is None else now) - float(since))
 
 
-def timeline(op: RescaleOperation, *, after_id: int | None = None) -> list[AuditEvent]:
-    """The operation's audit events, oldest first (those after ``after_id`` when given)."""
-    events = operation_events(operation=op)
-    if after_id is not None:
-        events = events.filter(id__gt=after_id)
-    return list(events)
+# the timeline shows the operation's last events: a 16,384-step operation records about 65,000
+# (each step's phases, each step command), which no page can show nor any reader follow; all of
+# them are in the operation document (``events``) and the audit log
+TIMELINE_SHOWN = 100
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The events a page's timeline shows (oldest first) and whether earlier ones exist."""
+
+    events: list[AuditEvent]
+    earlier: bool
+
+
+def timeline(op: RescaleOperation) -> Timeline:
+    """The operation's last ``TIMELINE_SHOWN`` audit events, oldest first."""
+    last = list(operation_events(operation=op).reverse()[: TIMELINE_SHOWN + 1])
+    return Timeline(last[:TIMELINE_SHOWN][::-1], earlier=len(last) > TIMELINE_SHOWN)
+
+
+def timeline_tail(events: list[AuditEvent]) -> list[AuditEvent]:
+    """Of a delta's new events (oldest first), those the timeline shows: the last
+    ``TIMELINE_SHOWN``; the page keeps its last ``TIMELINE_SHOWN`` in view (app.css)."""
+    return events[-TIMELINE_SHOWN:]
 
 
 def page_context(op: RescaleOperation) -> dict[str, Any]:
@@ -439,7 +457,8 @@ def page_context(op: RescaleOperation) -> dict[str, Any]:
         "summary": operation_summary(op),
         "fragments": fragment_views(op),
         "per_source": per_source(op),
-        "events": timeline(op),
+        "timeline": timeline(op),
+        "timeline_shown": TIMELINE_SHOWN,
         "phases": [(p, PHASE_SYMBOL[p], PHASE_LEGEND[p]) for p in PHASES],
         "measures": MEASURES,
     }

@@ -300,3 +300,50 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
     assert [[strip.sub("", h) for h in k or []] for k in kept] == [
         [strip.sub("", h) for h in f or []] for f in fresh
     ]
+
+
+def test_the_timeline_shows_the_last_events_and_says_where_the_others_are(
+    client: Client, op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 16,384-step operation records about 65,000 events: the page shows the last
+    ``TIMELINE_SHOWN`` (oldest first) and names where every one is; a live delta sends at
+    most as many, the newest."""
+    from dashboard import operation_page
+    from rescaler.audit.services import audit_record_many
+
+    monkeypatch.setattr(operation_page, "TIMELINE_SHOWN", 5)
+    client.force_login(make_user("viewer"))
+    page = client.get(f"/operations/{op.operation_id}/").content.decode()
+    assert "operation.requested" in text(page) and 'id="timeline-earlier"' not in page
+
+    made = audit_record_many(
+        [
+            {
+                "actor_name": "runner",
+                "action": f"step.n{n}",
+                "obj": ("step", f"{op.operation_id}/{n}"),
+            }
+            for n in range(1, 9)
+        ]
+    )
+    page = client.get(f"/operations/{op.operation_id}/").content.decode()
+    timeline = re.search(r'<ol id="timeline".*?</ol>', page, re.S)
+    assert timeline is not None
+    assert re.findall(r"step\.n(\d)", timeline[0]) == ["4", "5", "6", "7", "8"]
+    assert "operation.requested" not in timeline[0]
+    earlier = re.search(r'<p [^>]*id="timeline-earlier".*?</p>', page, re.S)
+    assert earlier is not None and "The last 5 events" in text(earlier[0])
+    assert f'href="/api/v1/operations/{op.operation_id}"' in earlier[0]
+
+    html = operation_delta_html(operation=op, steps=[], events=made, waiting=None, shown=None)
+    assert re.findall(r"step\.n(\d)", html[-1]) == ["4", "5", "6", "7", "8"]
+
+
+def test_the_page_keeps_as_many_events_in_view_as_the_server_sends() -> None:
+    """Live deltas append to the timeline; app.css hides all but its last ``TIMELINE_SHOWN``."""
+    from pathlib import Path
+
+    from dashboard.operation_page import TIMELINE_SHOWN
+
+    css = (Path(__file__).resolve().parents[2] / "static/dashboard/app.css").read_text()
+    assert f".timeline li:nth-last-child(n+{TIMELINE_SHOWN + 1}) {{ display: none; }}" in css
