@@ -48,3 +48,11 @@ def percent(share: float | None) -> str:
     if share is None:
         return "–"
     return f"{round(share * 100)} %"
+
+
+@register.filter
+def milestone(event: Any) -> bool:
+    """Whether an audit event is one of its operation's own (``operation_page.is_milestone``)."""
+    from dashboard.operation_page import is_milestone
+
+    return is_milestone(event)

@@ -305,9 +305,9 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
 def test_the_timeline_shows_the_last_events_and_says_where_the_others_are(
     client: Client, op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 16,384-step operation records about 65,000 events: the page shows the last
-    ``TIMELINE_SHOWN`` (oldest first) and names where every one is; a live delta sends at
-    most as many, the newest."""
+    """A 16,384-step operation records about 65,000 events: the page shows its milestones and
+    its last ``TIMELINE_SHOWN`` other events (oldest first) and names where every one is; a
+    live delta sends at most as many, the newest."""
     from dashboard import operation_page
     from rescaler.audit.services import audit_record_many
 
@@ -330,9 +330,11 @@ def test_the_timeline_shows_the_last_events_and_says_where_the_others_are(
     timeline = re.search(r'<ol id="timeline".*?</ol>', page, re.S)
     assert timeline is not None
     assert re.findall(r"step\.n(\d)", timeline[0]) == ["4", "5", "6", "7", "8"]
-    assert "operation.requested" not in timeline[0]
+    # the operation's own events (its milestones) stay, first as they came first
+    assert text(timeline[0]).split()[1] == "operation.requested"
+    assert 'class="milestone"' in timeline[0]
     earlier = re.search(r'<p [^>]*id="timeline-earlier".*?</p>', page, re.S)
-    assert earlier is not None and "The last 5 events" in text(earlier[0])
+    assert earlier is not None and "its last 5 other events" in text(earlier[0])
     assert f'href="/api/v1/operations/{op.operation_id}"' in earlier[0]
 
     html = operation_delta_html(operation=op, steps=[], events=made, waiting=None, shown=None)
@@ -340,10 +342,28 @@ def test_the_timeline_shows_the_last_events_and_says_where_the_others_are(
 
 
 def test_the_page_keeps_as_many_events_in_view_as_the_server_sends() -> None:
-    """Live deltas append to the timeline; app.css hides all but its last ``TIMELINE_SHOWN``."""
+    """Live deltas append to the timeline; app.css hides all but its milestones and its last
+    ``TIMELINE_SHOWN``."""
     from pathlib import Path
 
     from dashboard.operation_page import TIMELINE_SHOWN
 
     css = (Path(__file__).resolve().parents[2] / "static/dashboard/app.css").read_text()
-    assert f".timeline li:nth-last-child(n+{TIMELINE_SHOWN + 1}) {{ display: none; }}" in css
+    rule = (
+        f".timeline li:nth-last-child(n+{TIMELINE_SHOWN + 1}):not(.milestone) {{ display: none; }}"
+    )
+    assert rule in css
+
+
+def test_a_delta_keeps_its_milestones_and_its_newest_other_events(
+    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dashboard import operation_page
+
+    monkeypatch.setattr(operation_page, "TIMELINE_SHOWN", 2)
+    made = [
+        AuditEvent(action=action, object_type="step", object_id=str(n))
+        for n, action in enumerate(["step.a", "operation.started", "step.b", "step.c", "step.d"])
+    ]
+    kept = operation_page.timeline_tail(made)
+    assert [e.action for e in kept] == ["operation.started", "step.c", "step.d"]
