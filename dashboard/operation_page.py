@@ -425,7 +425,7 @@ def in_phase(step: RescaleStep, *, now: float | None = None) -> str:
 
 
 # the timeline shows the operation's milestones (requested, started, cancel requested, its end)
-# and its last other events: a 16,384-step operation records about 65,000 (each step's phases,
+# and its last other events: a 16,384-step operation records about 82,000 (each step's phases,
 # each step command), which no page can show nor any reader follow; every one is in the
 # operation document (``events``) and the audit log
 TIMELINE_SHOWN = 100

@@ -305,7 +305,7 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
 def test_the_timeline_shows_the_last_events_and_says_where_the_others_are(
     client: Client, op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 16,384-step operation records about 65,000 events: the page shows its milestones and
+    """A 16,384-step operation records about 82,000 events: the page shows its milestones and
     its last ``TIMELINE_SHOWN`` other events (oldest first) and names where every one is; a
     live delta sends at most as many, the newest."""
     from dashboard import operation_page
