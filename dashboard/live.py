@@ -209,9 +209,7 @@ def operation_page_watched(*, operation_id: str) -> None:
     """A page's socket started watching the operation: read its plan's placements now
     (``operation_page.planned_placements``), once per process, so that the page's first delta
     is not the one that reads the plan."""
-    operation = RescaleOperation.objects.filter(operation_id=operation_id).first()
-    if operation is not None:
-        operation_page.planned_placements(operation)
+    operation_page.keep_planned_placements(operation_id)
 
 
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")

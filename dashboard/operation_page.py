@@ -287,6 +287,16 @@ def planned_placements(op: RescaleOperation) -> dict[str, PlannedPlacement]:
     return placements
 
 
+def keep_planned_placements(operation_id: str) -> None:
+    """Read the operation's ``planned_placements`` now unless this process keeps them already
+    (a page started watching it: its first delta need not read the plan)."""
+    if operation_id in _PLACEMENTS:
+        return
+    op = RescaleOperation.objects.only("operation_id", "plan").filter(operation_id=operation_id)
+    for found in op:
+        planned_placements(found)
+
+
 def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[FragmentView]:
     """``fragment_views`` for the live delta, counted in the database rather than from every
     step: each fragment's vnodes per phase, and the placement rows of ``pus`` only (no grid:

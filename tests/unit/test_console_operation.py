@@ -289,7 +289,8 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
     operation_page._PLACEMENTS.clear()
     with CaptureQueriesContext(connection) as watched:
         live.operation_page_watched(operation_id=op.operation_id)
-    assert plan_reads(watched) == 1
+        live.operation_page_watched(operation_id=op.operation_id)  # a second page: kept
+    assert plan_reads(watched) == 1 and len(watched.captured_queries) == 1
     with CaptureQueriesContext(connection) as deltas:
         kept = [
             operation_page_delta(operation_id=op.operation_id, payload=p, shown=None)
