@@ -49,10 +49,12 @@ def target_counts(
 
 
 def _keep_near(owned: list[int], slots: int, size: Sequence[int], target: float) -> list[int]:
-    """``slots`` of the owned vnodes whose bytes add up close to ``target``: largest first, each
-    kept only if the smallest vnodes can still fill the other free slots within the target."""
-    # by size, largest first, ties by vnode: a stable sort of the sorted vnodes
-    order = sorted(sorted(owned), key=size.__getitem__, reverse=True)
+    """``slots`` of the owned vnodes (in vnode order) whose bytes add up close to ``target``:
+    largest first, each kept only if the smallest vnodes can still fill the other free slots
+    within the target."""
+    # by size, largest first, ties by vnode: ``owned`` is in vnode order, and a sort in reverse
+    # keeps equal items in their order
+    order = sorted(owned, key=size.__getitem__, reverse=True)
     count = len(order)
     # smallest[k]: bytes of the k smallest vnodes (the tail of ``order``)
     smallest = list(accumulate((size[v] for v in reversed(order)), initial=0))
@@ -151,11 +153,13 @@ def plan_fragment(
         by_load = [(load[pu], pu) for pu in open_units]
         heapq.heapify(by_load)
         for _, vnode in sorted([(-size[v], v) for v, _ in leaving]):
-            target_load, target = heapq.heappop(by_load)
+            target_load, target = by_load[0]
             load[target] = target_load + size[vnode]
             room[target] -= 1
-            if room[target] > 0:
-                heapq.heappush(by_load, (load[target], target))
+            if room[target] > 0:  # (load, PU) pairs are unique: one sift, the same order
+                heapq.heapreplace(by_load, (load[target], target))
+            else:
+                heapq.heappop(by_load)
             new_mapping[vnode] = target
     else:
         cursor = 0
