@@ -9,12 +9,14 @@ more than its steps and audit events.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Prefetch, Q, Sum
 
 from dashboard.api.selectors import operation_events
@@ -107,6 +109,7 @@ def operation_for_page(*, operation_id: str) -> RescaleOperation | None:
     steps = RescaleStep.objects.only(*PAGE_STEP_FIELDS).order_by("step")
     return (
         RescaleOperation.objects.select_related("pipeline", "requested_by")
+        .defer("plan")  # the page reads its mappings alone (``planned_fragments``)
         .prefetch_related(Prefetch("steps", queryset=steps))
         .filter(operation_id=operation_id)
         .first()
@@ -269,6 +272,45 @@ _PLACEMENTS: OrderedDict[str, dict[str, PlannedPlacement]] = OrderedDict()
 PLACEMENTS_KEPT = 8
 
 
+@dataclass(frozen=True)
+class PlannedFragment:
+    """What the page reads of a fragment's plan: its mappings and PUs, before and after."""
+
+    mapping_before: list[int]
+    mapping_after: list[int]
+    pus_before: list[int]
+    pus_after: list[int]
+
+
+_PLANNED_KEYS = ("mapping_before", "mapping_after", "parallel_units_before", "parallel_units_after")
+
+
+def _ints(value: Any) -> list[int]:
+    if isinstance(value, str):  # a jsonb value as text, where the driver does not decode it
+        value = json.loads(value)
+    return [int(v) for v in value or ()]
+
+
+def planned_fragments(op: RescaleOperation) -> dict[str, PlannedFragment]:
+    """Each fragment's ``PlannedFragment``, from the plan when it is loaded; else only these
+    keys are read from it (a large plan is mostly its moves: 2.8 MB at 16,384 of them, which
+    the page does not read)."""
+    if "plan" not in op.get_deferred_fields():
+        return {
+            name: PlannedFragment(*(_ints(frag.get(key)) for key in _PLANNED_KEYS))
+            for name, frag in ((op.plan or {}).get("fragments") or {}).items()
+        }
+    values = ", ".join(f"f.value -> '{key}'" for key in _PLANNED_KEYS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT f.key, {values} FROM {RescaleOperation._meta.db_table} AS o, "
+            "jsonb_each(o.plan -> 'fragments') AS f WHERE o.id = %s",
+            [op.pk],
+        )
+        rows = cursor.fetchall()
+    return {name: PlannedFragment(*(_ints(v) for v in rest)) for name, *rest in rows}
+
+
 def planned_placements(op: RescaleOperation) -> dict[str, PlannedPlacement]:
     """Per fragment of the plan, its ``PlannedPlacement``: read from the plan once per process
     (the operation may come without its plan: it is read only then)."""
@@ -277,9 +319,8 @@ def planned_placements(op: RescaleOperation) -> dict[str, PlannedPlacement]:
         _PLACEMENTS.move_to_end(op.operation_id)
         return kept
     placements = {}
-    for name, frag in ((op.plan or {}).get("fragments") or {}).items():
-        before = [int(pu) for pu in frag.get("mapping_before") or []]
-        after = [int(pu) for pu in frag.get("mapping_after") or []]
+    for name, planned in planned_fragments(op).items():
+        before, after = planned.mapping_before, planned.mapping_after
         placements[name] = PlannedPlacement(len(before), Counter(before), Counter(after))
     _PLACEMENTS[op.operation_id] = placements
     while len(_PLACEMENTS) > PLACEMENTS_KEPT:
@@ -292,7 +333,7 @@ def keep_planned_placements(operation_id: str) -> None:
     (a page started watching it: its first delta need not read the plan)."""
     if operation_id in _PLACEMENTS:
         return
-    op = RescaleOperation.objects.only("operation_id", "plan").filter(operation_id=operation_id)
+    op = RescaleOperation.objects.only("operation_id").filter(operation_id=operation_id)
     for found in op:
         planned_placements(found)
 
@@ -370,9 +411,8 @@ def fragment_views(
     """Each fragment of the plan; its placement rows only for ``pus`` when given."""
     by_vnode = _step_of_vnode(op)
     views = []
-    for name, frag in sorted(((op.plan or {}).get("fragments") or {}).items()):
-        before = [int(pu) for pu in frag.get("mapping_before") or []]
-        after = [int(pu) for pu in frag.get("mapping_after") or []]
+    for name, planned in sorted(planned_fragments(op).items()):
+        before, after = planned.mapping_before, planned.mapping_after
         steps = by_vnode.get(name, {})
         phases = []
         now = []
@@ -389,7 +429,7 @@ def fragment_views(
             "now": Counter(now),
         }
         every = sorted(
-            {*frag.get("parallel_units_before", []), *frag.get("parallel_units_after", [])}
+            {*planned.pus_before, *planned.pus_after}
             | set(counted["before"])
             | set(counted["planned"])
         )

@@ -278,7 +278,7 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
     first, second = (p for p in published if PAGE_CHANGES in p)
 
     def plan_reads(queries: CaptureQueriesContext) -> int:
-        return sum('"plan"' in q["sql"] for q in queries.captured_queries)
+        return sum('"plan"' in q["sql"] or "o.plan" in q["sql"] for q in queries.captured_queries)
 
     live._RENDERED.clear()
     fresh = [
@@ -290,7 +290,8 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
     with CaptureQueriesContext(connection) as watched:
         live.operation_page_watched(operation_id=op.operation_id)
         live.operation_page_watched(operation_id=op.operation_id)  # a second page: kept
-    assert plan_reads(watched) == 1 and len(watched.captured_queries) == 1
+    # the operation's key, then its plan's mappings; nothing for the second page
+    assert plan_reads(watched) == 1 and len(watched.captured_queries) == 2
     with CaptureQueriesContext(connection) as deltas:
         kept = [
             operation_page_delta(operation_id=op.operation_id, payload=p, shown=None)
@@ -368,3 +369,27 @@ def test_a_delta_keeps_its_milestones_and_its_newest_other_events(
     ]
     kept = operation_page.timeline_tail(made)
     assert [e.action for e in kept] == ["operation.started", "step.c", "step.d"]
+
+
+def test_the_page_reads_the_plan_s_mappings_not_its_moves(op: RescaleOperation) -> None:
+    """The page (and a socket's first delta) reads each fragment's mappings and PUs from the
+    plan, not the plan (mostly its moves: megabytes at 16,384 of them); what it reads equals
+    the plan's."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard.operation_page import operation_for_page, planned_fragments
+
+    page = operation_for_page(operation_id=op.operation_id)
+    assert page is not None and "plan" in page.get_deferred_fields()
+    with CaptureQueriesContext(connection) as queries:
+        read = planned_fragments(page)
+    (query,) = queries.captured_queries
+    assert "'mapping_before'" in query["sql"] and "'moves'" not in query["sql"]
+    assert "plan" in page.get_deferred_fields(), "the plan itself was not loaded"
+    whole = RescaleOperation.objects.get(pk=op.pk)
+    assert read == planned_fragments(whole)
+    (frag,) = whole.plan["fragments"].values()
+    (mine,) = read.values()
+    assert mine.mapping_before == frag["mapping_before"] and len(mine.mapping_after) == 16
+    assert mine.pus_after == frag["parallel_units_after"]
