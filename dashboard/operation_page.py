@@ -9,14 +9,12 @@ more than its steps and audit events.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count, Prefetch, Q, Sum
 
 from dashboard.api.selectors import operation_events
@@ -24,6 +22,7 @@ from dashboard.format import count, duration, moved_figures
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.counts import JsonArrayLength, StepCounts, step_counts
 from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.selectors import plan_fragments_read
 from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
 from workers.rescale.protocol import (
     ROUTING_BY_PHASE,
@@ -285,30 +284,13 @@ class PlannedFragment:
 _PLANNED_KEYS = ("mapping_before", "mapping_after", "parallel_units_before", "parallel_units_after")
 
 
-def _ints(value: Any) -> list[int]:
-    if isinstance(value, str):  # a jsonb value as text, where the driver does not decode it
-        value = json.loads(value)
-    return [int(v) for v in value or ()]
-
-
 def planned_fragments(op: RescaleOperation) -> dict[str, PlannedFragment]:
-    """Each fragment's ``PlannedFragment``, from the plan when it is loaded; else only these
-    keys are read from it (a large plan is mostly its moves: 2.8 MB at 16,384 of them, which
-    the page does not read)."""
-    if "plan" not in op.get_deferred_fields():
-        return {
-            name: PlannedFragment(*(_ints(frag.get(key)) for key in _PLANNED_KEYS))
-            for name, frag in ((op.plan or {}).get("fragments") or {}).items()
-        }
-    values = ", ".join(f"f.value -> '{key}'" for key in _PLANNED_KEYS)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT f.key, {values} FROM {RescaleOperation._meta.db_table} AS o, "
-            "jsonb_each(o.plan -> 'fragments') AS f WHERE o.id = %s",
-            [op.pk],
-        )
-        rows = cursor.fetchall()
-    return {name: PlannedFragment(*(_ints(v) for v in rest)) for name, *rest in rows}
+    """Each fragment's ``PlannedFragment``, read alone from the plan when the operation comes
+    without it (``plan_fragments_read``: the page does not read a large plan's moves)."""
+    return {
+        name: PlannedFragment(*([int(v) for v in values[key] or ()] for key in _PLANNED_KEYS))
+        for name, values in plan_fragments_read(op, _PLANNED_KEYS).items()
+    }
 
 
 def planned_placements(op: RescaleOperation) -> dict[str, PlannedPlacement]:

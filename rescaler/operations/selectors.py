@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
@@ -142,29 +144,43 @@ class Moved:
 MOVED_MEASURES = ("keys", "bytes", "vnodes")
 
 
+def plan_fragments_read(op: RescaleOperation, keys: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Of each fragment of the operation's plan, these keys: from the plan when it is loaded,
+    else these alone are read from it, so that who reads the operation without its plan (a
+    large plan is megabytes, mostly its moves) does not read it for a few of its values."""
+    if "plan" not in op.get_deferred_fields():
+        fragments = (op.plan or {}).get("fragments") or {}
+        return {name: {key: frag.get(key) for key in keys} for name, frag in fragments.items()}
+    values = ", ".join("f.value -> %s::text" for _ in keys)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT f.key, {values} FROM {RescaleOperation._meta.db_table} AS o, "
+            "jsonb_each(o.plan -> 'fragments') AS f WHERE o.id = %s",
+            [*keys, op.pk],
+        )
+        rows = cursor.fetchall()
+    return {name: dict(zip(keys, map(_json, rest), strict=True)) for name, *rest in rows}
+
+
+def _json(value: Any) -> Any:
+    """A jsonb value as Python (a driver may hand it over as its text)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def planned_moves(op: RescaleOperation, counts: StepCounts | None = None) -> dict[str, int]:
     """The plan's keys, bytes and vnodes to move. Where the operation has steps, their sums
-    (``counts``): the steps partition the plan's moves. Else from the plan: summed from it when
-    it is loaded, else by Postgres, so that who reads the operation without its plan (a barrier;
-    a large operation's plan is megabytes) does not read it for three numbers."""
+    (``counts``): the steps partition the plan's moves. Else the plan's fragments' totals
+    (``plan_fragments_read``: without reading the plan when it was not loaded)."""
     if counts is not None and counts.total:
         return {
             "keys": counts.keys_planned,
             "bytes": counts.bytes_planned,
             "vnodes": counts.vnodes_planned,
         }
-    if "plan" not in op.get_deferred_fields():
-        fragments = (op.plan or {}).get("fragments", {}).values()
-        return {m: sum(int(f.get(f"{m}_moved", 0)) for f in fragments) for m in MOVED_MEASURES}
-    sums = ", ".join(f"coalesce(sum((f.value ->> '{m}_moved')::bigint), 0)" for m in MOVED_MEASURES)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {sums} FROM {RescaleOperation._meta.db_table} AS o, "
-            "jsonb_each(o.plan -> 'fragments') AS f WHERE o.id = %s",
-            [op.pk],
-        )
-        row = cursor.fetchone() or (0,) * len(MOVED_MEASURES)
-    return {m: int(v) for m, v in zip(MOVED_MEASURES, row, strict=True)}
+    totals = plan_fragments_read(op, tuple(f"{m}_moved" for m in MOVED_MEASURES))
+    return {
+        m: sum(int(frag[f"{m}_moved"] or 0) for frag in totals.values()) for m in MOVED_MEASURES
+    }
 
 
 def operation_moved(op: RescaleOperation, *, counts: StepCounts | None = None) -> dict[str, Moved]:
