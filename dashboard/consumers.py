@@ -25,13 +25,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils.html import format_html
 
-from dashboard.live import (
-    PAGE_CHANGES,
-    StepRanges,
-    operation_page_delta,
-    operation_page_watched,
-    parse_step_ranges,
-)
+from dashboard.live import PAGE_CHANGES, StepRanges, operation_page_delta, parse_step_ranges
+from dashboard.operation_page import keep_planned_placements
 from rescaler.events import CLUSTER_GROUP, operation_group
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import operation_exists
@@ -152,7 +147,7 @@ def _progress_version(operation_id: str) -> int | None:
 
 
 _page_delta = database_sync_to_async(operation_page_delta)
-_page_watched = database_sync_to_async(operation_page_watched)
+_keep_placements = database_sync_to_async(keep_planned_placements)
 
 
 class OperationPageConsumer(OperationConsumer):
@@ -184,7 +179,8 @@ class OperationPageConsumer(OperationConsumer):
         stale = now is None or now != self.version
         self.version = now or 0
         await self.send(text_data=LIVE + (RESYNC if stale else ""))
-        await _page_watched(operation_id=operation_id)
+        # the page's first delta then finds its plan's placements read already
+        await _keep_placements(operation_id)
 
     async def resync(self, event: dict[str, Any]) -> None:
         """Any event but progress (requested, cancelling, finished): re-read the page."""

@@ -188,8 +188,8 @@ def operation_page_delta(
     if key in _RENDERED:
         _RENDERED.move_to_end(key)
         return _RENDERED[key]
-    # the plan (megabytes of mappings at 32,768 vnodes) is read only if this process has not
-    # kept its placements yet (``operation_page.planned_placements``)
+    # not the plan (megabytes, mostly its moves): its placements are kept per process
+    # (``operation_page.planned_placements``)
     operation = RescaleOperation.objects.defer("plan").filter(operation_id=operation_id).first()
     if operation is None:
         return None
@@ -203,13 +203,6 @@ def operation_page_delta(
     while len(_RENDERED) > RENDERED_KEPT:
         _RENDERED.popitem(last=False)
     return html
-
-
-def operation_page_watched(*, operation_id: str) -> None:
-    """A page's socket started watching the operation: read its plan's placements now
-    (``operation_page.planned_placements``), once per process, so that the page's first delta
-    is not the one that reads the plan."""
-    operation_page.keep_planned_placements(operation_id)
 
 
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")

@@ -265,8 +265,8 @@ class PlannedPlacement:
 
 
 # the planned placements of the last operations whose deltas this process rendered, by
-# operation id: a plan never changes once its operation exists, and at 32,768 vnodes reading it
-# (megabytes of mappings) was most of a live delta's cost
+# operation id: a plan never changes once its operation exists, and at 32,768 vnodes reading
+# and counting its mappings at every delta was most of a live delta's cost
 _PLACEMENTS: OrderedDict[str, dict[str, PlannedPlacement]] = OrderedDict()
 PLACEMENTS_KEPT = 8
 
@@ -294,8 +294,8 @@ def planned_fragments(op: RescaleOperation) -> dict[str, PlannedFragment]:
 
 
 def planned_placements(op: RescaleOperation) -> dict[str, PlannedPlacement]:
-    """Per fragment of the plan, its ``PlannedPlacement``: read from the plan once per process
-    (the operation may come without its plan: it is read only then)."""
+    """Per fragment of the plan, its ``PlannedPlacement``: read from the plan's mappings
+    (``planned_fragments``) once per process."""
     kept = _PLACEMENTS.get(op.operation_id)
     if kept is not None:
         _PLACEMENTS.move_to_end(op.operation_id)

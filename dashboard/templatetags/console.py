@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 
 from dashboard import format as console_format
+from dashboard.operation_page import is_milestone
 
 register = template.Library()
 
@@ -53,6 +54,4 @@ def percent(share: float | None) -> str:
 @register.filter
 def milestone(event: Any) -> bool:
     """Whether an audit event is one of its operation's own (``operation_page.is_milestone``)."""
-    from dashboard.operation_page import is_milestone
-
     return is_milestone(event)

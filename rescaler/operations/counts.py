@@ -53,13 +53,13 @@ class StepCounts:
     def of_rows(cls, rows: Iterable[RescaleStep]) -> StepCounts:
         """Counted from loaded rows (the same figures as ``step_counts``' query)."""
         total = known = done = moving = exporting = vnodes = keys = nbytes = 0
-        planned = [0, 0, 0]  # keys, bytes, vnodes
+        keys_planned = bytes_planned = vnodes_planned = 0
         since: float | None = None
         for s in rows:
             total += 1
-            planned[0] += s.keys
-            planned[1] += s.bytes
-            planned[2] += len(s.vnodes)
+            keys_planned += s.keys
+            bytes_planned += s.bytes
+            vnodes_planned += len(s.vnodes)
             keys += max(s.keys_moved - s.keys, 0)
             nbytes += max(s.bytes_moved - s.bytes, 0)
             if s.phase == StepPhase.PLANNED:
@@ -73,7 +73,10 @@ class StepCounts:
                 at = (s.timings or {}).get(StepPhase.COLLECTING)
                 if at is not None:
                     since = float(at) if since is None else min(since, float(at))
-        return cls(total, known, done, moving, exporting, vnodes, since, keys, nbytes, *planned)
+        return cls(
+            total, known, done, moving, exporting, vnodes, since, keys, nbytes,
+            keys_planned, bytes_planned, vnodes_planned,
+        )  # fmt: skip
 
 
 def _prefetched_steps(op: RescaleOperation) -> list[RescaleStep] | None:

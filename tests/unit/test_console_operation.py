@@ -288,8 +288,8 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
     live._RENDERED.clear()
     operation_page._PLACEMENTS.clear()
     with CaptureQueriesContext(connection) as watched:
-        live.operation_page_watched(operation_id=op.operation_id)
-        live.operation_page_watched(operation_id=op.operation_id)  # a second page: kept
+        operation_page.keep_planned_placements(op.operation_id)
+        operation_page.keep_planned_placements(op.operation_id)  # a second page: kept
     # the operation's key, then its plan's mappings; nothing for the second page
     assert plan_reads(watched) == 1 and len(watched.captured_queries) == 2
     with CaptureQueriesContext(connection) as deltas:
