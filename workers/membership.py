@@ -191,7 +191,11 @@ class Membership:
                 return
             self.retired.clear()  # a new application: executor ids start again
             free = list(executors)
-            saved = [w for w in self.workers.values() if w.parallel_units]
+            # the workers alive when the runner stopped come first: a worker lost before it
+            # takes an executor only if one is left (it comes back then, its stores as they were)
+            saved = sorted(
+                (w for w in self.workers.values() if w.parallel_units), key=lambda w: not w.alive
+            )
             bound: dict[str, ExecutorSeen] = {}
             for w in saved:  # the same machine first, then any executor left
                 match = next((e for e in free if e.host == w.host), None)

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from workers.control import WorkerInfo
 
 
@@ -176,6 +178,42 @@ def _stop_group(pid: int, timeout_s: float = 15.0, sig: int = signal.SIGTERM) ->
             pass
 
 
+# a released machine's executors get this long to exit after its decommission, then it stops
+RELEASE_DRAIN_S = 30.0
+
+
+def _executors_under(pid: int) -> list[psutil.Process]:
+    """The executor processes a Spark worker (``pid``) runs."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if any("CoarseGrainedExecutorBackend" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _decommission(pid: int, timeout_s: float) -> bool:
+    """SIGPWR to a standalone Spark worker (``spark.decommission.enabled``): its master stops
+    giving it executors and its executors finish their tasks and exit. Returns whether none is
+    left within ``timeout_s``."""
+    try:
+        os.kill(pid, signal.SIGPWR)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while _executors_under(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 class LocalProvider:
     """Standalone Spark workers on this machine, each a ``spark-class`` process in its own
     session. Its registry (``<directory>/workers.json``) survives the process that started them,
@@ -275,10 +313,18 @@ class LocalProvider:
         return f"started Spark worker {w.worker_id} (pid {w.pid}, {w.cores} cores, port {w.port})"
 
     def executor_host(self, executor_id: str) -> LocalWorker | None:
-        """The worker process that runs (or ran) ``executor_id``: the executor's working
-        directory is ``<work dir>/<application>/<executor id>``."""
-        for w in self.workers():
-            if any(p.name == executor_id for p in Path(w.work_dir).glob("*/*")):
+        """The worker process that runs (or ran) ``executor_id`` of the newest application: an
+        executor's working directory is ``<work dir>/<application>/<executor id>``, and a
+        restarted runner is a new application whose executor ids start again at 0, so an id
+        alone names one machine per application. Application ids (``app-<start time>-<n>``)
+        sort by their start; the runner's is the newest on the machines of this provider."""
+        workers = self.workers()
+        apps = {p.name for w in workers for p in Path(w.work_dir).glob("app-*") if p.is_dir()}
+        if not apps:
+            return None
+        current = max(apps)
+        for w in workers:
+            if (Path(w.work_dir) / current / executor_id).is_dir():
                 return w
         return None
 
@@ -287,11 +333,18 @@ class LocalProvider:
         self._save([w for w in self.workers() if w.worker_id != worker.worker_id])
 
     def release(self, worker: WorkerInfo) -> str:
+        """Decommission the machine, then stop it. Stopped at once, its executor died first
+        and the master, still seeing the machine alive, launched another one there for the
+        application, which joined as a new worker and was lost when the machine went (in the
+        soak). Decommissioned (SIGPWR, as a spot agent does), the master gives it no executor
+        again; once its executors have exited it is stopped."""
         w = self.executor_host(worker.executor_id)
         if w is None:
             return f"no local Spark worker runs executor {worker.executor_id}; nothing to stop"
+        drained = _decommission(w.pid, RELEASE_DRAIN_S)
         self.stop_worker(w)
-        return f"stopped Spark worker {w.worker_id} (pid {w.pid})"
+        how = "after its executors exited" if drained else f"{RELEASE_DRAIN_S:.0f}s after notice"
+        return f"stopped Spark worker {w.worker_id} (pid {w.pid}), decommissioned, {how}"
 
     def stop_all(self) -> None:
         for w in self.workers():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,23 @@ def _faults() -> list[str]:
             "restart_postgres,restart_redis"]  # fmt: skip
 
 
+def _diagnosis(report: dict[str, Any], output: str) -> str:
+    """What a failed run leaves to read when its machine is gone (a CI clone): the errors, the
+    operations that did not end, and the tails of the kept run's logs."""
+    ops = report.get("operations") or {}
+    parts = [
+        f"errors: {report['errors']}",
+        f"unfinished: {ops.get('unfinished_list')}",
+        f"operations: {json.dumps((report.get('timeline') or {}).get('operations'))[:4000]}",
+    ]
+    kept = re.search(r"kept the run directory (\S+)", output)
+    if kept:
+        for log in sorted((Path(kept.group(1)) / "logs").glob("*.log")):
+            lines = log.read_text("utf-8", errors="replace").splitlines()
+            parts.append(f"--- {log} (last 60 lines)\n" + "\n".join(lines[-60:]))
+    return "\n".join(parts)
+
+
 def test_the_two_minute_soak_ends_every_operation_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     done = subprocess.run(
@@ -53,7 +71,7 @@ def test_the_two_minute_soak_ends_every_operation_and_loses_nothing(tmp_path: Pa
     assert out.exists(), f"no report (exit {done.returncode}):\n{tail}"
     report: dict[str, Any] = json.loads(out.read_text())
     assert done.returncode == 0 and report["error"] is None, tail
-    assert report["errors"] == [], report["errors"]
+    assert report["errors"] == [], _diagnosis(report, done.stdout + done.stderr)
 
     faults = report["faults"]
     assert faults["failed_to_inject"] == [] and faults["injected"] == len(

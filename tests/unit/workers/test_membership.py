@@ -116,3 +116,19 @@ def test_a_restart_binds_saved_workers_to_the_new_applications_executors(tmp_pat
         "w2": ("0", "10.0.0.2", True, (1, 2)),
     }
     assert again.usable_pus() == {1, 2}  # bootstrapped before the restart, stores exist
+
+
+def test_a_restart_binds_the_workers_alive_before_it_first(tmp_path: Path) -> None:
+    """Three saved workers on one host, the second lost before the runner restarted, and two
+    executors in the new application: the two that were alive get them, the lost one stays
+    lost (not an alive worker left without an executor while the lost one takes its place)."""
+    host = "127.0.0.1"
+    m = cluster(tmp_path, per_executor=1)
+    m.start([ExecutorSeen(i, host, 1) for i in ("0", "1", "2")])
+    m.observe([ExecutorSeen(i, host, 1) for i in ("0", "1", "2")], 0, Bootstraps(), poll=False)
+    m.observe([ExecutorSeen(i, host, 1) for i in ("0", "2")], 3, Bootstraps())
+    assert [w.name for w in m.snapshot() if not w.alive] == ["w2"]
+    again = cluster(tmp_path, per_executor=1)
+    again.start([ExecutorSeen("0", host, 1), ExecutorSeen("1", host, 1)])
+    got = {w.name: (w.executor_id, w.alive) for w in again.snapshot()}
+    assert got == {"w1": ("0", True), "w2": ("", False), "w3": ("1", True)}
