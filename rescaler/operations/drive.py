@@ -195,7 +195,8 @@ def operation_drive(
                 f"; {tick.error}" if tick.error else ""
             )
             final = OperationStatus(tick.status)
-            _finalize(op, final, outcome, "step_timeout" if tick.error else "")
+            # an error with a final report is the runner's: a step it refused cancelled it
+            _finalize(op, final, outcome, "runner_refused" if tick.error else "")
             return final
         if tick.status == TickStatus.FAILED:
             _finalize(op, OperationStatus.FAILED, tick.error, "runner_refused")

@@ -4,7 +4,7 @@
 Every command is idempotent, so an orchestrator may re-send whatever was not acknowledged. A
 command that does not fit the runner's state (an unknown fragment or PU, a busy fragment, a vnode
 no longer on the step's source or already moving) is refused with the reason, before anything
-changes.
+changes; a refused step of a running operation also cancels that operation, with the reason.
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ class CommandHandler:
             if op is None:
                 raise CommandRefused(f"operation {operation_id} was never begun on this runner")
             if command.kind == CommandKind.OPERATION_STEP:
-                return self._add_step(op, StepPayload.from_json(payload).step)
+                try:
+                    return self._add_step(op, StepPayload.from_json(payload).step)
+                except CommandRefused as refused:
+                    self._cancel_for(op, refused)
+                    raise
             if command.kind == CommandKind.OPERATION_CANCEL:
                 if op.final:
                     return f"operation {operation_id} already {op.status}"
@@ -99,6 +103,17 @@ class CommandHandler:
         self.ledger.ops[operation_id] = op
         self.ledger.save(op)
         return f"operation {operation_id} begun"
+
+    def _cancel_for(self, op: OperationState, refused: CommandRefused) -> None:
+        """A step refused while its operation runs (its target PU's worker was lost since the
+        begin, say) cancels the operation, with the reason: the orchestrator sends steps in
+        waves without reading each one's ack, so it would wait for the refused step for ever.
+        Cancelled, held steps go back, no new step starts and it ends, the reason its error."""
+        if op.final or op.cancel_requested:
+            return
+        op.cancel_requested = True
+        op.error = f"{refused}; the operation was cancelled: request it again"
+        self.ledger.save(op)
 
     def _add_step(self, op: OperationState, spec: StepSpec) -> str:
         if spec.step in op.steps:

@@ -280,6 +280,28 @@ def test_a_stuck_step_cancels_through_the_audited_cancel_with_the_orchestrator_a
     assert AuditEvent.objects.filter(action="operation.cancel_requested").count() == 1
 
 
+def test_an_operation_the_runner_cancelled_for_a_refused_step_ends_saying_why(
+    cluster: Pipeline, user: Any
+) -> None:
+    """A step refused mid-operation (its target PU's worker lost) cancels it in the runner,
+    with the reason (workers/rescale/commands.py): the operation ends cancelled, its outcome
+    the runner's reason, its error code ``runner_refused`` (not a step time-out)."""
+    op = operation_request(user=user, body=body(added_parallel_units=[2]))
+    assert isinstance(op, RescaleOperation)
+    reason = "step 1: target PU 2 does not exist; the operation was cancelled: request it again"
+    progress = {
+        **report_of(op),
+        "status": "cancelled",
+        "cancel_requested": True,
+        "error": reason,
+    }
+    operation_progress_record(pipeline="wordcount", progress=progress)
+    assert drive.operation_drive(pk=op.id, budget_s=0.3, poll_s=0.05) == "cancelled"
+    op.refresh_from_db()
+    assert op.status == "cancelled" and op.error_code == "runner_refused"
+    assert reason in op.outcome
+
+
 def test_a_live_lease_keeps_a_second_driver_out(cluster: Pipeline, user: Any) -> None:
     op = operation_request(user=user, body=body(added_parallel_units=[2]))
     assert isinstance(op, RescaleOperation)

@@ -10,7 +10,14 @@ from workers.control import Command
 from workers.pipeline.placement import VnodeMapping
 from workers.rescale.commands import CommandHandler, CommandRefused
 from workers.rescale.ledger import OperationLedger
-from workers.rescale.protocol import BeginPayload, CommandKind, FragmentBegin, Strategy
+from workers.rescale.protocol import (
+    BeginPayload,
+    CommandKind,
+    FragmentBegin,
+    StepPayload,
+    StepSpec,
+    Strategy,
+)
 
 
 def test_a_begin_onto_a_pu_without_an_executor_is_refused_saying_why_and_what_to_do(
@@ -30,3 +37,28 @@ def test_a_begin_onto_a_pu_without_an_executor_is_refused_saying_why_and_what_to
     assert "parallel units [7] have no executor on this runner" in message
     assert "alive" in message and "again" in message
     assert "op1" not in ledger.ops, "nothing begun"
+
+
+def test_a_step_refused_mid_operation_cancels_it_with_the_reason(tmp_path: Path) -> None:
+    """A step onto a PU whose worker was lost after the operation began is refused; the
+    orchestrator never learns a refused step's fate (its steps are sent in waves, their acks
+    unread), so the operation waited for it for ever (a soak in CI: "operations still
+    unfinished 600s after the end"). The refusal now cancels the operation, with the reason:
+    held steps go back, no new step starts, and it ends cancelled."""
+    ledger = OperationLedger(tmp_path, {"f": VnodeMapping("f", (0, 1), (0, 1, 0, 1))})
+    handler = CommandHandler(ledger, {0, 1, 2})
+    begin = BeginPayload(
+        "op1", Strategy.LIVE, {"f": FragmentBegin((2,), (), (0, 1, 2), (0, 1, 2, 1))}
+    )
+    handler.handle(Command(1, CommandKind.OPERATION_BEGIN, begin.to_json()))
+    handler.worker_pus = {0, 1}  # PU 2's worker is lost
+    step = StepPayload("op1", StepSpec(1, "f", 0, 2, (2,), 10, 100))
+    with pytest.raises(CommandRefused, match="target PU 2 does not exist"):
+        handler.handle(Command(2, CommandKind.OPERATION_STEP, step.to_json()))
+    op = ledger.ops["op1"]
+    assert op.cancel_requested and not op.steps
+    assert "step 1: target PU 2 does not exist" in op.error and "cancelled" in op.error
+    # a refusal of a step of an operation already ending changes nothing
+    with pytest.raises(CommandRefused, match="no new step may start"):
+        handler.handle(Command(3, CommandKind.OPERATION_STEP, step.to_json()))
+    assert ledger.ops["op1"].error == op.error
