@@ -5,11 +5,15 @@ worker's machine given back. The release runs in a Celery task with retries
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any
+
+from django.conf import settings
 
 from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Worker
+from rescaler.dbwait import DATABASE_DOWN, database_back
 from rescaler.runner.workers.changes import actor_of, audit_object
 from rescaler.runner.workers.errors import ProviderRefused
 from workers.control import WorkerInfo
@@ -51,7 +55,8 @@ def cores_parse(value: Any) -> int:
 def worker_add(*, user: Any, cores: int = 1) -> WorkerAdded:
     """Ask the worker provider for one more worker (``workers.provider``); audited with the
     provider's answer. A provider that cannot (none configured, its command failed) is a
-    ``worker_provider_refused`` refusal with its reason, and records nothing."""
+    ``worker_provider_refused`` refusal with its reason, and records nothing. The machine is
+    started before its audit is written: a database restart in between is waited out."""
     cores = cores_parse(cores)
     try:
         provider = provider_from_env()
@@ -59,13 +64,33 @@ def worker_add(*, user: Any, cores: int = 1) -> WorkerAdded:
     except ProviderError as exc:
         raise ProviderRefused(f"cannot add a worker: {exc}") from exc
     added = WorkerAdded(provider=provider.name, cores=cores, answer=answer)
-    audit_record(
+    audited = _audit_done(
         actor=actor_of(user),
         action="worker.add_requested",
         obj=(AuditObject.WORKER, f"provider:{provider.name}"),
         after=added.to_json(),
     )
+    if not audited:
+        return replace(
+            added, answer=f"{answer} (not audited: the database was unavailable; see the logs)"
+        )
     return added
+
+
+def _audit_done(**event: Any) -> bool:
+    """Audit what is already done outside the database (a machine started): a database that
+    went away meanwhile is waited for (``RESCALER_DB_WAIT_S``), as a 503 would tell the
+    operator to do it again. Still away: logged, and False."""
+    deadline = time.monotonic() + float(settings.RESCALER_DB_WAIT_S)
+    while True:
+        try:
+            audit_record(**event)
+            return True
+        except DATABASE_DOWN as exc:
+            if not database_back(deadline):
+                log.error("%s done but not audited: the database is unavailable: %s",
+                          event["action"], exc)  # fmt: skip
+                return False
 
 
 def worker_release(*, worker_pk: int, last_attempt: bool = True) -> str:

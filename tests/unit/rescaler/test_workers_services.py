@@ -515,3 +515,34 @@ def test_a_drain_whose_vnodes_could_only_go_to_closed_pus_is_refused(
     with pytest.raises(DrainEmptiesFragment, match="take no new vnodes"):
         worker_drain(user=user, name="w2")
     assert worker("w2").status == "active"
+
+
+def test_an_add_done_while_the_database_restarts_is_audited_once_it_is_back(
+    monkeypatch: pytest.MonkeyPatch, user: Any
+) -> None:
+    """The machine is started before its audit is written: a database restart in between (a
+    soak: ``POST /api/v1/workers`` answered 503 "try again" with the worker already started)
+    must not tell the operator to add another. The audit waits for the database."""
+    from django.db import OperationalError
+
+    provider = FakeProvider()
+    monkeypatch.setattr(worker_machines, "provider_from_env", lambda: provider)
+    real_audit = worker_machines.audit_record
+    failures = [OperationalError("server closed the connection unexpectedly")]
+
+    def audit_while_restarting(**kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real_audit(**kwargs)
+
+    monkeypatch.setattr(worker_machines, "audit_record", audit_while_restarting)
+    monkeypatch.setattr(worker_machines, "database_back", lambda deadline: True)
+    added = worker_add(user=user, cores=2)
+    assert added.answer == "started a 2-core worker" and provider.calls == [("add", 2)]
+    assert AuditEvent.objects.filter(action="worker.add_requested").count() == 1
+
+    # the database never back within the wait: the machine is there all the same, said so
+    failures.append(OperationalError("connection refused"))
+    monkeypatch.setattr(worker_machines, "database_back", lambda deadline: False)
+    added = worker_add(user=user, cores=1)
+    assert "not audited" in added.answer and provider.calls[-1] == ("add", 1)
