@@ -149,15 +149,19 @@ def plan_fragment(
     # room takes it); weighted, by (load, PU) (the least loaded takes it: LPT)
     open_units = [pu for pu in after if room[pu] > 0]
     if weighted:
-        # largest first, ties by vnode: sorted as tuples, with no key function per vnode
-        by_load = [(load[pu], pu) for pu in open_units]
+        # Orders of pairs as single ints, which compare in C where tuples compare item by item:
+        # (-bytes, vnode) as -bytes * V + vnode (largest first, ties by vnode), and a target's
+        # (load, PU) as load * P + PU (P above every PU number). Same orders, same plan.
+        span = max(after, default=0) + 1
+        by_load = [load[pu] * span + pu for pu in open_units]
         heapq.heapify(by_load)
-        for _, vnode in sorted([(-size[v], v) for v, _ in leaving]):
-            target_load, target = by_load[0]
-            load[target] = target_load + size[vnode]
+        for order in sorted([-size[v] * vnodes + v for v, _ in leaving]):
+            vnode = order % vnodes
+            target_order = by_load[0]
+            target = target_order % span
             room[target] -= 1
             if room[target] > 0:  # (load, PU) pairs are unique: one sift, the same order
-                heapq.heapreplace(by_load, (load[target], target))
+                heapq.heapreplace(by_load, target_order + size[vnode] * span)
             else:
                 heapq.heappop(by_load)
             new_mapping[vnode] = target
@@ -213,14 +217,11 @@ def _chunks(group: list[Move], granularity: Granularity) -> list[list[Move]]:
 
 
 def _step(number: int, batch: list[Move]) -> StepSpec:
+    """The step of several moves of one (source, target) pair."""
     first = batch[0]
-    vnodes: tuple[int, ...]
-    if len(batch) == 1:  # fluid: most steps
-        vnodes, keys, size = (first.vnode,), first.keys, first.bytes
-    else:
-        vnodes = tuple(m.vnode for m in batch)
-        keys = sum(m.keys for m in batch)
-        size = sum(m.bytes for m in batch)
+    vnodes = tuple(m.vnode for m in batch)
+    keys = sum(m.keys for m in batch)
+    size = sum(m.bytes for m in batch)
     return StepSpec(number, first.fragment, first.source_pu, first.target_pu, vnodes, keys, size)
 
 
@@ -241,7 +242,18 @@ def split_steps(moves: list[Move], granularity: Granularity, first_step: int = 1
         batches += [chunks[i] for chunks in per_group]
         i += 1
         per_group = [chunks for chunks in per_group if len(chunks) > i]
-    return [_step(first_step + n, batch) for n, batch in enumerate(batches)]
+    steps: list[StepSpec] = []
+    number = first_step
+    for batch in batches:
+        if len(batch) == 1:  # fluid, and most steps of a weighted plan: no call, no sums
+            m = batch[0]
+            steps.append(
+                StepSpec(number, m.fragment, m.source_pu, m.target_pu, (m.vnode,), m.keys, m.bytes)
+            )
+        else:
+            steps.append(_step(number, batch))
+        number += 1
+    return steps
 
 
 def estimate_seconds(
