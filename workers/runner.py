@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -54,28 +53,11 @@ from workers.pipeline.loading import (
 )
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
-from workers.recovery.format import SnapshotManifest
 from workers.recovery.location import RecoveryLocation
-from workers.recovery.rebuild import (
-    check_stores,
-    offsets_after,
-    pending_rebuild,
-    plan_rebuild,
-    run_rebuild,
-    seal_stores,
-)
+from workers.recovery.rebuild import pending_rebuild
 from workers.recovery.replay import ReplayLog
-from workers.recovery.snapshots import (
-    SnapshotEvery,
-    Snapshots,
-    begin_restore,
-    check_restorable,
-    finish_restore,
-    pending_restore,
-    recovery_partitions,
-    restore_placements,
-    restore_stores,
-)
+from workers.recovery.snapshots import SnapshotEvery, Snapshots, recovery_partitions
+from workers.recovery.startup import RunnerRecovery
 from workers.recovery.tasks import CRASH_DURING
 from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
 from workers.rescale.exports import ExportWaitStopped
@@ -135,6 +117,9 @@ class PipelineRunner:
         self.watermark = self._load_watermark()
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.replay_log = ReplayLog(config.pipeline_dir)
+        self.recovery = RunnerRecovery(
+            config, self.pipeline, self.control, self.placements_store, self.replay_log
+        )
         self._replay_pruned: int | None = None
         # while lost stores are rebuilt: only the epoch being re-run may start (its plan)
         self._rebuilding = False
@@ -191,76 +176,7 @@ class PipelineRunner:
             event_time=self.pipeline.event_time is not None,
         )
 
-    # -- recovery (docs/recovery.md) --------------------------------------------------------------
-    def _restore_manifest(self) -> SnapshotManifest | None:
-        """With --restore-from: the snapshot to start from, checked against this pipeline and
-        this (empty) state directory, before anything is written. Without it: refuse a state
-        directory whose restore did not finish."""
-        cfg = self.config
-        pending = pending_restore(cfg.pipeline_dir)
-        if cfg.restore_from is None:
-            if pending is not None:
-                raise RunnerError(
-                    f"{cfg.pipeline_dir} is half-restored from snapshot {pending['snapshot_id']}:"
-                    f" run again with --restore-from {pending['snapshot_id']}"
-                )
-            return None
-        location = RecoveryLocation(cfg.recovery_location)
-        manifest = location.manifest(self.pipeline.name, cfg.restore_from)
-        if pending is not None and pending["snapshot_id"] != manifest.snapshot_id:
-            raise RunnerError(
-                f"{cfg.pipeline_dir} is half-restored from snapshot {pending['snapshot_id']}: "
-                f"finish that one (--restore-from {pending['snapshot_id']}) or empty the directory"
-            )
-        check_restorable(
-            cfg.pipeline_dir, manifest, {f.name: f.vnodes for f in self.pipeline.fragments}
-        )
-        return manifest
-
-    def _begin_restore(self, manifest: SnapshotManifest) -> dict[str, VnodeMapping]:
-        """Mark the directory as being restored and give it the new placement; stores a crashed
-        attempt left behind go (the restore writes every vnode again)."""
-        cfg = self.config
-        begin_restore(cfg.pipeline_dir, manifest, cfg.recovery_location)
-        shutil.rmtree(cfg.pipeline_dir / "stores", ignore_errors=True)
-        (cfg.pipeline_dir / "recovery.json").write_text(
-            json.dumps({"partitions": manifest.partitions}), "utf-8"
-        )
-        seen = self.control.mapping_versions(self.pipeline.name)
-        placements = restore_placements(manifest, list(range(cfg.initial_pus)), seen)
-        self.placements_store.save(placements)
-        log.info(
-            "restoring snapshot %s (epoch %d, %d keys) onto %d PUs",
-            manifest.snapshot_id,
-            manifest.epoch,
-            manifest.keys,
-            cfg.initial_pus,
-        )
-        return placements
-
-    def _restore(self, manifest: SnapshotManifest) -> None:
-        started = time.perf_counter()
-        runs = restore_stores(
-            self.spark,
-            location=RecoveryLocation(self.config.recovery_location),
-            manifest=manifest,
-            pipeline_dir=self.config.pipeline_dir,
-            backend=self.config.backend,
-            placements=self.placements,
-            report_progress=True,
-        )
-        finish_restore(self.config.pipeline_dir, manifest, runs)
-        self.watermark = self._load_watermark()  # the snapshot's, as the stores are
-        log.info(
-            "restored snapshot %s: %d keys on %d PU tasks (%s) in %.2fs; resuming after epoch %d",
-            manifest.snapshot_id,
-            sum(r.keys for r in runs),
-            len(runs),
-            ", ".join(sorted({r.executor for r in runs})),
-            time.perf_counter() - started,
-            manifest.epoch,
-        )
-
+    # -- recovery (docs/recovery.md; restore, rebuild and seal: workers/recovery/startup.py) -----
     def _make_snapshots(self) -> Snapshots:
         cfg = self.config
         return Snapshots(
@@ -485,90 +401,16 @@ class PipelineRunner:
 
     # -- lost stores (workers/recovery/rebuild.py) -------------------------------------------
     def _check_stores(self) -> None:
-        """Check every store holding vnodes against the epoch Spark committed last; rebuild
-        the lost ones from the newest snapshot and the epochs after it, or refuse to start."""
-        cfg = self.config
-        pending = pending_rebuild(cfg.pipeline_dir)
-        target = self._committed_epoch()
-        if pending is not None:  # a rebuild was killed: the checkpoint is mid-way, finish it
-            target = max(target, int(pending["target"]))
-        if target < 0:
+        """Check every store against the epoch Spark committed last, and rebuild the lost ones
+        (Spark re-runs the epochs after the snapshot: only those may start meanwhile)."""
+        found = self.recovery.lost_stores(self.spark, self.placements, self._committed_epoch())
+        if found is None:
             return
-        reference, skip = self._placement_at(target)
-        states = check_stores(
-            self.spark,
-            pipeline_dir=cfg.pipeline_dir,
-            backend=cfg.backend,
-            reference=reference,
-            committed=target,
-            skip=skip,
-        )
-        lost = [s for s in states if s.lost]
-        if not lost and pending is None:
-            return
-        checkpoint = cfg.pipeline_dir / "checkpoint"
-        later = (
-            {int(k): str(v) for k, v in pending["later_offsets"].items()}
-            if pending is not None
-            else offsets_after(checkpoint, target)
-        )
-        location = RecoveryLocation(cfg.recovery_location)
-        rebuild = plan_rebuild(
-            location=location,
-            pipeline=self.pipeline.name,
-            fragments={f.name: f.vnodes for f in self.pipeline.fragments},
-            lost=lost,
-            target=target,
-            replay=self.replay_log,
-            later_offsets=later,
-            lineage=(checkpoint / "metadata").read_text("utf-8"),
-        )
-        log.warning(
-            "lost stores: %s; rebuilding them from snapshot %s (epoch %d) and re-running epochs "
-            "%d..%d",
-            "; ".join(s.describe() for s in lost) or "none (finishing a rebuild)",
-            rebuild.manifest.snapshot_id,
-            rebuild.manifest.epoch,
-            rebuild.manifest.epoch + 1,
-            target,
-        )
         self._rebuilding = True
         try:
-            record = run_rebuild(
-                rebuild,
-                spark=self.spark,
-                location=location,
-                pipeline_dir=cfg.pipeline_dir,
-                backend=cfg.backend,
-                placements=self.placements,
-                rerun=self._rerun_epoch,
-            )
+            self.recovery.rebuild(found, self.spark, self.placements, rerun=self._rerun_epoch)
         finally:
             self._rebuilding = False
-        log.info(
-            "rebuilt %d stores (%d keys) from snapshot %s and %d re-run epochs in %.2fs",
-            len(lost),
-            record["keys"],
-            rebuild.manifest.snapshot_id,
-            len(rebuild.entries),
-            record["duration_s"],
-        )
-
-    def _placement_at(
-        self, epoch: int
-    ) -> tuple[dict[str, VnodeMapping], frozenset[tuple[str, int]]]:
-        """The placement epoch ``epoch`` ran with, and the stores an epoch planned after it
-        (not committed) may have created for PUs that joined then."""
-        entry = self.replay_log.entry(epoch)
-        if entry is not None:
-            return entry.plan.placements, frozenset()
-        last = self.placements_store.last_plan()
-        if last is not None and last.epoch == epoch:
-            return last.placements, frozenset()
-        if last is not None and last.epoch == epoch + 1:
-            joined = {(name, pu) for name, a in last.actions.items() for pu in a.slots}
-            return last.placements, frozenset(joined)
-        return self.placements, frozenset()
 
     def _rerun_epoch(self, plan: EpochPlan) -> None:
         """Spark re-runs the committed epoch ``plan.epoch`` (the checkpoint was set for it);
@@ -601,19 +443,6 @@ class PipelineRunner:
             plan.epoch,
             sum(s["records"] for s in stats if not s["replay"]),
         )
-
-    def _seal_stores(self) -> None:
-        """A clean stop: checksum every store, for the next start to compare."""
-        try:
-            sealed = seal_stores(
-                self.spark,
-                pipeline_dir=self.config.pipeline_dir,
-                backend=self.config.backend,
-                placements=self.placements,
-            )
-            log.info("checksums of %d stores written for the next start", sealed)
-        except Exception:  # the stop goes on: the next start checks what the engine can
-            log.exception("writing the stores' checksums failed")
 
     def _check_reports(self, plan: EpochPlan, stats: list[dict[str, Any]]) -> None:
         """Every PU task of every fragment must have reported: a rescale action (seal, ingest,
@@ -663,11 +492,11 @@ class PipelineRunner:
         """Run until done; returns the last committed epoch."""
         cfg = self.config
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
-        restoring = self._restore_manifest()
+        restoring = self.recovery.restore_manifest()
         check_source(cfg, self.pipeline)  # a missing stream or server: say so before Spark
         self._check_sink_not_ahead(restoring.epoch if restoring is not None else None)
         if restoring is not None:
-            self.placements = self._begin_restore(restoring)
+            self.placements = self.recovery.begin_restore(restoring)
         else:
             self.placements = self._load_placements()
         self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
@@ -682,7 +511,8 @@ class PipelineRunner:
             except ExecutorsMissing as exc:
                 raise RunnerError(str(exc)) from None
             if restoring is not None:
-                self._restore(restoring)
+                self.recovery.restore(self.spark, restoring, self.placements)
+                self.watermark = self._load_watermark()  # the snapshot's, as the stores are
             self.snapshots = self._make_snapshots()
         except BaseException:
             self.spark.stop()
@@ -753,7 +583,7 @@ class PipelineRunner:
             self.snapshots.query_stopped()
             self.snapshots.wait(timeout=120.0)  # a snapshot being written is finished first
             if clean:
-                self._seal_stores()
+                self.recovery.seal(self.spark, self.placements)
             self.status = "stopped"
             self._beat()
             self.spark.stop()
