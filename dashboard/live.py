@@ -19,6 +19,7 @@ which the consumers strip before a JSON client sees it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -197,7 +198,12 @@ def operation_page_delta(
     events = list(AuditEvent.objects.filter(pk__in=changes["events"]).order_by("id"))
     waiting = (payload.get("operation") or {}).get("waiting")
     html = operation_delta_html(
-        operation=operation, steps=steps, events=events, waiting=waiting, shown=shown
+        operation=operation,
+        steps=steps,
+        events=events,
+        waiting=waiting,
+        counts=_counts_of(changes.get("counts")),
+        shown=shown,
     )
     _RENDERED[key] = html
     while len(_RENDERED) > RENDERED_KEPT:
@@ -205,20 +211,39 @@ def operation_page_delta(
     return html
 
 
+def _counts_of(given: Any) -> StepCounts | None:
+    """The record's step counts as the event carries them; None (counted again) if they do
+    not parse."""
+    if not isinstance(given, dict):
+        return None
+    try:
+        counts = StepCounts(**given)
+    except TypeError:
+        return None
+    numbers = [v for k, v in given.items() if k != "exporting_since"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
+        return None
+    return counts
+
+
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")
 def operation_progress_publish(sender: Any, **report: Any) -> None:
     """Publish a progress report to the operation's page as its delta event, naming what it
     changed for the console's page (rendered by its socket, only when one watches)."""
     operation: RescaleOperation = report["operation"]
+    counts = step_counts(operation)
     delta = operation_delta(
         operation=operation,
         version=report["version"],
         columns=report["columns"],
         steps=report["steps"],
         events=report["events"],
+        counts=counts,
     )
+    # the counts too: the page's socket renders its summary from them, not counting again
     delta[PAGE_CHANGES] = {
         "steps": [s.step for s in report["steps"]],
         "events": [e.pk for e in report["events"]],
+        "counts": dataclasses.asdict(counts),
     }
     channel.publish(operation_group(operation.operation_id), Event.OPERATION_PROGRESS, delta)

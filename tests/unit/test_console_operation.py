@@ -5,6 +5,7 @@ socket, as the rows it changed that the page shows, which htmx swaps in by id.""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -217,6 +218,47 @@ def test_the_page_s_socket_renders_the_changed_rows_it_shows_once_per_version(
     assert everything is not None
     assert re.findall(r'id="(step-\d+)"', everything[0]) == ["step-1", "step-3"]
     assert operation_page_delta(operation_id=op.operation_id, payload={}, shown=None) is None
+
+
+def test_the_page_s_socket_takes_the_step_counts_the_record_made(
+    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record counts every step once for its delta event (one aggregate over the steps,
+    16,384 rows at scale); the event hands those counts to the page's socket, which renders
+    the summary from them instead of counting again, and says the same."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from rescaler.operations.counts import step_counts
+
+    live._RENDERED.clear()
+    published: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "publish", lambda group, kind, payload: published.append(payload))
+    report(op, {1: StepPhase.DONE, 3: StepPhase.COLLECTING}, {1: 5})
+    delta = next(p for p in published if PAGE_CHANGES in p)
+    assert delta[PAGE_CHANGES]["counts"] == dataclasses.asdict(step_counts(op))
+    with CaptureQueriesContext(connection) as given:
+        with_counts = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
+    live._RENDERED.clear()
+    bare = {**delta, PAGE_CHANGES: {k: v for k, v in delta[PAGE_CHANGES].items() if k != "counts"}}
+    with CaptureQueriesContext(connection) as counted:
+        without = operation_page_delta(operation_id=op.operation_id, payload=bare, shown=None)
+    assert with_counts == without or _without_render_time(with_counts) == _without_render_time(
+        without
+    )
+
+    def counting(queries: CaptureQueriesContext) -> int:  # step_counts' one aggregate
+        return sum('AS "total"' in q["sql"] for q in queries.captured_queries)
+
+    assert counting(given) == 0 and counting(counted) == 1
+    # counts that do not parse are counted again, not trusted
+    live._RENDERED.clear()
+    garbled = {**delta, PAGE_CHANGES: {**delta[PAGE_CHANGES], "counts": {"done": "x"}}}
+    assert operation_page_delta(operation_id=op.operation_id, payload=garbled, shown=None)
+
+
+def _without_render_time(html: list[str] | None) -> list[str]:
+    return [re.sub(r'data-rendered-at="[^"]*"', "", part) for part in html or []]
 
 
 def test_the_summary_says_rate_and_eta_once_keys_move(op: RescaleOperation) -> None:
