@@ -109,8 +109,8 @@ class CommandHandler:
         begin, say) cancels the operation, with the reason: the orchestrator sends steps in
         waves without reading each one's ack, so it would wait for the refused step for ever.
         Cancelled, held steps go back, no new step starts and it ends, the reason its error."""
-        if op.final or op.cancel_requested:
-            return
+        if op.final or op.cancel_requested or op.strategy != Strategy.LIVE:
+            return  # ending already, or a stop-start, which no step command is part of
         op.cancel_requested = True
         op.error = f"{refused}; the operation was cancelled: request it again"
         self.ledger.save(op)

@@ -62,3 +62,16 @@ def test_a_step_refused_mid_operation_cancels_it_with_the_reason(tmp_path: Path)
     with pytest.raises(CommandRefused, match="no new step may start"):
         handler.handle(Command(3, CommandKind.OPERATION_STEP, step.to_json()))
     assert ledger.ops["op1"].error == op.error
+
+
+def test_a_stray_step_of_a_stop_start_is_refused_and_cancels_nothing(tmp_path: Path) -> None:
+    ledger = OperationLedger(tmp_path, {"f": VnodeMapping("f", (0, 1), (0, 1, 0, 1))})
+    handler = CommandHandler(ledger, {0, 1, 2})
+    begin = BeginPayload(
+        "op2", Strategy.STOP_START, {"f": FragmentBegin((2,), (), (0, 1, 2), (0, 1, 2, 1))}
+    )
+    handler.handle(Command(1, CommandKind.OPERATION_BEGIN, begin.to_json()))
+    step = StepPayload("op2", StepSpec(1, "f", 0, 2, (2,), 10, 100))
+    with pytest.raises(CommandRefused, match="it has no steps"):
+        handler.handle(Command(2, CommandKind.OPERATION_STEP, step.to_json()))
+    assert not ledger.ops["op2"].cancel_requested and not ledger.ops["op2"].error
