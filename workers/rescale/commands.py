@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from workers.control import Command
 from workers.rescale import errors
-from workers.rescale.ledger import OperationLedger
+from workers.rescale.ledger import OperationLedger, settled_operations
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import (
     STEP_ENDED,
@@ -34,7 +34,26 @@ class CommandHandler:
         self.worker_pus = set(worker_pus)
 
     def handle(self, command: Command) -> str:
-        """Apply a rescale command (idempotent); returns a detail line or raises CommandRefused."""
+        """Apply a rescale command (idempotent); returns a detail line or raises CommandRefused.
+        A command for an operation that has ended also sends its final report again."""
+        try:
+            return self._handle(command)
+        finally:
+            self._report_end_again(str(command.payload.get("operation_id", "")))
+
+    def _report_end_again(self, operation_id: str) -> None:
+        """The control plane sends commands for an operation only while it thinks it runs: one
+        that has ended here (and is settled: its placement is durable) was never told so, or
+        its final report was lost (the runner killed between settling it and sending it). Its
+        whole final report goes again, so the control plane's view ends equal to the runner's."""
+        op = self.ledger.ops.get(operation_id)
+        if op is None or not op.final or operation_id not in settled_operations(self.ledger.dir):
+            return
+        with self.ledger.lock:
+            progress = self.ledger.progress(op, full=True)
+        self.ledger.send(progress)
+
+    def _handle(self, command: Command) -> str:
         payload = command.payload
         operation_id = str(payload.get("operation_id", ""))
         if not operation_id:

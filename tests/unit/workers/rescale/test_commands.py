@@ -75,3 +75,47 @@ def test_a_stray_step_of_a_stop_start_is_refused_and_cancels_nothing(tmp_path: P
     with pytest.raises(CommandRefused, match="it has no steps"):
         handler.handle(Command(2, CommandKind.OPERATION_STEP, step.to_json()))
     assert not ledger.ops["op2"].cancel_requested and not ledger.ops["op2"].error
+
+
+def test_a_command_for_an_ended_operation_reports_its_end_again(tmp_path: Path) -> None:
+    """The soak (CI, seed 7): the runner, killed in the barrier that completed an operation,
+    had settled it but its final report never reached the control plane, and no later report
+    would carry it; the driver re-sent begin and finish every 20 s, the runner answered
+    "already completed", and the operation stayed running for ever. A command for an ended,
+    settled operation now sends its whole final report again, so the control plane's view
+    ends equal to the runner's."""
+    from workers.rescale.ledger import mark_settled
+    from workers.rescale.protocol import OperationStatus
+
+    sent: list[dict[str, object]] = []
+    placements = {"f": VnodeMapping("f", (0, 1), (0, 1, 0, 1))}
+    ledger = OperationLedger(tmp_path, placements, report=lambda p: sent.append(p) or None)
+    handler = CommandHandler(ledger, {0, 1, 2})
+    begin = BeginPayload(
+        "op1", Strategy.LIVE, {"f": FragmentBegin((2,), (), (0, 1, 2), (0, 1, 2, 1))}
+    )
+    handler.handle(Command(1, CommandKind.OPERATION_BEGIN, begin.to_json()))
+    op = ledger.ops["op1"]
+    op.finish_requested = True
+    op.status = OperationStatus.COMPLETED
+    ledger.store.save(op)  # final, as the killed runner left it: saved, its report lost
+    mark_settled(tmp_path, "op1")
+    sent.clear()
+    for n, kind, payload in (
+        (2, CommandKind.OPERATION_BEGIN, begin.to_json()),
+        (3, CommandKind.OPERATION_FINISH, {"operation_id": "op1"}),
+    ):
+        assert "already" in handler.handle(Command(n, kind, payload))
+    assert [p["status"] for p in sent] == ["completed", "completed"]
+    assert all(p["base_version"] is None for p in sent), "whole reports, not deltas"
+
+    # not settled yet (its placement not durable): its end is not told before it is
+    ledger2 = OperationLedger(tmp_path / "b", placements, report=lambda p: sent.append(p) or None)
+    handler2 = CommandHandler(ledger2, {0, 1, 2})
+    handler2.handle(Command(1, CommandKind.OPERATION_BEGIN, begin.to_json()))
+    op2 = ledger2.ops["op1"]
+    op2.status = OperationStatus.COMPLETED
+    ledger2.store.save(op2)
+    sent.clear()
+    handler2.handle(Command(2, CommandKind.OPERATION_FINISH, {"operation_id": "op1"}))
+    assert sent == []
