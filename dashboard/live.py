@@ -100,6 +100,14 @@ def operation_delta(
     }
 
 
+# what a delta's rest must not hold to follow its table rows in one message: after a ``<tr>``,
+# a ``<template>``'s contents are parsed in table mode, where these tags are the table's own (or,
+# a form, dropped) instead of the elements they are elsewhere
+TABLE_MARKUP = re.compile(
+    r"<(?:t(?:able|body|foot|head|r|d|h)|caption|colgroup|col|select|form)\b", re.IGNORECASE
+)
+
+
 def step_ranges(steps: list[int]) -> str:
     """The step numbers a page shows, as ranges: "1-100" for a sorted page, "3,9-10" otherwise
     (at most ``MAX_RANGES``)."""
@@ -136,23 +144,31 @@ def operation_delta_html(
     counts: StepCounts | None = None,
     shown: StepRanges | None = None,
 ) -> list[str]:
-    """The operation page's rendered delta, as the websocket messages htmx swaps in: the table
-    rows first, alone (HTML parses ``<tr>`` only among rows), then the rest. Of the changed
-    ``steps``, only the rows the page shows (``shown``; None: all) are rendered; the rest (the
-    placement and sources touched, the summary, the vnode grid's patch, the timeline) is the
-    same for every page. Its size grows with the steps that changed, not with the operation's
-    vnodes, and so does its cost: the figures of every step are counted in the database
-    (``counts`` and ``waiting`` are the delta's own, when given)."""
+    """The operation page's rendered delta, as the one websocket message htmx swaps in (a list:
+    one message, or none when nothing changed). Of the changed ``steps``, only the rows the
+    page shows (``shown``; None: all) are rendered; the rest (the placement and sources
+    touched, the summary, the vnode grid's patch, the timeline) is the same for every page. Its
+    size grows with the steps that changed, not with the operation's vnodes, and so does its
+    cost: the figures of every step are counted in the database (``counts`` and ``waiting`` are
+    the delta's own, when given).
+
+    The table rows come first: htmx parses a message as the contents of a ``<template>``, whose
+    first tag decides how the rest is parsed, and ``<tr>`` parses only as a table's. What
+    follows them is then parsed as it would be anywhere, each element one of the template's
+    children, provided it holds no table or form markup (``TABLE_MARKUP``: those tags would be
+    taken as the table's, or dropped); a rest that does goes as a message of its own. One
+    message, not the rows and the rest apart: between two messages the browser lays out and
+    paints the page once more (at 32,768 vnodes, as long as applying the delta took)."""
     touched = operation_page.step_pus(steps)
-    fragments = operation_page.fragment_deltas(operation, pus=touched)
+    counted = operation_page.delta_counts(operation, pus=touched)
     context = {
         "oob": True,
         "steps_table": StepTable(
             sorted((s for s in steps if _shown(s.step, shown)), key=lambda s: s.step)
         ),
-        "fragments": fragments,
-        "per_source": operation_page.per_source(
-            operation, only={(s.fragment, s.source_pu) for s in steps}
+        "fragments": operation_page.fragment_deltas(operation, pus=touched, counted=counted),
+        "per_source": operation_page.source_deltas(
+            counted, only={(s.fragment, s.source_pu) for s in steps}
         ),
         "summary": operation_page.operation_summary(
             operation, waiting=operation_page.waiting_of(waiting), counts=counts
@@ -165,7 +181,10 @@ def operation_delta_html(
     }
     rows = render_to_string("dashboard/operation/delta_rows.html", context).strip()
     rest = render_to_string("dashboard/operation/delta.html", context).strip()
-    return [html for html in (rows, rest) if html]
+    if rows and TABLE_MARKUP.search(rest):
+        return [rows, rest]
+    html = rows + rest
+    return [html] if html else []
 
 
 # the page deltas rendered last in this process, by (operation, version, rows shown): pages

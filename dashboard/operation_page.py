@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Prefetch, Q, Sum
+from django.db.models import Case, Count, F, Prefetch, Sum, When
 
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
@@ -191,33 +191,15 @@ class SourceProgress:
         return f"{self.fragment}-{self.pu}"
 
 
-def per_source(
-    op: RescaleOperation, *, only: Iterable[tuple[str, int]] | None = None
-) -> list[SourceProgress]:
-    """Steps done of steps planned per (fragment, source PU); only those named when given
-    (counted in the database unless the steps are prefetched: the live delta's few sources)."""
+def per_source(op: RescaleOperation) -> list[SourceProgress]:
+    """Steps done of steps planned per (fragment, source PU), from every step (the page reads
+    them all; a live delta counts its few sources in ``delta_counts``)."""
     done: Counter[tuple[str, int]] = Counter()
     total: Counter[tuple[str, int]] = Counter()
-    if only is not None and not _steps_prefetched(op):
-        named = set(only)
-        rows = (
-            RescaleStep.objects.filter(
-                operation_id=op.pk,
-                fragment__in={f for f, _ in named},
-                source_pu__in={pu for _, pu in named},
-            )
-            .values_list("fragment", "source_pu")
-            .annotate(steps=Count("pk"), done=Count("pk", filter=Q(phase=StepPhase.DONE)))
-        )
-        for fragment, pu, steps, finished in rows:
-            total[(fragment, pu)] += steps
-            done[(fragment, pu)] += finished
-    else:
-        for s in op.steps.all():
-            total[(s.fragment, s.source_pu)] += 1
-            done[(s.fragment, s.source_pu)] += s.phase == StepPhase.DONE
-    keys = sorted(total) if only is None else sorted(set(only) & set(total))
-    return [SourceProgress(f, pu, done[(f, pu)], total[(f, pu)]) for f, pu in keys]
+    for s in op.steps.all():
+        total[(s.fragment, s.source_pu)] += 1
+        done[(s.fragment, s.source_pu)] += s.phase == StepPhase.DONE
+    return [SourceProgress(f, pu, done[(f, pu)], total[(f, pu)]) for f, pu in sorted(total)]
 
 
 @dataclass(frozen=True)
@@ -248,10 +230,6 @@ class FragmentView:
     def grid_data(self) -> str:
         """Every vnode's phase as one digit, in vnode order (32,768 vnodes: 32 KB)."""
         return "".join(str(p) for p in self.phases)
-
-
-def _steps_prefetched(op: RescaleOperation) -> bool:
-    return "steps" in getattr(op, "_prefetched_objects_cache", {})
 
 
 @dataclass(frozen=True)
@@ -320,33 +298,65 @@ def keep_planned_placements(operation_id: str) -> None:
         planned_placements(found)
 
 
-def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[FragmentView]:
+@dataclass(frozen=True)
+class DeltaCounts:
+    """What a live delta counts of every step, in one scan (``delta_counts``): each fragment's
+    vnodes per phase, and for the (fragment, PU) pairs the delta touches, the vnodes routed to
+    their target already out of them and into them, and the steps out of them and of those
+    the steps done."""
+
+    phase_vnodes: dict[str, Counter[str]]
+    moved_out: Counter[tuple[str, int]]
+    moved_in: Counter[tuple[str, int]]
+    steps_out: Counter[tuple[str, int]]
+    done_out: Counter[tuple[str, int]]
+
+
+def delta_counts(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> DeltaCounts:
+    """``DeltaCounts`` of ``op`` for the (fragment, PU) pairs ``pus``: one query grouped by
+    fragment, phase, and the source and target PUs when they are among ``pus`` (so the groups
+    are a few per phase, whatever the number of steps)."""
+    named = sorted({pu for _, pu in pus})
+    ends = {
+        end: Case(When(**{f"{end}__in": named}, then=F(end)), default=None)
+        for end in ("source_pu", "target_pu")
+    }
+    rows = (
+        RescaleStep.objects.filter(operation_id=op.pk)
+        .values_list("fragment", "phase")
+        .annotate(
+            source=ends["source_pu"],
+            target=ends["target_pu"],
+            steps=Count("pk"),
+            vnodes=Sum(JsonArrayLength("vnodes")),
+        )
+        .order_by()
+    )
+    counted = DeltaCounts({}, Counter(), Counter(), Counter(), Counter())
+    gone = {p for p, r in ROUTING_BY_PHASE.items() if r == Routing.TARGET}
+    for fragment, phase, source, target, steps, vnodes in rows:
+        counted.phase_vnodes.setdefault(fragment, Counter())[phase] += vnodes
+        out, into = (fragment, source), (fragment, target)
+        if source is not None and out in pus:
+            counted.steps_out[out] += steps
+            counted.done_out[out] += steps if phase == StepPhase.DONE else 0
+            counted.moved_out[out] += vnodes if phase in gone else 0
+        if target is not None and into in pus and phase in gone:
+            counted.moved_in[into] += vnodes
+    return counted
+
+
+def fragment_deltas(
+    op: RescaleOperation, *, pus: set[tuple[str, int]], counted: DeltaCounts | None = None
+) -> list[FragmentView]:
     """``fragment_views`` for the live delta, counted in the database rather than from every
-    step: each fragment's vnodes per phase, and the placement rows of ``pus`` only (no grid:
-    the delta's ``vnode_patch`` repaints the vnodes that changed)."""
-    fragments = sorted(planned_placements(op).items())
-    steps = RescaleStep.objects.filter(operation_id=op.pk)
-    in_steps: dict[str, Counter[str]] = {}
-    for fragment, phase, vnodes in (
-        steps.values_list("fragment", "phase").annotate(n=Sum(JsonArrayLength("vnodes")))
-    ).order_by():
-        in_steps.setdefault(fragment, Counter())[phase] += vnodes
-    # vnodes routed to their target already, out of and into the PUs named
-    gone = steps.filter(phase__in=[p for p, r in ROUTING_BY_PHASE.items() if r == Routing.TARGET])
-    named = {pu for _, pu in pus}
-    moved: dict[str, Counter[tuple[str, int]]] = {}
-    for end in ("source_pu", "target_pu"):
-        counted = moved[end] = Counter()
-        for fragment, pu, vnodes in (
-            gone.filter(**{f"{end}__in": named})
-            .values_list("fragment", end)
-            .annotate(n=Sum(JsonArrayLength("vnodes")))
-            .order_by()
-        ):
-            counted[(fragment, pu)] += vnodes
+    step (``delta_counts``, unless given): each fragment's vnodes per phase, and the placement
+    rows of ``pus`` only (no grid: the delta's ``vnode_patch`` repaints the vnodes that
+    changed)."""
+    counted = counted or delta_counts(op, pus=pus)
     views = []
-    for name, planned in fragments:
-        phases = in_steps.get(name, Counter())
+    for name, planned in sorted(planned_placements(op).items()):
+        phases = counted.phase_vnodes.get(name, Counter())
         per_phase = Counter({str(p): n for p, n in phases.items()})
         per_phase[OWNED] = planned.vnodes - sum(phases.values())
         placed_before, placed_after = planned.before, planned.after
@@ -356,7 +366,7 @@ def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[
                 pu,
                 placed_before[pu],
                 placed_after[pu],
-                placed_before[pu] - moved["source_pu"][(name, pu)] + moved["target_pu"][(name, pu)],
+                placed_before[pu] - counted.moved_out[(name, pu)] + counted.moved_in[(name, pu)],
             )
             for fragment, pu in sorted(pus)
             if fragment == name
@@ -368,6 +378,15 @@ def fragment_deltas(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[
         )
         views.append(FragmentView(name, planned.vnodes, (), phase_counts, placement))
     return views
+
+
+def source_deltas(counted: DeltaCounts, *, only: Iterable[tuple[str, int]]) -> list[SourceProgress]:
+    """``per_source`` of the (fragment, source PU) pairs ``only``, from a delta's counts."""
+    return [
+        SourceProgress(f, pu, counted.done_out[(f, pu)], counted.steps_out[(f, pu)])
+        for f, pu in sorted(set(only))
+        if counted.steps_out[(f, pu)]
+    ]
 
 
 def _step_of_vnode(op: RescaleOperation) -> dict[str, dict[int, RescaleStep]]:

@@ -164,8 +164,11 @@ def test_a_report_is_rendered_as_the_rows_it_changed(op: RescaleOperation) -> No
     full = RescaleOperation.objects.prefetch_related("steps").get(pk=op.pk)
     step = RescaleStep.objects.get(operation=op, step=1)
     events = list(AuditEvent.objects.filter(action="operation.requested"))
-    rows, rest = operation_delta_html(operation=full, steps=[step], events=events, waiting=None)
-    # rows alone first: one step, the placement of its two PUs, its source's progress
+    (html,) = operation_delta_html(operation=full, steps=[step], events=events, waiting=None)
+    # one message, its table rows first (a message's first tag decides how htmx's <template>
+    # parses it): one step, the placement of its two PUs, its source's progress; then the rest
+    rows, rest = html[: html.rindex("</tr>") + 5], html[html.rindex("</tr>") + 5 :]
+    assert rows.startswith("<tr ") and rest.startswith("<div ")
     assert re.findall(r'<tr [^>]*id="([a-z0-9_-]+)"', rows) == [
         "step-1",
         f"placement-word_count-{step.source_pu}",
@@ -173,11 +176,34 @@ def test_a_report_is_rendered_as_the_rows_it_changed(op: RescaleOperation) -> No
         f"source-word_count-{step.source_pu}",
     ]
     assert rows.count('hx-swap-oob="true"') == 4
+    assert not live.TABLE_MARKUP.search(rest)
     assert 'id="op-summary" hx-swap-oob="true"' in rest
     assert 'hx-swap-oob="beforeend:#timeline"' in rest
     patch = re.search(r'data-patch="([^"]+)"', rest)
     assert patch is not None
     assert str(PHASE_INDEX["collecting"]) in patch[1]
+
+
+def test_a_rest_with_table_markup_goes_apart_from_the_rows(
+    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the rows, a <table> (or a form) would be parsed as part of the rows' table: such a
+    rest is sent as a message of its own."""
+    report(op, {1: StepPhase.COLLECTING}, {})
+    step = RescaleStep.objects.get(operation=op, step=1)
+    rendered = live.render_to_string
+
+    def with_a_table(name: str, context: Any) -> str:
+        html = rendered(name, context)
+        return html + "<table><tr><td>1</td></tr></table>" if name.endswith("delta.html") else html
+
+    monkeypatch.setattr(live, "render_to_string", with_a_table)
+    rows, rest = operation_delta_html(operation=op, steps=[step], events=[], waiting=None)
+    assert rows.startswith('<tr id="step-1"') and "<div" not in rows
+    assert rest.startswith('<div id="op-summary"') and rest.endswith("</table>")
+    assert operation_delta_html(operation=op, steps=[], events=[], waiting=None)[0].startswith(
+        '<div id="op-summary"'
+    ), "no rows: the rest alone, one message"
 
 
 def test_a_page_s_socket_names_the_rows_it_shows_as_ranges(
@@ -206,14 +232,14 @@ def test_the_page_s_socket_renders_the_changed_rows_it_shows_once_per_version(
     report(op, {1: StepPhase.COLLECTING, 3: StepPhase.COLLECTING}, {})
     delta = next(p for p in published if PAGE_CHANGES in p)
     assert delta[PAGE_CHANGES]["steps"] == [1, 3] and "page_html" not in delta
-    rows, rest = operation_page_delta(
+    (html,) = operation_page_delta(
         operation_id=op.operation_id, payload=delta, shown=((2, 10),)
-    ) or ["", ""]
-    assert re.findall(r'id="(step-\d+)"', rows) == ["step-3"]
-    assert 'id="op-summary"' in rest
+    ) or [""]
+    assert re.findall(r'id="(step-\d+)"', html) == ["step-3"]
+    assert 'id="op-summary"' in html
     with django_assert_num_queries(0):  # a second page on the same rows: rendered already
         again = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=((2, 10),))
-    assert again == [rows, rest]
+    assert again == [html]
     everything = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
     assert everything is not None
     assert re.findall(r'id="(step-\d+)"', everything[0]) == ["step-1", "step-3"]
@@ -274,11 +300,17 @@ def test_the_summary_says_rate_and_eta_once_keys_move(op: RescaleOperation) -> N
 
 
 def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_step(
-    op: RescaleOperation,
+    op: RescaleOperation, django_assert_num_queries: Any
 ) -> None:
     """The delta's phase counts, placement rows and sources are counted in SQL (not from every
     step's row, 16,384 of them at scale); they say what the page says from the rows."""
-    from dashboard.operation_page import fragment_deltas, per_source, step_pus
+    from dashboard.operation_page import (
+        delta_counts,
+        fragment_deltas,
+        per_source,
+        source_deltas,
+        step_pus,
+    )
     from rescaler.operations.counts import StepCounts, step_counts
 
     report(
@@ -288,15 +320,21 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     )
     every = RescaleOperation.objects.prefetch_related("steps").get(pk=op.pk)
     bare = RescaleOperation.objects.get(pk=op.pk)
-    touched = step_pus(list(bare.steps.filter(step__in=[1, 2, 3])))
+    changed = list(bare.steps.filter(step__in=[1, 2, 3]))
+    touched = step_pus(changed)
     rows = fragment_views(every, pus=touched)
-    counted = fragment_deltas(bare, pus=touched)
+    with django_assert_num_queries(1):  # one scan of the steps, whatever their number
+        figures = delta_counts(bare, pus=touched)
+    counted = fragment_deltas(bare, pus=touched, counted=figures)
     assert [(v.fragment, v.vnodes, v.phase_counts, v.placement) for v in counted] == [
         (v.fragment, v.vnodes, v.phase_counts, v.placement) for v in rows
     ]
     assert any(p.now != p.before for v in counted for p in v.placement)
-    sources = {(s.fragment, s.source_pu) for s in bare.steps.all()}
-    assert per_source(bare, only=sources) == per_source(every, only=sources)
+    sources = {(s.fragment, s.source_pu) for s in changed}
+    assert source_deltas(figures, only=sources) == [
+        s for s in per_source(every) if (s.fragment, s.pu) in sources
+    ]
+    assert sum(s.done for s in source_deltas(figures, only=sources)) == 1  # step 1's
     assert step_counts(bare) == StepCounts.of_rows(every.steps.all())
     assert step_counts(bare).done == 1 and step_counts(bare).exporting == 1
 
