@@ -30,6 +30,7 @@ from workers.sources.control import ControlSource, with_control
 from workers.sources.jetstream import JETSTREAM, JetStreamStreamReader
 from workers.sources.jetstream import register as register_jetstream
 from workers.sources.spark import GENERATOR, JSONL, register
+from workers.spark_tasks import scheduler_conf
 
 CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -75,6 +76,8 @@ def build_spark(config: RunnerConfig, app_name: str) -> Any:
         # worker's preemption notice (docs/elastic-workers.md, "Preemption")
         .config("spark.decommission.enabled", "true")
     )
+    for key, value in scheduler_conf(config.pipeline_dir).items():
+        builder = builder.config(key, value)
     for key, value in config.spark_conf:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
