@@ -20,6 +20,7 @@ which the consumers strip before a JSON client sees it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import time
@@ -63,6 +64,14 @@ _RANGE = r"\d{1,9}(?:-\d{1,9})?"
 STEP_RANGES = re.compile(rf"{_RANGE}(?:,{_RANGE}){{0,{MAX_RANGES - 1}}}")
 
 
+@functools.cache
+def _document_fields() -> Any:
+    """The operation document's fields, built once per process (a barrier's delta represents the
+    columns its report changed with them; building every field of the document at every
+    barrier cost more than representing those). Its fields keep no state between objects."""
+    return OperationDetailSerializer().fields
+
+
 def operation_delta(
     *,
     operation: RescaleOperation,
@@ -77,7 +86,7 @@ def operation_delta(
     given)."""
     counts = counts or step_counts(operation)
     operation.steps_done = counts.done  # type: ignore[attr-defined]  # as the document's annotation
-    fields = OperationDetailSerializer(operation).fields
+    fields = _document_fields()
     changed: dict[str, Any] = {}
     for name in columns:
         field = fields[name]
