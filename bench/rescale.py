@@ -54,6 +54,7 @@ Prints a table, writes ``bench/results/rescale.json`` and ``bench/results/rescal
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -200,6 +201,7 @@ class EpochLog:
         self.strategy = strategy
         self.rows: list[dict[str, Any]] = []
         self._cond = threading.Condition()
+        self.runner: Any = None  # its last_timings are the epoch's, when it calls back
 
     def __call__(self, report: Any) -> None:
         per_pu = {p.pu: p.keys for p in report.per_pu if p.fragment == FRAGMENT}
@@ -215,6 +217,9 @@ class EpochLog:
             # the machine may be shared: the load beside each epoch explains outliers
             "load1": round(os.getloadavg()[0], 2),
         }
+        timings = getattr(self.runner, "last_timings", None)
+        if timings is not None:  # where the epoch's time went on the driver (the profile)
+            row["timings_s"] = {k: round(v, 4) for k, v in dataclasses.asdict(timings).items()}
         with self._cond:
             self.rows.append(row)
             self._cond.notify_all()
@@ -261,6 +266,7 @@ def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
     )
     epochs = EpochLog(strategy)
     runner = PipelineRunner(config, LocalControl(config.pipeline_dir / "control"), on_epoch=epochs)
+    epochs.runner = runner
     outcome: dict[str, Any] = {}
     running = threading.Event()
 
