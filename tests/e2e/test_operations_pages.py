@@ -197,9 +197,8 @@ def test_pages_fit_a_phone_without_scrolling_sideways(
     assert failed == []
 
 
-def test_the_operation_page_applies_each_delta_and_rereads_after_a_missed_one(
-    browser: Any, live_url: str, cluster: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def scale_out_requested() -> RescaleOperation:
+    """A 2 -> 4 scale-out of the cluster, requested by an operator (it stays pending)."""
     made: list[RescaleOperation] = []
 
     def request() -> None:
@@ -209,7 +208,13 @@ def test_the_operation_page_applies_each_delta_and_rereads_after_a_missed_one(
         made.append(op)
 
     as_the_runner(request)
-    op = made[0]
+    return made[0]
+
+
+def test_the_operation_page_applies_each_delta_and_rereads_after_a_missed_one(
+    browser: Any, live_url: str, cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    op = scale_out_requested()
     specs = {s.step: s.spec() for s in op.steps.all()}
 
     def report(phases: dict[int, StepPhase], keys: dict[int, int]) -> None:
@@ -293,16 +298,7 @@ def test_a_delta_s_rows_and_the_rest_parse_from_one_message_as_htmx_parses_it(
     be (``dashboard.live.TABLE_MARKUP``: such a rest goes apart)."""
     from dashboard.live import operation_delta_html
 
-    made: list[RescaleOperation] = []
-
-    def request() -> None:
-        operator = make_user("operator", rescale=True)
-        op = operation_request(user=operator, body=request_body(added_parallel_units=[2, 3]))
-        assert isinstance(op, RescaleOperation)
-        made.append(op)
-
-    as_the_runner(request)
-    op = made[0]
+    op = scale_out_requested()
     steps = list(op.steps.order_by("step")[:2])
     events = list(AuditEvent.objects.filter(action="operation.requested"))
     (html,) = operation_delta_html(operation=op, steps=steps, events=events, waiting=None)
