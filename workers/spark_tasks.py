@@ -7,6 +7,7 @@ submits the job and records what its tasks return.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,18 @@ POOLS_XML = """<?xml version="1.0"?>
 
 def scheduler_conf(directory: Path) -> dict[str, str]:
     """The Spark configuration of the pools above, their allocation file written in
-    ``directory`` (the pipeline's; a user's own ``--conf`` for these keys wins)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "fairscheduler.xml"
-    if not path.exists() or path.read_text() != POOLS_XML:
-        path.write_text(POOLS_XML)
-    return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(path)}
+    ``directory`` (the pipeline's; the temporary directory where that cannot be written, a
+    read-only state directory); a user's own ``--conf`` for these keys wins."""
+    for place in (directory, Path(tempfile.gettempdir())):
+        path = place / "fairscheduler.xml"
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_text() != POOLS_XML:
+                path.write_text(POOLS_XML)
+        except OSError:
+            continue
+        return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(path)}
+    return {}  # nowhere to write it: Spark's own order (FIFO)
 
 
 def task_location() -> tuple[str, str]:
