@@ -29,6 +29,7 @@ from workers.recovery.snapshots import (
     restore_stores,
 )
 from workers.recovery.tasks import staging_path
+from workers.spark_tasks import BACKGROUND_POOL
 from workers.state import open_store
 from workers.state.base import COLUMNAR, Update, encode_key
 
@@ -49,13 +50,19 @@ class _Rdd:
 class _Context:
     def __init__(self) -> None:
         self.jobs: list[tuple[str | None, int]] = []
+        self.pools: list[str | None] = []  # the scheduler pool of each job
         self._description: str | None = None
+        self._local: dict[str, str | None] = {}
 
     def setJobDescription(self, text: str | None) -> None:
         self._description = text
 
+    def setLocalProperty(self, key: str, value: str | None) -> None:
+        self._local[key] = value
+
     def parallelize(self, items: list[Any], slices: int) -> _Rdd:
         self.jobs.append((self._description, slices))
+        self.pools.append(self._local.get("spark.scheduler.pool"))
         return _Rdd(list(items))
 
 
@@ -148,6 +155,8 @@ def test_snapshot_restores_at_any_size(tmp_path: Path, backend: str, target: int
     assert manifest.files["watermark.json"] == '{"watermark_ms": 5}'
     # one task per source PU, and every segment holds only its partition's vnodes
     assert [slices for _, slices in snapshots.spark.sparkContext.jobs] == [2]
+    # beside the epochs: in the executors' background pool (workers.spark_tasks)
+    assert snapshots.spark.sparkContext.pools == [BACKGROUND_POOL]
     for seg in manifest.fragments["counts"].segments:
         assert {recovery_partition(v, 8) for v in seg.vnodes} == {seg.partition}
         assert all(mapping.mapping[v] == seg.pu for v in seg.vnodes)
