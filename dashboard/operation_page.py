@@ -347,13 +347,12 @@ def delta_counts(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> DeltaCou
 
 
 def fragment_deltas(
-    op: RescaleOperation, *, pus: set[tuple[str, int]], counted: DeltaCounts | None = None
+    op: RescaleOperation, *, pus: set[tuple[str, int]], counted: DeltaCounts
 ) -> list[FragmentView]:
-    """``fragment_views`` for the live delta, counted in the database rather than from every
-    step (``delta_counts``, unless given): each fragment's vnodes per phase, and the placement
-    rows of ``pus`` only (no grid: the delta's ``vnode_patch`` repaints the vnodes that
-    changed)."""
-    counted = counted or delta_counts(op, pus=pus)
+    """``fragment_views`` for the live delta, from its counts in the database
+    (``delta_counts`` of ``pus``) rather than from every step: each fragment's vnodes per
+    phase, and the placement rows of ``pus`` only (no grid: the delta's ``vnode_patch``
+    repaints the vnodes that changed)."""
     views = []
     for name, planned in sorted(planned_placements(op).items()):
         phases = counted.phase_vnodes.get(name, Counter())

@@ -18,6 +18,7 @@ from typing import Any
 # ``background`` and takes the slots the epochs leave. Spark never stops a running task for
 # another, so a background task delays an epoch's task by at most its own length.
 BACKGROUND_POOL = "background"
+POOL_PROPERTY = "spark.scheduler.pool"  # the job's pool, a local property of the submitting thread
 POOLS_XML = """<?xml version="1.0"?>
 <allocations>
   <pool name="default">
@@ -42,8 +43,7 @@ def scheduler_conf(directory: Path) -> dict[str, str]:
         path = place / "fairscheduler.xml"
         try:
             place.mkdir(parents=True, exist_ok=True)
-            if not path.exists() or path.read_text() != POOLS_XML:
-                path.write_text(POOLS_XML)
+            path.write_text(POOLS_XML)  # once per session: an older or edited file is replaced
         except OSError:
             continue
         return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(path)}
@@ -67,11 +67,11 @@ def run_tasks(
         return [fn(task) for task in tasks]
     sc = spark.sparkContext
     sc.setJobDescription(description)
-    sc.setLocalProperty("spark.scheduler.pool", BACKGROUND_POOL)
+    sc.setLocalProperty(POOL_PROPERTY, BACKGROUND_POOL)
     try:
         items = list(enumerate(tasks))
         done = sc.parallelize(items, len(items)).map(lambda it: (it[0], fn(it[1]))).collect()
         return [result for _, result in sorted(done, key=lambda pair: pair[0])]
     finally:
-        sc.setLocalProperty("spark.scheduler.pool", None)
+        sc.setLocalProperty(POOL_PROPERTY, None)
         sc.setJobDescription(None)

@@ -33,7 +33,6 @@ def _epoch(index: int) -> tuple[str, int, float]:
 
 
 def order(fifo: bool) -> list[list[Any]]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from workers.config import RunnerConfig
     from workers.job import build_spark
     from workers.spark_tasks import run_tasks

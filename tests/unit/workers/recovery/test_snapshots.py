@@ -29,7 +29,7 @@ from workers.recovery.snapshots import (
     restore_stores,
 )
 from workers.recovery.tasks import staging_path
-from workers.spark_tasks import BACKGROUND_POOL
+from workers.spark_tasks import BACKGROUND_POOL, POOL_PROPERTY
 from workers.state import open_store
 from workers.state.base import COLUMNAR, Update, encode_key
 
@@ -62,7 +62,7 @@ class _Context:
 
     def parallelize(self, items: list[Any], slices: int) -> _Rdd:
         self.jobs.append((self._description, slices))
-        self.pools.append(self._local.get("spark.scheduler.pool"))
+        self.pools.append(self._local.get(POOL_PROPERTY))
         return _Rdd(list(items))
 
 
