@@ -19,7 +19,6 @@ which the consumers strip before a JSON client sees it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import re
@@ -43,7 +42,7 @@ from dashboard.tables import StepTable
 from rescaler import events as channel
 from rescaler.audit.models import AuditEvent
 from rescaler.events import operation_group
-from rescaler.operations.counts import StepCounts, step_counts
+from rescaler.operations.counts import StepCounts, StepGroup, step_counts, step_groups
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.signals import operation_progressed
 from rescaler.operations.waiting import operation_waiting
@@ -150,7 +149,7 @@ def operation_delta_html(
     steps: list[RescaleStep],
     events: list[AuditEvent],
     waiting: dict[str, Any] | None,
-    counts: StepCounts | None = None,
+    groups: list[StepGroup] | None = None,
     shown: StepRanges | None = None,
 ) -> list[str]:
     """The operation page's rendered delta, as the one websocket message htmx swaps in (a list:
@@ -158,8 +157,9 @@ def operation_delta_html(
     page shows (``shown``; None: all) are rendered; the rest (the placement and sources
     touched, the summary, the vnode grid's patch, the timeline) is the same for every page. Its
     size grows with the steps that changed, not with the operation's vnodes, and so does its
-    cost: the figures of every step are counted in the database (``counts`` and ``waiting`` are
-    the delta's own, when given).
+    cost: the figures of every step are counted in the database, in one scan (``groups``:
+    ``step_groups`` counted apart for the PUs these steps touch, as the delta's record counted
+    them; counted here when not given), and ``waiting`` is the delta's own.
 
     The table rows come first: htmx parses a message as the contents of a ``<template>``, whose
     first tag decides how the rest is parsed, and ``<tr>`` parses only as a table's. What
@@ -169,7 +169,9 @@ def operation_delta_html(
     message, not the rows and the rest apart: between two messages the browser lays out and
     paints the page once more (at 32,768 vnodes, as long as applying the delta took)."""
     touched = operation_page.step_pus(steps)
-    counted = operation_page.delta_counts(operation, pus=touched)
+    if groups is None:
+        groups = step_groups(operation, pus=operation_page.delta_pus(touched))
+    counted = operation_page.DeltaCounts.of_groups(groups, pus=touched)
     context = {
         "oob": True,
         "steps_table": StepTable(
@@ -180,7 +182,9 @@ def operation_delta_html(
             counted, only={(s.fragment, s.source_pu) for s in steps}
         ),
         "summary": operation_page.operation_summary(
-            operation, waiting=operation_page.waiting_of(waiting), counts=counts
+            operation,
+            waiting=operation_page.waiting_of(waiting),
+            counts=StepCounts.of_groups(groups),
         ),
         "measures": operation_page.MEASURES,
         "patch": json.dumps(operation_page.vnode_patch(steps), separators=(",", ":")),
@@ -230,7 +234,7 @@ def operation_page_delta(
         steps=steps,
         events=events,
         waiting=waiting,
-        counts=_counts_of(changes.get("counts")),
+        groups=_groups_of(changes.get("groups")),
         shown=shown,
     )
     _RENDERED[key] = html
@@ -239,19 +243,15 @@ def operation_page_delta(
     return html
 
 
-def _counts_of(given: Any) -> StepCounts | None:
-    """The record's step counts as the event carries them; None (counted again) if they do
+def _groups_of(given: Any) -> list[StepGroup] | None:
+    """The record's step groups as the event carries them; None (counted again) if they do
     not parse."""
-    if not isinstance(given, dict):
+    if not isinstance(given, list):
         return None
     try:
-        counts = StepCounts(**given)
-    except TypeError:
+        return [StepGroup.from_json(g) for g in given]
+    except (ValueError, TypeError):
         return None
-    numbers = [v for k, v in given.items() if k != "exporting_since"]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers):
-        return None
-    return counts
 
 
 @receiver(operation_progressed, dispatch_uid="dashboard.operation_progress_published")
@@ -259,19 +259,21 @@ def operation_progress_publish(sender: Any, **report: Any) -> None:
     """Publish a progress report to the operation's page as its delta event, naming what it
     changed for the console's page (rendered by its socket, only when one watches)."""
     operation: RescaleOperation = report["operation"]
-    counts = step_counts(operation)
+    # every step counted once, in one scan: for the delta's figures, and for the page's socket
+    # (the PUs the changed steps touch counted apart), which renders from them
+    touched = operation_page.step_pus(report["steps"])
+    groups = step_groups(operation, pus=operation_page.delta_pus(touched))
     delta = operation_delta(
         operation=operation,
         version=report["version"],
         columns=report["columns"],
         steps=report["steps"],
         events=report["events"],
-        counts=counts,
+        counts=StepCounts.of_groups(groups),
     )
-    # the counts too: the page's socket renders its summary from them, not counting again
     delta[PAGE_CHANGES] = {
         "steps": [s.step for s in report["steps"]],
         "events": [e.pk for e in report["events"]],
-        "counts": dataclasses.asdict(counts),
+        "groups": [g.to_json() for g in groups],
     }
     channel.publish(operation_group(operation.operation_id), Event.OPERATION_PROGRESS, delta)

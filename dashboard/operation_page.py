@@ -15,12 +15,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Case, Count, F, Prefetch, Sum, When
+from django.db.models import Prefetch
 
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
 from rescaler.audit.models import AuditEvent
-from rescaler.operations.counts import JsonArrayLength, StepCounts, step_counts
+from rescaler.operations.counts import (
+    StepCounts,
+    StepGroup,
+    step_counts,
+    step_groups,
+)
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.selectors import plan_fragments_read
 from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
@@ -300,7 +305,7 @@ def keep_planned_placements(operation_id: str) -> None:
 
 @dataclass(frozen=True)
 class DeltaCounts:
-    """What a live delta counts of every step, in one scan (``delta_counts``): each fragment's
+    """What a live delta counts of every step, in one scan (``step_groups``): each fragment's
     vnodes per phase, and for the (fragment, PU) pairs the delta touches, the vnodes routed to
     their target already out of them and into them, and the steps out of them and of those
     the steps done."""
@@ -311,39 +316,34 @@ class DeltaCounts:
     steps_out: Counter[tuple[str, int]]
     done_out: Counter[tuple[str, int]]
 
+    @classmethod
+    def of_groups(cls, groups: Iterable[StepGroup], *, pus: set[tuple[str, int]]) -> DeltaCounts:
+        """From ``step_groups`` counted with (at least) the PU numbers of ``pus``."""
+        counted = cls({}, Counter(), Counter(), Counter(), Counter())
+        for g in groups:
+            counted.phase_vnodes.setdefault(g.fragment, Counter())[g.phase] += g.vnodes
+            out, into = (g.fragment, g.source_pu), (g.fragment, g.target_pu)
+            if g.source_pu is not None and out in pus:
+                counted.steps_out[out] += g.steps
+                counted.done_out[out] += g.steps if g.phase == StepPhase.DONE else 0
+                counted.moved_out[out] += g.vnodes if g.phase in _GONE else 0
+            if g.target_pu is not None and into in pus and g.phase in _GONE:
+                counted.moved_in[into] += g.vnodes
+        return counted
+
+
+# the phases whose vnodes are routed to their target already
+_GONE = frozenset(p for p, r in ROUTING_BY_PHASE.items() if r == Routing.TARGET)
+
+
+def delta_pus(pus: Iterable[tuple[str, int]]) -> set[int]:
+    """The PU numbers ``step_groups`` counts apart for a delta touching ``pus``."""
+    return {pu for _, pu in pus}
+
 
 def delta_counts(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> DeltaCounts:
-    """``DeltaCounts`` of ``op`` for the (fragment, PU) pairs ``pus``: one query grouped by
-    fragment, phase, and the source and target PUs when they are among ``pus`` (so the groups
-    are a few per phase, whatever the number of steps)."""
-    named = sorted({pu for _, pu in pus})
-    ends = {
-        end: Case(When(**{f"{end}__in": named}, then=F(end)), default=None)
-        for end in ("source_pu", "target_pu")
-    }
-    rows = (
-        RescaleStep.objects.filter(operation_id=op.pk)
-        .values_list("fragment", "phase")
-        .annotate(
-            source=ends["source_pu"],
-            target=ends["target_pu"],
-            steps=Count("pk"),
-            vnodes=Sum(JsonArrayLength("vnodes")),
-        )
-        .order_by()
-    )
-    counted = DeltaCounts({}, Counter(), Counter(), Counter(), Counter())
-    gone = {p for p, r in ROUTING_BY_PHASE.items() if r == Routing.TARGET}
-    for fragment, phase, source, target, steps, vnodes in rows:
-        counted.phase_vnodes.setdefault(fragment, Counter())[phase] += vnodes
-        out, into = (fragment, source), (fragment, target)
-        if source is not None and out in pus:
-            counted.steps_out[out] += steps
-            counted.done_out[out] += steps if phase == StepPhase.DONE else 0
-            counted.moved_out[out] += vnodes if phase in gone else 0
-        if target is not None and into in pus and phase in gone:
-            counted.moved_in[into] += vnodes
-    return counted
+    """``DeltaCounts`` of ``op`` for the (fragment, PU) pairs ``pus``, in one query."""
+    return DeltaCounts.of_groups(step_groups(op, pus=delta_pus(pus)), pus=pus)
 
 
 def fragment_deltas(

@@ -1,5 +1,6 @@
-"""What an operation's summaries read of every step, counted once: in one aggregate query, or
-from the step rows when they are loaded anyway (the operation document prefetches them).
+"""What an operation's summaries read of every step, counted once: in one grouped query
+(``step_groups``), or from the step rows when they are loaded anyway (the operation document
+prefetches them).
 
 The live delta of every barrier (``dashboard.live``) asks for ``moved``, ``waiting`` and the
 steps done: counted in Postgres they cost one query whatever the number of steps, where
@@ -8,11 +9,24 @@ reading the rows back cost a 16,384-step operation a quarter of each barrier.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, F, FloatField, Func, IntegerField, Min, Q, Sum, Value
+from django.db.models import (
+    Case,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Min,
+    Q,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Greatest
 
@@ -78,10 +92,119 @@ class StepCounts:
             keys_planned, bytes_planned, vnodes_planned,
         )  # fmt: skip
 
+    @classmethod
+    def of_groups(cls, groups: Iterable[StepGroup]) -> StepCounts:
+        """Summed from ``step_groups`` (the same figures as ``of_rows``)."""
+        total = known = done = moving = exporting = vnodes = keys = nbytes = 0
+        keys_planned = bytes_planned = vnodes_planned = 0
+        since: float | None = None
+        for g in groups:
+            total += g.steps
+            keys_planned += g.keys
+            bytes_planned += g.bytes
+            vnodes_planned += g.vnodes
+            keys += g.keys_surplus
+            nbytes += g.bytes_surplus
+            if g.phase == StepPhase.PLANNED:
+                continue
+            known += g.steps
+            done += g.steps if g.phase == StepPhase.DONE else 0
+            moving += g.steps if g.phase not in STEP_ENDED else 0
+            if g.phase == StepPhase.COLLECTING:
+                exporting += g.steps
+                vnodes += g.vnodes
+                if g.exporting_since is not None:
+                    at = float(g.exporting_since)
+                    since = at if since is None else min(since, at)
+        return cls(
+            total, known, done, moving, exporting, vnodes, since, keys, nbytes,
+            keys_planned, bytes_planned, vnodes_planned,
+        )  # fmt: skip
+
 
 def _prefetched_steps(op: RescaleOperation) -> list[RescaleStep] | None:
     cache = getattr(op, "_prefetched_objects_cache", {})
     return list(cache["steps"]) if "steps" in cache else None
+
+
+@dataclass(frozen=True)
+class StepGroup:
+    """The steps of one fragment in one phase, counted together: out of one of the PUs asked
+    about and into one (``step_groups``' ``pus``; None: out of, or into, any other)."""
+
+    fragment: str
+    phase: str
+    source_pu: int | None
+    target_pu: int | None
+    steps: int
+    vnodes: int
+    keys: int  # planned
+    bytes: int
+    keys_surplus: int  # moved beyond the plan, step by step
+    bytes_surplus: int
+    exporting_since: float | None  # a collecting group's earliest start (unix s)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> StepGroup:
+        """A group as ``to_json`` wrote it; ValueError for anything else."""
+        if not isinstance(data, dict) or set(data) != _GROUP_FIELDS:
+            raise ValueError(f"not a step group: {data!r}")
+        since = data["exporting_since"]
+        if not (
+            all(isinstance(data[name], str) for name in ("fragment", "phase"))
+            and all(_is_int(data[name]) for name in _GROUP_COUNTS)
+            and all(
+                data[name] is None or _is_int(data[name]) for name in ("source_pu", "target_pu")
+            )
+            and (since is None or _is_int(since) or isinstance(since, float))
+        ):
+            raise ValueError(f"not a step group: {data!r}")
+        return cls(**data)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_GROUP_FIELDS = {f.name for f in dataclasses.fields(StepGroup)}
+_GROUP_COUNTS = ("steps", "vnodes", "keys", "bytes", "keys_surplus", "bytes_surplus")
+
+
+def step_groups(op: RescaleOperation, *, pus: Iterable[int] = ()) -> list[StepGroup]:
+    """Every step of ``op`` counted in one scan, grouped by fragment and phase, and by source
+    and target PU where those are among ``pus`` (so the groups are a few per phase, whatever
+    the number of steps). ``StepCounts.of_groups`` sums them into the operation's figures; the
+    operation page's live delta reads the PUs it touches from them too."""
+    named = sorted(set(pus))
+    nobody = Value(None, output_field=IntegerField())
+    ends = {
+        end: Case(When(**{f"{end}__in": named}, then=F(end)), default=nobody) if named else nobody
+        for end in ("source_pu", "target_pu")
+    }
+    collecting = Q(phase=StepPhase.COLLECTING)
+    zero = Value(0)
+    rows = (
+        RescaleStep.objects.filter(operation_id=op.pk)
+        .values_list("fragment", "phase")
+        .annotate(
+            source=ends["source_pu"],
+            target=ends["target_pu"],
+            steps=Count("pk"),
+            vnodes=Coalesce(Sum(JsonArrayLength("vnodes")), zero),
+            planned_keys=Coalesce(Sum("keys"), zero),
+            planned_bytes=Coalesce(Sum("bytes"), zero),
+            keys_surplus=Coalesce(Sum(Greatest(F("keys_moved") - F("keys"), zero)), zero),
+            bytes_surplus=Coalesce(Sum(Greatest(F("bytes_moved") - F("bytes"), zero)), zero),
+            exporting_since=Min(
+                Cast(KT(f"timings__{StepPhase.COLLECTING}"), FloatField()), filter=collecting
+            ),
+        )
+        .order_by()
+    )
+    return [StepGroup(*row) for row in rows]
 
 
 def step_counts(op: RescaleOperation) -> StepCounts:
@@ -89,26 +212,7 @@ def step_counts(op: RescaleOperation) -> StepCounts:
     rows = _prefetched_steps(op)
     if rows is not None:
         return StepCounts.of_rows(rows)
-    known = ~Q(phase=StepPhase.PLANNED)
-    collecting = Q(phase=StepPhase.COLLECTING)
-    zero = Value(0)
-    figures = RescaleStep.objects.filter(operation_id=op.pk).aggregate(
-        total=Count("pk"),
-        known=Count("pk", filter=known),
-        done=Count("pk", filter=Q(phase=StepPhase.DONE)),
-        moving=Count("pk", filter=known & ~Q(phase__in=list(STEP_ENDED))),
-        exporting=Count("pk", filter=collecting),
-        exporting_vnodes=Coalesce(Sum(JsonArrayLength("vnodes"), filter=collecting), zero),
-        exporting_since=Min(
-            Cast(KT(f"timings__{StepPhase.COLLECTING}"), FloatField()), filter=collecting
-        ),
-        keys_surplus=Coalesce(Sum(Greatest(F("keys_moved") - F("keys"), zero)), zero),
-        bytes_surplus=Coalesce(Sum(Greatest(F("bytes_moved") - F("bytes"), zero)), zero),
-        keys_planned=Coalesce(Sum("keys"), zero),
-        bytes_planned=Coalesce(Sum("bytes"), zero),
-        vnodes_planned=Coalesce(Sum(JsonArrayLength("vnodes")), zero),
-    )
-    return StepCounts(**figures)
+    return StepCounts.of_groups(step_groups(op))
 
 
 def steps_of(op: RescaleOperation, numbers: Iterable[int]) -> list[RescaleStep]:

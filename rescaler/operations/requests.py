@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -190,6 +190,8 @@ def _operation_create(
             else errors.FragmentBusy("a fragment of the request is busy; try again")
         ) from None
     RescaleStep.objects.bulk_create(RescaleStep.planned(op, s) for s in plan.steps)
+    if len(plan.steps) >= ANALYZE_STEPS_AT:
+        transaction.on_commit(steps_analyze)
     after: dict[str, Any] = {
         "request": request.to_json(),
         "reason": request.reason,
@@ -206,6 +208,22 @@ def _operation_create(
     )
     transaction.on_commit(lambda: _enqueue_drive(op.id))
     return op
+
+
+# From this many steps, an operation's rows are a bulk load of the steps table: analyzed once
+# stored (Postgres' "Populating a Database": run ANALYZE afterwards), or the query planner goes
+# on counting a new operation's steps as a handful until autovacuum analyzes the table, up to a
+# minute or more later, and its barriers' counts sort thousands of rows where they would hash.
+ANALYZE_STEPS_AT = 1_000
+
+
+def steps_analyze() -> None:
+    """Refresh the query planner's statistics of the steps table (about 40 ms at 16,384 steps);
+    Postgres only."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {connection.ops.quote_name(RescaleStep._meta.db_table)}")
 
 
 def _enqueue_drive(pk: int) -> None:

@@ -5,7 +5,6 @@ socket, as the rows it changed that the page shows, which htmx swaps in by id.""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -249,38 +248,47 @@ def test_the_page_s_socket_renders_the_changed_rows_it_shows_once_per_version(
 def test_the_page_s_socket_takes_the_step_counts_the_record_made(
     op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The record counts every step once for its delta event (one aggregate over the steps,
-    16,384 rows at scale); the event hands those counts to the page's socket, which renders
-    the summary from them instead of counting again, and says the same."""
+    """The record counts every step once for its delta event (one grouped scan of the steps,
+    16,384 rows at scale, the PUs its steps touch counted apart); the event hands those groups
+    to the page's socket, which renders the summary, the placement and the sources from them
+    instead of counting again, and says the same."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from rescaler.operations.counts import step_counts
+    from dashboard.operation_page import delta_pus, step_pus
+    from rescaler.operations.counts import StepCounts, step_counts, step_groups
 
     live._RENDERED.clear()
     published: list[dict[str, Any]] = []
     monkeypatch.setattr(events, "publish", lambda group, kind, payload: published.append(payload))
     report(op, {1: StepPhase.DONE, 3: StepPhase.COLLECTING}, {1: 5})
     delta = next(p for p in published if PAGE_CHANGES in p)
-    assert delta[PAGE_CHANGES]["counts"] == dataclasses.asdict(step_counts(op))
+    changed = list(op.steps.filter(step__in=delta[PAGE_CHANGES]["steps"]))
+    groups = step_groups(op, pus=delta_pus(step_pus(changed)))
+    assert delta[PAGE_CHANGES]["groups"] == [g.to_json() for g in groups]
+    assert StepCounts.of_groups(groups) == step_counts(op)
     with CaptureQueriesContext(connection) as given:
-        with_counts = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
+        with_groups = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
     live._RENDERED.clear()
-    bare = {**delta, PAGE_CHANGES: {k: v for k, v in delta[PAGE_CHANGES].items() if k != "counts"}}
+    bare = {**delta, PAGE_CHANGES: {k: v for k, v in delta[PAGE_CHANGES].items() if k != "groups"}}
     with CaptureQueriesContext(connection) as counted:
         without = operation_page_delta(operation_id=op.operation_id, payload=bare, shown=None)
-    assert with_counts == without or _without_render_time(with_counts) == _without_render_time(
+    assert with_groups == without or _without_render_time(with_groups) == _without_render_time(
         without
     )
 
-    def counting(queries: CaptureQueriesContext) -> int:  # step_counts' one aggregate
-        return sum('AS "total"' in q["sql"] for q in queries.captured_queries)
+    def counting(queries: CaptureQueriesContext) -> int:  # step_groups' one scan
+        return sum('AS "exporting_since"' in q["sql"] for q in queries.captured_queries)
 
     assert counting(given) == 0 and counting(counted) == 1
-    # counts that do not parse are counted again, not trusted
-    live._RENDERED.clear()
-    garbled = {**delta, PAGE_CHANGES: {**delta[PAGE_CHANGES], "counts": {"done": "x"}}}
-    assert operation_page_delta(operation_id=op.operation_id, payload=garbled, shown=None)
+    # groups that do not parse are counted again, not trusted
+    for garbage in ([{"steps": "x"}], [{**delta[PAGE_CHANGES]["groups"][0], "steps": True}], {}):
+        live._RENDERED.clear()
+        garbled = {**delta, PAGE_CHANGES: {**delta[PAGE_CHANGES], "groups": garbage}}
+        with CaptureQueriesContext(connection) as again:
+            html = operation_page_delta(operation_id=op.operation_id, payload=garbled, shown=None)
+        assert counting(again) == 1
+        assert _without_render_time(html) == _without_render_time(without)
 
 
 def _without_render_time(html: list[str] | None) -> list[str]:
@@ -337,6 +345,40 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     assert sum(s.done for s in source_deltas(figures, only=sources)) == 1  # step 1's
     assert step_counts(bare) == StepCounts.of_rows(every.steps.all())
     assert step_counts(bare).done == 1 and step_counts(bare).exporting == 1
+
+
+def test_the_step_groups_sum_to_what_the_rows_say_whatever_pus_are_counted_apart(
+    op: RescaleOperation,
+) -> None:
+    """``step_groups`` is the one query behind every count of an operation's steps: summed, the
+    groups say what the loaded rows say (the earliest export's start among them), whichever
+    PUs they count apart; a group goes through an event and back unchanged, and anything
+    else in its place is refused."""
+    from rescaler.operations.counts import StepCounts, StepGroup, step_groups
+
+    report(
+        op,
+        {1: StepPhase.DONE, 2: StepPhase.COLLECTING, 3: StepPhase.COLLECTING},
+        {1: 40, 2: 7},
+    )
+    RescaleStep.objects.filter(operation=op, step=2).update(
+        timings={StepPhase.COLLECTING: 1_700_000_020.5}, bytes_moved=10**6
+    )
+    RescaleStep.objects.filter(operation=op, step=3).update(
+        timings={StepPhase.COLLECTING: 1_700_000_010.25}
+    )
+    rows = StepCounts.of_rows(RescaleStep.objects.filter(operation=op))
+    assert rows.exporting == 2 and rows.exporting_since == 1_700_000_010.25
+    assert rows.bytes_surplus > 0 and rows.keys_surplus > 0
+    for pus in ((), (0,), (0, 1, 2, 3), (99,)):
+        groups = step_groups(op, pus=pus)
+        assert StepCounts.of_groups(groups) == rows, pus
+        assert {g.source_pu for g in groups} <= {None, *pus}
+        assert [StepGroup.from_json(g.to_json()) for g in groups] == groups
+    group = step_groups(op)[0].to_json()
+    for bad in ({**group, "steps": "3"}, {**group, "vnodes": None}, {**group, "extra": 1}, []):
+        with pytest.raises(ValueError):
+            StepGroup.from_json(bad)
 
 
 def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(

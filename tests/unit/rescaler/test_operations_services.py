@@ -115,6 +115,40 @@ def test_request_creates_operation_steps_lock_and_audit_and_queues_the_driver(
     assert event.actor == user and event.object_id == op.operation_id
 
 
+@pytest.mark.parametrize("analyzed_at", [4, 5])
+def test_a_large_operation_s_steps_are_analyzed_once_stored(
+    cluster: Pipeline,
+    user: Any,
+    analyzed_at: int,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """From ``ANALYZE_STEPS_AT`` steps, a new operation's rows are a bulk load: the planner's
+    statistics of the steps table are refreshed once they are committed (else it counts the
+    operation's steps as a handful until autovacuum comes by, and sorts where it would hash);
+    below it nothing more runs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(operation_requests, "ANALYZE_STEPS_AT", analyzed_at)
+    with (
+        CaptureQueriesContext(connection) as queries,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        op = operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+    assert RescaleStep.objects.filter(operation=op).count() == 4
+    analyzed = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("ANALYZE")]
+    if analyzed_at > 4:
+        assert analyzed == []
+        return
+    assert analyzed == [f'ANALYZE "{RescaleStep._meta.db_table}"']
+    with connection.cursor() as cursor:  # what the planner now reads of the table
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE relname = %s", [RescaleStep._meta.db_table]
+        )
+        assert cursor.fetchone()[0] >= 4
+
+
 def test_a_second_operation_on_a_busy_fragment_is_refused(cluster: Pipeline, user: Any) -> None:
     operation_request(user=user, body=body(added_parallel_units=[2]))
     with pytest.raises(errors.FragmentBusy, match="still in progress"):
