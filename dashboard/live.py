@@ -56,6 +56,13 @@ DERIVED = ("moved", "waiting", "steps_done")
 # operation page's socket (``operation_page_delta``); JSON clients never receive it
 PAGE_CHANGES = "page_changes"
 
+# A barrier's record counts the PUs its steps touch apart for the page's socket when they are
+# this few (a fluid barrier's handful, where the record's one scan saves the socket its own).
+# A barrier of hundreds of steps touches most PUs: split by each, its groups would be hundreds,
+# counted at every barrier and carried in its event whether a page watches or not; the page's
+# socket counts those itself, only when one watches.
+PAGE_GROUPS_MAX_PUS = 64
+
 # the step numbers a page shows, as its socket's ``steps`` parameter says them ("1-100,205")
 StepRanges = tuple[tuple[int, int], ...]
 MAX_RANGES = 128  # a page shows STEPS_PER_PAGE rows (100): at most that many ranges
@@ -244,8 +251,8 @@ def operation_page_delta(
 
 
 def _groups_of(given: Any) -> list[StepGroup] | None:
-    """The record's step groups as the event carries them; None (counted again) if they do
-    not parse."""
+    """The record's step groups as the event carries them; None (counted by the socket) when
+    the record left them to it (``PAGE_GROUPS_MAX_PUS``) or they do not parse."""
     if not isinstance(given, list):
         return None
     try:
@@ -260,9 +267,10 @@ def operation_progress_publish(sender: Any, **report: Any) -> None:
     changed for the console's page (rendered by its socket, only when one watches)."""
     operation: RescaleOperation = report["operation"]
     # every step counted once, in one scan: for the delta's figures, and for the page's socket
-    # (the PUs the changed steps touch counted apart), which renders from them
+    # (the PUs the changed steps touch counted apart, when they are few), which renders from them
     touched = operation_page.step_pus(report["steps"])
-    groups = step_groups(operation, pus=operation_page.delta_pus(touched))
+    carried = len(touched) <= PAGE_GROUPS_MAX_PUS
+    groups = step_groups(operation, pus=operation_page.delta_pus(touched) if carried else ())
     delta = operation_delta(
         operation=operation,
         version=report["version"],
@@ -274,6 +282,6 @@ def operation_progress_publish(sender: Any, **report: Any) -> None:
     delta[PAGE_CHANGES] = {
         "steps": [s.step for s in report["steps"]],
         "events": [e.pk for e in report["events"]],
-        "groups": [g.to_json() for g in groups],
+        "groups": [g.to_json() for g in groups] if carried else None,
     }
     channel.publish(operation_group(operation.operation_id), Event.OPERATION_PROGRESS, delta)

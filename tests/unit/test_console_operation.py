@@ -291,6 +291,40 @@ def test_the_page_s_socket_takes_the_step_counts_the_record_made(
         assert _without_render_time(html) == _without_render_time(without)
 
 
+def test_a_barrier_touching_many_pus_leaves_their_counts_to_the_page_s_socket(
+    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Split by each of hundreds of PUs, a large barrier's groups would be hundreds, counted
+    and carried at every barrier whether a page watches or not: past ``PAGE_GROUPS_MAX_PUS``
+    the event carries none, and the page's socket counts them itself, to the same page."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard.operation_page import delta_pus, step_pus
+    from rescaler.operations.counts import step_groups
+
+    live._RENDERED.clear()
+    published: list[dict[str, Any]] = []
+    monkeypatch.setattr(events, "publish", lambda group, kind, payload: published.append(payload))
+    monkeypatch.setattr(live, "PAGE_GROUPS_MAX_PUS", 1)
+    report(op, {1: StepPhase.DONE, 3: StepPhase.COLLECTING}, {1: 5})
+    delta = next(p for p in published if PAGE_CHANGES in p)
+    assert delta[PAGE_CHANGES]["groups"] is None
+    with CaptureQueriesContext(connection) as queries:
+        html = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
+    assert sum('AS "exporting_since"' in q["sql"] for q in queries.captured_queries) == 1
+    # the same page as from the groups the record would have carried
+    changed = list(op.steps.filter(step__in=delta[PAGE_CHANGES]["steps"]))
+    groups = step_groups(op, pus=delta_pus(step_pus(changed)))
+    carried = {
+        **delta,
+        PAGE_CHANGES: {**delta[PAGE_CHANGES], "groups": [g.to_json() for g in groups]},
+    }
+    live._RENDERED.clear()
+    again = operation_page_delta(operation_id=op.operation_id, payload=carried, shown=None)
+    assert _without_render_time(again) == _without_render_time(html)
+
+
 def _without_render_time(html: list[str] | None) -> list[str]:
     return [re.sub(r'data-rendered-at="[^"]*"', "", part) for part in html or []]
 
