@@ -24,7 +24,6 @@ from rescaler.operations.counts import (
     StepCounts,
     StepGroup,
     step_counts,
-    step_groups,
 )
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.selectors import plan_fragments_read
@@ -198,7 +197,7 @@ class SourceProgress:
 
 def per_source(op: RescaleOperation) -> list[SourceProgress]:
     """Steps done of steps planned per (fragment, source PU), from every step (the page reads
-    them all; a live delta counts its few sources in ``delta_counts``)."""
+    them all; a live delta counts its few sources in ``DeltaCounts``)."""
     done: Counter[tuple[str, int]] = Counter()
     total: Counter[tuple[str, int]] = Counter()
     for s in op.steps.all():
@@ -341,16 +340,11 @@ def delta_pus(pus: Iterable[tuple[str, int]]) -> set[int]:
     return {pu for _, pu in pus}
 
 
-def delta_counts(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> DeltaCounts:
-    """``DeltaCounts`` of ``op`` for the (fragment, PU) pairs ``pus``, in one query."""
-    return DeltaCounts.of_groups(step_groups(op, pus=delta_pus(pus)), pus=pus)
-
-
 def fragment_deltas(
     op: RescaleOperation, *, pus: set[tuple[str, int]], counted: DeltaCounts
 ) -> list[FragmentView]:
     """``fragment_views`` for the live delta, from its counts in the database
-    (``delta_counts`` of ``pus``) rather than from every step: each fragment's vnodes per
+    (``DeltaCounts`` of ``pus``) rather than from every step: each fragment's vnodes per
     phase, and the placement rows of ``pus`` only (no grid: the delta's ``vnode_patch``
     repaints the vnodes that changed)."""
     views = []

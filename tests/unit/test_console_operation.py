@@ -347,13 +347,14 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     """The delta's phase counts, placement rows and sources are counted in SQL (not from every
     step's row, 16,384 of them at scale); they say what the page says from the rows."""
     from dashboard.operation_page import (
-        delta_counts,
+        DeltaCounts,
+        delta_pus,
         fragment_deltas,
         per_source,
         source_deltas,
         step_pus,
     )
-    from rescaler.operations.counts import StepCounts, step_counts
+    from rescaler.operations.counts import StepCounts, step_counts, step_groups
 
     report(
         op,
@@ -366,7 +367,7 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     touched = step_pus(changed)
     rows = fragment_views(every, pus=touched)
     with django_assert_num_queries(1):  # one scan of the steps, whatever their number
-        figures = delta_counts(bare, pus=touched)
+        figures = DeltaCounts.of_groups(step_groups(bare, pus=delta_pus(touched)), pus=touched)
     counted = fragment_deltas(bare, pus=touched, counted=figures)
     assert [(v.fragment, v.vnodes, v.phase_counts, v.placement) for v in counted] == [
         (v.fragment, v.vnodes, v.phase_counts, v.placement) for v in rows
