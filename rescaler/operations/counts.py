@@ -65,32 +65,9 @@ class StepCounts:
 
     @classmethod
     def of_rows(cls, rows: Iterable[RescaleStep]) -> StepCounts:
-        """Counted from loaded rows (the same figures as ``step_counts``' query)."""
-        total = known = done = moving = exporting = vnodes = keys = nbytes = 0
-        keys_planned = bytes_planned = vnodes_planned = 0
-        since: float | None = None
-        for s in rows:
-            total += 1
-            keys_planned += s.keys
-            bytes_planned += s.bytes
-            vnodes_planned += len(s.vnodes)
-            keys += max(s.keys_moved - s.keys, 0)
-            nbytes += max(s.bytes_moved - s.bytes, 0)
-            if s.phase == StepPhase.PLANNED:
-                continue
-            known += 1
-            done += s.phase == StepPhase.DONE
-            moving += s.phase not in STEP_ENDED
-            if s.phase == StepPhase.COLLECTING:
-                exporting += 1
-                vnodes += len(s.vnodes)
-                at = (s.timings or {}).get(StepPhase.COLLECTING)
-                if at is not None:
-                    since = float(at) if since is None else min(since, float(at))
-        return cls(
-            total, known, done, moving, exporting, vnodes, since, keys, nbytes,
-            keys_planned, bytes_planned, vnodes_planned,
-        )  # fmt: skip
+        """Counted from loaded rows (the same figures as ``step_counts``' query): each row a
+        group of one step."""
+        return cls.of_groups(StepGroup.of_row(s) for s in rows)
 
     @classmethod
     def of_groups(cls, groups: Iterable[StepGroup]) -> StepCounts:
@@ -143,6 +120,17 @@ class StepGroup:
     keys_surplus: int  # moved beyond the plan, step by step
     bytes_surplus: int
     exporting_since: float | None  # a collecting group's earliest start (unix s)
+
+    @classmethod
+    def of_row(cls, s: RescaleStep) -> StepGroup:
+        """One step's row as a group of one (what ``step_groups`` sums in Postgres)."""
+        collecting = s.phase == StepPhase.COLLECTING
+        since = (s.timings or {}).get(StepPhase.COLLECTING) if collecting else None
+        return cls(
+            s.fragment, s.phase, None, None, 1, len(s.vnodes), s.keys, s.bytes,
+            max(s.keys_moved - s.keys, 0), max(s.bytes_moved - s.bytes, 0),
+            None if since is None else float(since),
+        )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
