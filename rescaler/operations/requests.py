@@ -191,7 +191,9 @@ def _operation_create(
         ) from None
     RescaleStep.objects.bulk_create(RescaleStep.planned(op, s) for s in plan.steps)
     if len(plan.steps) >= ANALYZE_STEPS_AT:
-        transaction.on_commit(steps_analyze)
+        # robust: statistics that could not be refreshed are logged, and never keep the
+        # driver's own callback below from running
+        transaction.on_commit(steps_analyze, robust=True)
     after: dict[str, Any] = {
         "request": request.to_json(),
         "reason": request.reason,
@@ -219,10 +221,11 @@ ANALYZE_STEPS_AT = 1_000
 
 def steps_analyze() -> None:
     """Refresh the query planner's statistics of the steps table (about 40 ms at 16,384 steps);
-    Postgres only."""
+    Postgres only. It waits at most a second for the table's lock (a vacuum running on it)."""
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '1s'")
         cursor.execute(f"ANALYZE {connection.ops.quote_name(RescaleStep._meta.db_table)}")
 
 

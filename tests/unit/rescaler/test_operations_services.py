@@ -149,6 +149,28 @@ def test_a_large_operation_s_steps_are_analyzed_once_stored(
         assert cursor.fetchone()[0] >= 4
 
 
+def test_statistics_that_cannot_be_refreshed_never_keep_the_driver_from_being_queued(
+    cluster: Pipeline,
+    user: Any,
+    _no_celery: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The ANALYZE after a large operation's steps is a planner's nicety: if it fails (its lock
+    not granted within its timeout, say), the operation is stored and its driver queued all
+    the same."""
+
+    def refused() -> None:
+        raise OperationalError("canceling statement due to lock timeout")
+
+    monkeypatch.setattr(operation_requests, "ANALYZE_STEPS_AT", 1)
+    monkeypatch.setattr(operation_requests, "steps_analyze", refused)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        op = operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+    assert refused in callbacks
+    assert isinstance(op, RescaleOperation) and _no_celery == [op.id]
+
+
 def test_a_second_operation_on_a_busy_fragment_is_refused(cluster: Pipeline, user: Any) -> None:
     operation_request(user=user, body=body(added_parallel_units=[2]))
     with pytest.raises(errors.FragmentBusy, match="still in progress"):
