@@ -165,7 +165,7 @@ def operation_delta_html(
     touched, the summary, the vnode grid's patch, the timeline) is the same for every page. Its
     size grows with the steps that changed, not with the operation's vnodes, and so does its
     cost: the figures of every step are counted in the database, in one scan (``groups``:
-    ``step_groups`` counted apart for the PUs these steps touch, as the delta's record counted
+    ``operation_page.delta_groups`` of the PUs these steps touch, as the delta's record counted
     them; counted here when not given), and ``waiting`` is the delta's own.
 
     The table rows come first: htmx parses a message as the contents of a ``<template>``, whose
@@ -177,7 +177,7 @@ def operation_delta_html(
     paints the page once more (at 32,768 vnodes, as long as applying the delta took)."""
     touched = operation_page.step_pus(steps)
     if groups is None:
-        groups = step_groups(operation, pus=operation_page.delta_pus(touched))
+        groups = operation_page.delta_groups(operation, pus=touched)
     counted = operation_page.DeltaCounts.of_groups(groups, pus=touched)
     context = {
         "oob": True,
@@ -270,7 +270,9 @@ def operation_progress_publish(sender: Any, **report: Any) -> None:
     # (the PUs the changed steps touch counted apart, when they are few), which renders from them
     touched = operation_page.step_pus(report["steps"])
     carried = len(touched) <= PAGE_GROUPS_MAX_PUS
-    groups = step_groups(operation, pus=operation_page.delta_pus(touched) if carried else ())
+    groups = (
+        operation_page.delta_groups(operation, pus=touched) if carried else step_groups(operation)
+    )
     delta = operation_delta(
         operation=operation,
         version=report["version"],

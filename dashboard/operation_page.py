@@ -20,11 +20,7 @@ from django.db.models import Prefetch
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
 from rescaler.audit.models import AuditEvent
-from rescaler.operations.counts import (
-    StepCounts,
-    StepGroup,
-    step_counts,
-)
+from rescaler.operations.counts import StepCounts, StepGroup, step_counts, step_groups
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.selectors import plan_fragments_read
 from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
@@ -317,7 +313,7 @@ class DeltaCounts:
 
     @classmethod
     def of_groups(cls, groups: Iterable[StepGroup], *, pus: set[tuple[str, int]]) -> DeltaCounts:
-        """From ``step_groups`` counted with (at least) the PU numbers of ``pus``."""
+        """From ``delta_groups`` of ``pus`` (or of more PUs)."""
         counted = cls({}, Counter(), Counter(), Counter(), Counter())
         for g in groups:
             counted.phase_vnodes.setdefault(g.fragment, Counter())[g.phase] += g.vnodes
@@ -335,9 +331,10 @@ class DeltaCounts:
 _GONE = frozenset(p for p, r in ROUTING_BY_PHASE.items() if r == Routing.TARGET)
 
 
-def delta_pus(pus: Iterable[tuple[str, int]]) -> set[int]:
-    """The PU numbers ``step_groups`` counts apart for a delta touching ``pus``."""
-    return {pu for _, pu in pus}
+def delta_groups(op: RescaleOperation, *, pus: set[tuple[str, int]]) -> list[StepGroup]:
+    """Every step of ``op`` counted in one scan (``step_groups``), the PUs of ``pus`` apart:
+    what ``DeltaCounts.of_groups`` reads for a delta touching ``pus``."""
+    return step_groups(op, pus={pu for _, pu in pus})
 
 
 def fragment_deltas(

@@ -255,8 +255,8 @@ def test_the_page_s_socket_takes_the_step_counts_the_record_made(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.operation_page import delta_pus, step_pus
-    from rescaler.operations.counts import StepCounts, step_counts, step_groups
+    from dashboard.operation_page import delta_groups, step_pus
+    from rescaler.operations.counts import StepCounts, step_counts
 
     live._RENDERED.clear()
     published: list[dict[str, Any]] = []
@@ -264,7 +264,7 @@ def test_the_page_s_socket_takes_the_step_counts_the_record_made(
     report(op, {1: StepPhase.DONE, 3: StepPhase.COLLECTING}, {1: 5})
     delta = next(p for p in published if PAGE_CHANGES in p)
     changed = list(op.steps.filter(step__in=delta[PAGE_CHANGES]["steps"]))
-    groups = step_groups(op, pus=delta_pus(step_pus(changed)))
+    groups = delta_groups(op, pus=step_pus(changed))
     assert delta[PAGE_CHANGES]["groups"] == [g.to_json() for g in groups]
     assert StepCounts.of_groups(groups) == step_counts(op)
     with CaptureQueriesContext(connection) as given:
@@ -277,17 +277,14 @@ def test_the_page_s_socket_takes_the_step_counts_the_record_made(
         without
     )
 
-    def counting(queries: CaptureQueriesContext) -> int:  # step_groups' one scan
-        return sum('AS "exporting_since"' in q["sql"] for q in queries.captured_queries)
-
-    assert counting(given) == 0 and counting(counted) == 1
+    assert _step_scans(given) == 0 and _step_scans(counted) == 1
     # groups that do not parse are counted again, not trusted
     for garbage in ([{"steps": "x"}], [{**delta[PAGE_CHANGES]["groups"][0], "steps": True}], {}):
         live._RENDERED.clear()
         garbled = {**delta, PAGE_CHANGES: {**delta[PAGE_CHANGES], "groups": garbage}}
         with CaptureQueriesContext(connection) as again:
             html = operation_page_delta(operation_id=op.operation_id, payload=garbled, shown=None)
-        assert counting(again) == 1
+        assert _step_scans(again) == 1
         assert _without_render_time(html) == _without_render_time(without)
 
 
@@ -300,8 +297,7 @@ def test_a_barrier_touching_many_pus_leaves_their_counts_to_the_page_s_socket(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.operation_page import delta_pus, step_pus
-    from rescaler.operations.counts import step_groups
+    from dashboard.operation_page import delta_groups, step_pus
 
     live._RENDERED.clear()
     published: list[dict[str, Any]] = []
@@ -312,10 +308,10 @@ def test_a_barrier_touching_many_pus_leaves_their_counts_to_the_page_s_socket(
     assert delta[PAGE_CHANGES]["groups"] is None
     with CaptureQueriesContext(connection) as queries:
         html = operation_page_delta(operation_id=op.operation_id, payload=delta, shown=None)
-    assert sum('AS "exporting_since"' in q["sql"] for q in queries.captured_queries) == 1
+    assert _step_scans(queries) == 1
     # the same page as from the groups the record would have carried
     changed = list(op.steps.filter(step__in=delta[PAGE_CHANGES]["steps"]))
-    groups = step_groups(op, pus=delta_pus(step_pus(changed)))
+    groups = delta_groups(op, pus=step_pus(changed))
     carried = {
         **delta,
         PAGE_CHANGES: {**delta[PAGE_CHANGES], "groups": [g.to_json() for g in groups]},
@@ -323,6 +319,11 @@ def test_a_barrier_touching_many_pus_leaves_their_counts_to_the_page_s_socket(
     live._RENDERED.clear()
     again = operation_page_delta(operation_id=op.operation_id, payload=carried, shown=None)
     assert _without_render_time(again) == _without_render_time(html)
+
+
+def _step_scans(queries: Any) -> int:
+    """How many of the captured queries were ``step_groups``' scan of every step."""
+    return sum('AS "exporting_since"' in q["sql"] for q in queries.captured_queries)
 
 
 def _without_render_time(html: list[str] | None) -> list[str]:
@@ -348,13 +349,13 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     step's row, 16,384 of them at scale); they say what the page says from the rows."""
     from dashboard.operation_page import (
         DeltaCounts,
-        delta_pus,
+        delta_groups,
         fragment_deltas,
         per_source,
         source_deltas,
         step_pus,
     )
-    from rescaler.operations.counts import StepCounts, step_counts, step_groups
+    from rescaler.operations.counts import StepCounts, step_counts
 
     report(
         op,
@@ -367,7 +368,7 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
     touched = step_pus(changed)
     rows = fragment_views(every, pus=touched)
     with django_assert_num_queries(1):  # one scan of the steps, whatever their number
-        figures = DeltaCounts.of_groups(step_groups(bare, pus=delta_pus(touched)), pus=touched)
+        figures = DeltaCounts.of_groups(delta_groups(bare, pus=touched), pus=touched)
     counted = fragment_deltas(bare, pus=touched, counted=figures)
     assert [(v.fragment, v.vnodes, v.phase_counts, v.placement) for v in counted] == [
         (v.fragment, v.vnodes, v.phase_counts, v.placement) for v in rows
