@@ -31,6 +31,7 @@ is marked invalid).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -305,6 +306,21 @@ def measure_document(client: Any, operation_id: str, runs: int) -> dict[str, Any
 
 
 # -- the simulated runner ---------------------------------------------------------------------------
+def _runner_barrier(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A part of the runner's barrier, run as the runner runs it: with Python's cycle collector
+    paused (``workers.cycles``; ``workers.barrier`` applies commands and moves steps on under
+    it, ``workers.runner`` records what an epoch committed under it)."""
+
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from workers.cycles import cycle_collection_paused
+
+        with cycle_collection_paused():
+            return method(*args, **kwargs)
+
+    return run
+
+
 @dataclass
 class SimulatedRunner:
     """The runner's side of a live operation as the control plane sees it, with no state to move
@@ -336,6 +352,7 @@ class SimulatedRunner:
             self.control.heartbeat(self.pipeline, self.epoch, "running", {"alive": True})
             self.beat_at = time.monotonic()
 
+    @_runner_barrier
     def poll(self) -> None:
         from workers.rescale.protocol import (
             BeginPayload,
@@ -374,6 +391,7 @@ class SimulatedRunner:
             step, phase=phase, timings={**step.timings, phase: time.time()}, **figures
         )
 
+    @_runner_barrier
     def advance(self) -> None:
         """One barrier's worth of phases (see the class)."""
         from workers.rescale.protocol import STEP_HOLDING, StepPhase
@@ -404,6 +422,7 @@ class SimulatedRunner:
             self._enter(number, StepPhase.COLLECTING, collect_epoch=epoch, hold_queue=0)
             holding += 1
 
+    @_runner_barrier
     def report(self, *, finished: bool = False, full: bool = False) -> Any:
         """The barrier's report (an ``OperationProgress``): the steps changed since the
         acknowledged one."""
@@ -426,6 +445,7 @@ class SimulatedRunner:
         )  # fmt: skip
         return self.reports.report(head, self.steps, lambda step: step, full=full)
 
+    @_runner_barrier
     def send(self, report: Any) -> None:
         """As the runner's ledger: send, and at once a full report if the control plane asks."""
         ack = self.control.report_progress(self.pipeline, report.to_json())
@@ -442,10 +462,13 @@ class SimulatedRunner:
 
 @contextmanager
 def captured_events(
-    kept: list[dict[str, Any]] | None = None,
+    kept: list[str] | None = None,
 ) -> Iterator[list[tuple[str, str, int]]]:
     """Every event published, as (group, type, bytes of its JSON as a page receives it); the
-    payloads of operation.progress events that name a page's changes also go to ``kept``."""
+    payloads of operation.progress events that name a page's changes also go to ``kept``, as
+    that JSON: a process that publishes holds no event once it is sent, where the objects of
+    67 events of 768 steps each, held to the end, would be walked by every full collection of
+    the cycle collector while the handoffs are timed."""
     from django.core.serializers.json import DjangoJSONEncoder
 
     from dashboard.live import PAGE_CHANGES
@@ -455,15 +478,16 @@ def captured_events(
 
     def publish(group: str, event_type: Any, payload: dict[str, Any]) -> None:
         message = {"type": str(event_type), "payload": {**payload, "published_at": time.time()}}
-        sent.append((group, str(event_type), len(json.dumps(message, cls=DjangoJSONEncoder))))
+        text = json.dumps(message, cls=DjangoJSONEncoder)
+        sent.append((group, str(event_type), len(text)))
         if kept is not None and PAGE_CHANGES in payload:
-            kept.append(payload)
+            kept.append(text)
 
     with mock.patch.object(events, "publish", publish):
         yield sent
 
 
-def page_renders(operation_id: str, payloads: list[dict[str, Any]]) -> list[float]:
+def page_renders(operation_id: str, events: list[str]) -> list[float]:
     """The time (s) the operation page's socket takes to render each delta event for a page
     showing the first 100 steps (``dashboard.live.operation_page_delta``, the first page in the
     process; the others of the same rows read it rendered). Not a part of recording a barrier:
@@ -471,7 +495,8 @@ def page_renders(operation_id: str, payloads: list[dict[str, Any]]) -> list[floa
     from dashboard import live
 
     spent = []
-    for payload in payloads[::4]:
+    for text in events[::4]:
+        payload = json.loads(text)["payload"]  # as the page's socket receives it
         live._RENDERED.clear()
         t0 = time.perf_counter()
         live.operation_page_delta(operation_id=operation_id, payload=payload, shown=((1, 100),))
@@ -541,7 +566,7 @@ def drive_operation(
     probe: dict[str, Any] | None = None
     control_s = runner_s = probe_s = 0.0
     tick_s: list[float] = []
-    progress_events: list[dict[str, Any]] = []
+    progress_events: list[str] = []
     with (
         captured_events(progress_events) as events,
         timed_deltas() as delta_s,

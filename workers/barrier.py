@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.control import Command, ControlInterface
+from workers.cycles import cycle_collection_paused
 from workers.membership import DecommissionRefused
 from workers.pipeline.placement import (
     EpochClock,
@@ -106,8 +107,9 @@ class Barrier:
         def new_commands() -> list[Command]:
             return [c for c in self.control.poll_commands(self.pipeline) if c.id not in applied]
 
-        for command in new_commands():
-            applied[command.id] = self.apply(command, epoch)
+        with cycle_collection_paused():  # a wave of step commands (see workers.cycles)
+            for command in new_commands():
+                applied[command.id] = self.apply(command, epoch)
         # A step whose hold queue is full keeps this barrier waiting for its export; a command
         # arriving meanwhile (a cancel, when the export cannot finish) is applied, then it waits
         # again if anything is still to be waited for (docs/rescale.md, "Bounded hold queues").
@@ -116,7 +118,8 @@ class Barrier:
                 applied[command.id] = self.apply(command, epoch)
         acks = list(applied.values())
         before = {n: (p.version, p.parallel_units) for n, p in self.placements.items()}
-        actions = self.executor.plan(epoch, hold_queues_waited=True)
+        with cycle_collection_paused():  # every step one phase on, and their report
+            actions = self.executor.plan(epoch, hold_queues_waited=True)
         self.store.save(self.placements)
         if before != {n: (p.version, p.parallel_units) for n, p in self.placements.items()}:
             self._on_placements_changed()

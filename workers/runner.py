@@ -41,6 +41,7 @@ from workers.control import (
     PuLoad,
     Topology,
 )
+from workers.cycles import cycle_collection_paused
 from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID
 from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, check_source, spark_info
@@ -351,7 +352,8 @@ class PipelineRunner:
             mapping_versions={n: p.version for n, p in plan.placements.items()},
             malformed_samples=malformed[:5],
         )
-        self.executor.committed(epoch, stats)
+        with cycle_collection_paused():  # the steps the epoch moved on, and their report
+            self.executor.committed(epoch, stats)
         self.watermark.committed(plan, stats)
         if pending is not None:  # the stores are copied: written out beside the next epochs
             self.snapshots.epoch_committed(pending, plan.placements)

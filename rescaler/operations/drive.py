@@ -32,6 +32,7 @@ from rescaler.operations.requests import (
 )
 from rescaler.operations.signals import operation_finished
 from rescaler.operations.summary import operation_summary
+from workers.cycles import cycle_collection_paused
 from workers.rescale.orchestrator import Orchestrator
 from workers.rescale.protocol import (
     FINAL,
@@ -94,8 +95,10 @@ def orchestrator_tick(orchestrator: Orchestrator) -> Tick:
     """One tick of the orchestrator in one transaction: the commands it writes (up to two
     waves of steps) commit together, once rather than once each, and the runner polls all of
     them or none. A tick that fails writes nothing; the drive loop's next run rebuilds the
-    orchestrator from the runner's progress, so nothing it thought sent is lost."""
-    with transaction.atomic():
+    orchestrator from the runner's progress, so nothing it thought sent is lost. The cycle
+    collector is paused meanwhile (``workers.cycles``): a tick reads a barrier's changed steps
+    and writes a wave of commands, objects that all go when it returns."""
+    with cycle_collection_paused(), transaction.atomic():
         return orchestrator.tick()
 
 

@@ -27,8 +27,9 @@ from rescaler.operations.models import (
 )
 from rescaler.operations.selectors import cluster_view, measured_rates
 from rescaler.operations.summary import operation_summary
+from workers.cycles import cycle_collection_paused
 from workers.rescale import errors
-from workers.rescale.planner import cycle_collection_paused, plan_request
+from workers.rescale.planner import plan_request
 from workers.rescale.protocol import (
     AuditObject,
     CommandKind,

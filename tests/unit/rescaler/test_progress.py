@@ -411,3 +411,51 @@ def test_the_planned_figures_are_the_plan_s_however_they_are_read(op: RescaleOpe
         assert planned_moves(without) == expected  # no steps counted: Postgres sums the plan
     assert len(queries.captured_queries) == 1
     assert "plan" in without.get_deferred_fields(), "the plan itself was not read"
+
+
+def test_a_barrier_is_recorded_with_the_cycle_collector_paused(
+    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A barrier's rows, audit events and delta are freed together at its end: recorded with
+    the collector off (workers.cycles), which is on again after, and left off if it was off."""
+    import gc
+
+    from rescaler.operations.signals import operation_progressed
+
+    seen: list[bool] = []
+
+    def receiver(sender: Any, **report: Any) -> None:
+        seen.append(gc.isenabled())
+
+    operation_progressed.connect(receiver, dispatch_uid="test.collector")
+    try:
+        assert gc.isenabled()
+        barrier(op, [step(op, n, StepPhase.PENDING) for n in range(1, 9)])
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            barrier(op, [step(op, n, StepPhase.COLLECTING) for n in range(1, 9)])
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        operation_progressed.disconnect(dispatch_uid="test.collector")
+    assert seen == [False, False]
+
+
+def test_an_orchestrator_tick_runs_with_the_cycle_collector_paused(op: RescaleOperation) -> None:
+    import gc
+
+    from rescaler.operations import drive
+
+    class Orchestrator:
+        collecting: bool | None = None
+
+        def tick(self) -> str:
+            self.collecting = gc.isenabled()
+            return "ticked"
+
+    orchestrator = Orchestrator()
+    assert drive.orchestrator_tick(orchestrator) == "ticked"  # type: ignore[arg-type]
+    assert orchestrator.collecting is False
+    assert gc.isenabled()

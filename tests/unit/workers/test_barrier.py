@@ -107,3 +107,37 @@ def test_route_slots_sends_held_vnodes_to_their_target() -> None:
     assert route_slots(placement, FragmentActions()) == [0, 0, 1, 1, 2, 2]
     held = FragmentActions(held={1: 9, 2: 4})
     assert route_slots(placement, held) == [0, 2, 0, 1, 2, 2]
+
+
+def test_commands_and_the_executor_s_plan_run_with_the_cycle_collector_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The barrier's bookkeeping (a wave of step commands, every step one phase on and its
+    report) is a burst of objects freed together: run with the collector off (workers.cycles),
+    which the wait for full hold queues is not (it may last, and other threads allocate)."""
+    import gc
+
+    barrier, control, _ = make(tmp_path)
+    executor = barrier.executor
+    seen: dict[str, bool] = {}
+    apply, plan, bound = barrier.apply, executor.plan, executor.bound_hold_queues
+
+    def applying(*args: object, **kwargs: object) -> object:
+        seen["apply"] = gc.isenabled()
+        return apply(*args, **kwargs)  # type: ignore[arg-type]
+
+    def planning(*args: object, **kwargs: object) -> object:
+        seen["plan"] = gc.isenabled()
+        return plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    def waiting(*args: object, **kwargs: object) -> bool:
+        seen["wait"] = gc.isenabled()
+        return bound(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(barrier, "apply", applying)
+    monkeypatch.setattr(executor, "plan", planning)
+    monkeypatch.setattr(executor, "bound_hold_queues", waiting)
+    control.submit("stop")
+    barrier.plan(0)
+    assert seen == {"apply": False, "plan": False, "wait": True}
+    assert gc.isenabled()
