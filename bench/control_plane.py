@@ -551,7 +551,12 @@ def drive_operation(
     start_s = time.perf_counter() - t0
     assert response.status_code == 202, response.content[:500]
     operation_id = response.json()["operation_id"]
-    op = RescaleOperation.objects.select_related("pipeline").get(operation_id=operation_id)
+    # as the drive loop reads the operation it holds (``drive.operation_drive``)
+    op = (
+        RescaleOperation.objects.select_related("pipeline")
+        .defer("plan")
+        .get(operation_id=operation_id)
+    )
     planned_steps = op.steps.count()
     document_at_start = measure_document(client, operation_id, 1)
 

@@ -158,7 +158,8 @@ def operation_drive(
     lease_s = settings.RESCALER_LEASE_S
     if not _take_lease(pk, owner, lease_s):
         return "leased"
-    op = RescaleOperation.objects.select_related("pipeline").get(pk=pk)
+    # held as long as this drives it: without its plan, which the orchestrator's record holds
+    op = RescaleOperation.objects.select_related("pipeline").defer("plan").get(pk=pk)
     if op.is_final:
         return op.status
     if op.status == OperationStatus.CANCELLING and not op.progress and not operation_begin_sent(op):

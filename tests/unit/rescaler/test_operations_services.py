@@ -102,6 +102,20 @@ def test_dry_run_returns_the_plan_and_creates_nothing(cluster: Pipeline, user: A
     assert RescaleOperation.objects.count() == 0
 
 
+def test_an_operation_read_without_its_plan_reads_it_for_its_record_and_keeps_none(
+    cluster: Pipeline, user: Any
+) -> None:
+    """The drive loop holds the operation it drives without its plan (``defer("plan")``): the
+    record reads it, the same as from a whole operation, and leaves the instance without it
+    (its decoded JSON would be walked by every full collection while the operation is held)."""
+    op = operation_request(user=user, body=body(added_parallel_units=[2, 3]))
+    assert isinstance(op, RescaleOperation)
+    whole = RescaleOperation.objects.get(pk=op.pk).plan_record()
+    held = RescaleOperation.objects.select_related("pipeline").defer("plan").get(pk=op.pk)
+    assert held.plan_record() == whole and len(whole.steps) == 4
+    assert "plan" in held.get_deferred_fields()
+
+
 def test_request_creates_operation_steps_lock_and_audit_and_queues_the_driver(
     cluster: Pipeline, user: Any, _no_celery: list[int], django_capture_on_commit_callbacks: Any
 ) -> None:
