@@ -9,8 +9,10 @@ each of which walks every object of the process. In a control-plane process (Dja
 caches, an operation's plan, the runner's ledger) a full collection takes 100-250 ms, which
 comes out of whatever ran into it.
 
-The code run under ``cycle_collection_paused`` makes no reference cycle (no garbage waits for
-the collector), and frees its objects before it returns: they never reach a collection.
+What a block run under ``cycle_collection_paused`` frees before it ends never reaches a
+collection. Such a block should make few reference cycles: those it makes wait for the
+collector's next pass, after it. Not for a block that may wait long (other threads allocate
+meanwhile): the barrier's wait for full hold queues runs with the collector on.
 """
 
 from __future__ import annotations
