@@ -31,7 +31,6 @@ is marked invalid).
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import json
 import os
@@ -62,6 +61,7 @@ from bench._common import (  # noqa: E402
     trust_fields,
     write_json,
 )
+from workers.cycles import cycle_collection_paused  # noqa: E402
 
 PREFIX = "control_plane"
 PIPELINE = "wordcount"
@@ -306,21 +306,6 @@ def measure_document(client: Any, operation_id: str, runs: int) -> dict[str, Any
 
 
 # -- the simulated runner ---------------------------------------------------------------------------
-def _runner_barrier(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A part of the runner's barrier, run as the runner runs it: with Python's cycle collector
-    paused (``workers.cycles``; ``workers.barrier`` applies commands and moves steps on under
-    it, ``workers.runner`` records what an epoch committed under it)."""
-
-    @functools.wraps(method)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        from workers.cycles import cycle_collection_paused
-
-        with cycle_collection_paused():
-            return method(*args, **kwargs)
-
-    return run
-
-
 @dataclass
 class SimulatedRunner:
     """The runner's side of a live operation as the control plane sees it, with no state to move
@@ -329,7 +314,9 @@ class SimulatedRunner:
     acquired now; pending: collected while fewer than ``steps_in_flight`` hold their vnodes);
     then the steps that changed since the acknowledged report reported, as the runner does
     (``OperationLedger`` with ``ProgressReports``), through the runner's own control interface
-    (``OrmControl``)."""
+    (``OrmControl``). Each part of it runs with Python's cycle collector paused, as the runner's
+    do (``workers.barrier`` applies commands and moves steps on under it, ``workers.runner``
+    records what an epoch committed under it)."""
 
     control: Any
     pipeline: str
@@ -352,7 +339,7 @@ class SimulatedRunner:
             self.control.heartbeat(self.pipeline, self.epoch, "running", {"alive": True})
             self.beat_at = time.monotonic()
 
-    @_runner_barrier
+    @cycle_collection_paused()  # as the runner's (see the class)
     def poll(self) -> None:
         from workers.rescale.protocol import (
             BeginPayload,
@@ -391,7 +378,7 @@ class SimulatedRunner:
             step, phase=phase, timings={**step.timings, phase: time.time()}, **figures
         )
 
-    @_runner_barrier
+    @cycle_collection_paused()  # as the runner's (see the class)
     def advance(self) -> None:
         """One barrier's worth of phases (see the class)."""
         from workers.rescale.protocol import STEP_HOLDING, StepPhase
@@ -422,7 +409,7 @@ class SimulatedRunner:
             self._enter(number, StepPhase.COLLECTING, collect_epoch=epoch, hold_queue=0)
             holding += 1
 
-    @_runner_barrier
+    @cycle_collection_paused()  # as the runner's (see the class)
     def report(self, *, finished: bool = False, full: bool = False) -> Any:
         """The barrier's report (an ``OperationProgress``): the steps changed since the
         acknowledged one."""
@@ -445,7 +432,7 @@ class SimulatedRunner:
         )  # fmt: skip
         return self.reports.report(head, self.steps, lambda step: step, full=full)
 
-    @_runner_barrier
+    @cycle_collection_paused()  # as the runner's (see the class)
     def send(self, report: Any) -> None:
         """As the runner's ledger: send, and at once a full report if the control plane asks."""
         ack = self.control.report_progress(self.pipeline, report.to_json())

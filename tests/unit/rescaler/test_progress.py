@@ -413,9 +413,7 @@ def test_the_planned_figures_are_the_plan_s_however_they_are_read(op: RescaleOpe
     assert "plan" in without.get_deferred_fields(), "the plan itself was not read"
 
 
-def test_a_barrier_is_recorded_with_the_cycle_collector_paused(
-    op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_barrier_is_recorded_with_the_cycle_collector_paused(op: RescaleOperation) -> None:
     """A barrier's rows, audit events and delta are freed together at its end: recorded with
     the collector off (workers.cycles), which is on again after, and left off if it was off."""
     import gc

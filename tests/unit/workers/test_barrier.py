@@ -118,25 +118,21 @@ def test_commands_and_the_executor_s_plan_run_with_the_cycle_collector_paused(
     import gc
 
     barrier, control, _ = make(tmp_path)
-    executor = barrier.executor
     seen: dict[str, bool] = {}
-    apply, plan, bound = barrier.apply, executor.plan, executor.bound_hold_queues
 
-    def applying(*args: object, **kwargs: object) -> object:
-        seen["apply"] = gc.isenabled()
-        return apply(*args, **kwargs)  # type: ignore[arg-type]
+    def spy(name: str, owner: object, method: str) -> None:
+        """``owner.method`` noting whether the collector was on when it was called."""
+        real = getattr(owner, method)
 
-    def planning(*args: object, **kwargs: object) -> object:
-        seen["plan"] = gc.isenabled()
-        return plan(*args, **kwargs)  # type: ignore[arg-type]
+        def called(*args: object, **kwargs: object) -> object:
+            seen[name] = gc.isenabled()
+            return real(*args, **kwargs)
 
-    def waiting(*args: object, **kwargs: object) -> bool:
-        seen["wait"] = gc.isenabled()
-        return bound(*args, **kwargs)  # type: ignore[arg-type]
+        monkeypatch.setattr(owner, method, called)
 
-    monkeypatch.setattr(barrier, "apply", applying)
-    monkeypatch.setattr(executor, "plan", planning)
-    monkeypatch.setattr(executor, "bound_hold_queues", waiting)
+    spy("apply", barrier, "apply")
+    spy("plan", barrier.executor, "plan")
+    spy("wait", barrier.executor, "bound_hold_queues")
     control.submit("stop")
     barrier.plan(0)
     assert seen == {"apply": False, "plan": False, "wait": True}
