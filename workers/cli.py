@@ -65,6 +65,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--initial-pus", type=int, help="PUs each fragment starts on")
     parser.add_argument("--no-spark-ui", action="store_true", help="do not start Spark's web UI")
     parser.add_argument(
+        "--no-preaggregate",
+        action="store_true",
+        help="shuffle every record to its PU, unfolded (default: records of operators with "
+        "aggregates are folded per key first; $RESCALER_PREAGGREGATE=0 also turns it off)",
+    )
+    parser.add_argument(
         "--restore-from",
         metavar="SNAPSHOT",
         help="start an empty state directory from a snapshot: latest, or a snapshot id (see "
@@ -100,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         state_dir=args.state_dir,
         initial_pus=args.initial_pus,
         spark_ui=False if args.no_spark_ui else None,
+        preaggregate=False if args.no_preaggregate else None,
         restore_from=args.restore_from,
         snapshot_every=args.snapshot_every,
     )

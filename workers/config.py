@@ -28,6 +28,10 @@ def _local_cores(master: str) -> int | None:
     return os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
 
 
+#: what turns a boolean RESCALER_* variable off
+FALSE = frozenset({"0", "false", "no", "off"})
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     pipeline: str = "wordcount"  # the pipeline's name: its state is under state_dir / pipeline
@@ -56,6 +60,9 @@ class RunnerConfig:
     # seconds without an epoch after which waiting control work forces an empty one (idle.py)
     idle_barrier_s: float = 0.5
     backend: str = DEFAULT_BACKEND
+    # fold the records of operators with aggregates per key before the shuffle
+    # (workers.partials; RESCALER_PREAGGREGATE=0 turns it off)
+    preaggregate: bool = True
     parallel_units: int | None = None  # PUs each worker offers; None: its cores
     initial_pus: int = 2  # PUs each stateful fragment starts on
     source_partitions: int = 2
@@ -190,6 +197,8 @@ class RunnerConfig:
             env["backend"] = os.environ["RESCALER_STATE_BACKEND"]
         if os.environ.get("RESCALER_VNODES"):
             env["vnodes"] = int(os.environ["RESCALER_VNODES"])
+        if os.environ.get("RESCALER_PREAGGREGATE"):
+            env["preaggregate"] = os.environ["RESCALER_PREAGGREGATE"].lower() not in FALSE
         if os.environ.get("RESCALER_SINK"):
             env["sink"] = os.environ["RESCALER_SINK"]
         if os.environ.get("RESCALER_NATS_URL"):

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers import partials
 from workers.layout import store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
@@ -126,12 +127,26 @@ def apply_records(
     records: pa.Table,
     vnodes: dict[str, int],
 ) -> tuple[list[Update], pa.Table]:
-    """Fold records (key, seq, operator columns) into the store's states; nothing is written.
+    """Fold records (key, seq, operator columns; or partial rows, ``workers.partials``) into the
+    store's states; nothing is written.
 
     Returns the updates to commit and the outputs: (key, seq, *output fields).
     """
-    combined = None if operator.order_sensitive else operator.combine(records)
-    if combined is None:
+    combined = seq_max = None
+    if partials.is_partial(records):
+        aggregates = partials.aggregates_of(operator)
+        if not aggregates:
+            raise partials.PartialRowsError(
+                f"{operator.describe()}: partial rows reached an operator without aggregates"
+            )
+        folded = partials.fold(records, aggregates)
+        combined = folded.select(["key", *(partials.column_name(c, f) for c, f in aggregates)])
+        seq_max = folded.select(["key", "seq"])
+    elif not operator.order_sensitive:
+        combined = operator.combine(records)
+        if combined is not None:
+            seq_max = records.group_by("key").aggregate([("seq", "max")])
+    if combined is None or seq_max is None:
         ordered = sort_by_seq(records)
         groups = _group_records(ordered, operator.columns)
         last_seq = dict(zip(ordered.column("key").to_pylist(), ordered.column("seq").to_pylist()))
@@ -144,10 +159,7 @@ def apply_records(
                 zip(*(combined.column(p).to_pylist() for p in parts)),
             )
         }
-        seq_max = records.group_by("key").aggregate([("seq", "max")])
-        last_seq = dict(
-            zip(seq_max.column("key").to_pylist(), seq_max.column("seq_max").to_pylist())
-        )
+        last_seq = dict(zip(seq_max.column("key").to_pylist(), seq_max.column(-1).to_pylist()))
     keys = list(groups)
     store_keys = [encode_key(vnodes[k], k.encode("utf-8")) for k in keys]
     olds = store.get_many(store_keys)
@@ -249,7 +261,9 @@ def _columns(*names: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _held_columns(spec: TaskSpec) -> list[str]:
+def _held_columns(spec: TaskSpec, held: pa.Table) -> list[str]:
+    if partials.is_partial(held):
+        return partials.partial_columns(partials.aggregates_of(spec.operator))
     return _columns("key", "seq", "vnode", "src", *_read_columns(spec))
 
 
@@ -283,14 +297,14 @@ def _write_held(
         raise RoutingError(f"{spec.fragment}: held records reached a PU with no hold queue")
     from workers.rescale.transfer import write_hold
 
-    rows = held.select(_held_columns(spec))
+    rows = held.select(_held_columns(spec, held))
     if _is_processor(spec):
         for name, value in zip(CLOCK_COLUMNS, spec.clock.to_json().values(), strict=True):
             rows = rows.append_column(name, pa.array([value] * rows.num_rows, pa.int64()))
     written = write_hold(Path(actions.hold_path), rows)
-    counts = held.group_by("vnode").aggregate([("seq", "count")])
-    vnodes = list(map(str, counts.column("vnode").to_pylist()))
-    records = counts.column("seq_count").to_pylist()
+    per_vnode = partials.records_per_vnode(held)
+    vnodes = list(map(str, per_vnode))
+    records = list(per_vnode.values())
     total = sum(records)
     return (
         dict(zip(vnodes, records, strict=True)),
@@ -410,8 +424,18 @@ def _fold_operator(
     replayed: pa.Table | None,
     records: pa.Table | None,
 ) -> pa.Table:
-    """A keyed operator's epoch: held rows replayed first, then this epoch's records."""
-    if replayed is not None and replayed.num_rows:
+    """A keyed operator's epoch: held rows replayed first, then this epoch's records (partial
+    rows of either, ``workers.partials``, are merged with the rest)."""
+    arrived = [t for t in (replayed, records) if t is not None and t.num_rows]
+    if any(partials.is_partial(t) for t in arrived):
+        aggregates = partials.aggregates_of(spec.operator)
+        if not aggregates:
+            raise partials.PartialRowsError(
+                f"{spec.fragment}: partial rows reached {spec.operator.describe()}, which "
+                f"declares no aggregates (was the operator changed during a rescale?)"
+            )
+        records = partials.merge(arrived, aggregates)
+    elif replayed is not None and replayed.num_rows:
         cols = _columns("key", "seq", "vnode", *spec.operator.columns)
         parts = [replayed.select(cols)]
         if records is not None and records.num_rows:
@@ -434,9 +458,14 @@ def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa
     """
     operator = spec.operator
     batch = None
+    partial = partials.is_partial(records)
+    if partial:
+        records = records.select(partials.partial_columns(partials.aggregates_of(operator)))
     if spec.vectorised:
         cols = _columns("key", "seq", "vnode", *operator.columns)
-        batch = apply_batch(operator, records.select(cols), store.get_column)
+        batch = apply_batch(
+            operator, records if partial else records.select(cols), store.get_column
+        )
     if batch is not None:
         store.commit_columns(
             spec.epoch,
@@ -447,7 +476,9 @@ def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa
         return batch.outputs
     vnodes = dict(zip(records.column("key").to_pylist(), records.column("vnode").to_pylist()))
     cols = _columns("key", "seq", *operator.columns)
-    updates, outputs = apply_records(store, operator, records.select(cols), vnodes)
+    updates, outputs = apply_records(
+        store, operator, records if partial else records.select(cols), vnodes
+    )
     store.commit_epoch(
         spec.epoch, updates, outputs=_ipc_bytes(outputs), outputs_from=spec.outputs_from
     )
@@ -497,7 +528,7 @@ def run_task(
     # what the runner's watermark advances by: every row that arrived, held ones included
     event_ms = [max_event_ms(t, spec.event_time) for t in arrived]
 
-    n_records = records.num_rows if records is not None else 0
+    n_records = partials.records_in(records)
     store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
     try:
         replay = store.applied_epoch() >= spec.epoch
@@ -520,7 +551,7 @@ def run_task(
             if actions.unseal:  # a cancel gave these back: their hold queue replays below
                 store.unseal(actions.unseal)
             replayed = _acquire(spec, store, actions)
-            n_records += replayed.num_rows if replayed is not None else 0
+            n_records += partials.records_in(replayed)
             if _is_processor(spec):
                 outputs = _fold_processor(
                     spec, slot, store, replayed, records, actions.replay_vnodes

@@ -1,7 +1,8 @@
 """Keyed stateful operators: previous state + the key's records → new state + outputs.
 
 An operator sees, per epoch and per key, the key's records of that epoch in source order (or, if
-it defines :meth:`KeyedOperator.combine`, one pre-aggregated row per key computed in Arrow), and
+it defines :meth:`KeyedOperator.combine` or declares ``aggregates``, one pre-aggregated row per
+key: declared aggregates are also folded before the shuffle, ``workers.partials``), and
 returns the key's new state and the rows it emits downstream. State is serialized as one version
 byte followed by msgpack, so it is compact and a future encoding can read an old one.
 
@@ -41,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.columnar import binary_from_parts, binary_parts, gather_segments
+from workers.partials import aggregates_of, column_name, fold
 
 Record = tuple[Any, ...]
 Output = tuple[Any, ...]  # (output key, *output_fields)
@@ -65,13 +67,24 @@ class KeyedOperator(ABC):
     output_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: whether a record's position matters (records then arrive in source order, uncombined)
     order_sensitive: ClassVar[bool] = True
+    #: decomposable aggregates of a key's records, (column, function) with function one of
+    #: count, sum, min, max. Declared by an operator that is not order-sensitive, they let the
+    #: engine fold records per key before the shuffle as well as on the PU
+    #: (``workers.partials``); ``update`` then receives one row of them, in this order.
+    aggregates: tuple[tuple[str, str], ...] = ()
 
     def combine(self, table: pa.Table) -> pa.Table | None:
         """Pre-aggregate one epoch's records per key in Arrow (columns: key + partials).
 
-        Return None (the default) when the operator needs every record in order.
+        The default folds the declared ``aggregates``; None (no aggregates, or order-sensitive)
+        when the operator needs every record in order. An override of an operator without
+        ``aggregates`` runs on the PU only: the engine cannot merge what it returns.
         """
-        return None
+        aggregates = aggregates_of(self)
+        if not aggregates:
+            return None
+        folded = fold(table, aggregates)
+        return folded.select(["key", *(column_name(c, f) for c, f in aggregates)])
 
     @abstractmethod
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
@@ -179,11 +192,7 @@ class Count(KeyedOperator):
     order_sensitive = False
     output_fields = (("count", "int64"),)
     form = FixedForm(1, "i")
-    aggregates: ClassVar[tuple[tuple[str, str], ...]] = (("seq", "count"),)
-
-    def combine(self, table: pa.Table) -> pa.Table:
-        out = _group(table).aggregate(list(self.aggregates))
-        return _named(out, key="key", n="seq_count")
+    aggregates = (("seq", "count"),)
 
     def update(self, key: str, state: Any, records: Sequence[Record]) -> tuple[Any, list[Output]]:
         new = (state or 0) + records[0][0]
@@ -213,10 +222,6 @@ class _ColumnAggregate(KeyedOperator):
         self.columns = (column,)  # type: ignore[misc]
         self.output_fields = ((self.agg, "double"),)  # type: ignore[misc]
         self.aggregates = ((column, self.agg),)
-
-    def combine(self, table: pa.Table) -> pa.Table:
-        out = _group(table).aggregate(list(self.aggregates))
-        return _named(out, key="key", part=f"{self.column}_{self.agg}")
 
     def encode(self, state: Any) -> bytes:
         return self.form.pack(state)
@@ -269,10 +274,6 @@ class Mean(KeyedOperator):
         self.columns = (column,)  # type: ignore[misc]
         self.output_fields = (("mean", "double"),)  # type: ignore[misc]
         self.aggregates = ((column, "sum"), (column, "count"))
-
-    def combine(self, table: pa.Table) -> pa.Table:
-        out = _group(table).aggregate(list(self.aggregates))
-        return _named(out, key="key", s=f"{self.column}_sum", n=f"{self.column}_count")
 
     def encode(self, state: Any) -> bytes:
         return self.form.pack(*state)
@@ -420,11 +421,7 @@ class PageStats(KeyedOperator):
     columns = ("first_visit",)
     output_fields = (("views", "int64"), ("unique_users", "int64"))
     form = FixedForm(1, "ii")
-    aggregates: ClassVar[tuple[tuple[str, str], ...]] = (("seq", "count"), ("first_visit", "sum"))
-
-    def combine(self, table: pa.Table) -> pa.Table:
-        out = _group(table).aggregate(list(self.aggregates))
-        return _named(out, key="key", views="seq_count", uniques="first_visit_sum")
+    aggregates = (("seq", "count"), ("first_visit", "sum"))
 
     def encode(self, state: Any) -> bytes:
         return self.form.pack(*state)
@@ -436,17 +433,6 @@ class PageStats(KeyedOperator):
 
     def to_json(self, state: Any) -> Any:
         return {"views": state[0], "unique_users": state[1]}
-
-
-def _group(table: pa.Table) -> pa.TableGroupBy:
-    """Group by key, single-threaded: groups then come in the order of their keys' first rows,
-    so the per-key and the vectorised path (and a re-run) emit outputs in the same order."""
-    return table.group_by("key", use_threads=False)
-
-
-def _named(table: pa.Table, **columns: str) -> pa.Table:
-    """Columns picked by name, in the keyword order (Arrow's aggregate column order varies)."""
-    return pa.table({new: table.column(old) for new, old in columns.items()})
 
 
 def sort_by_seq(table: pa.Table) -> pa.Table:

@@ -75,8 +75,9 @@ OUTPUT_TYPES = {
     "double": "double",
     "boolean": "boolean",
 }
-#: columns every task's output carries besides the processor's: a processor may not use them
-RESERVED_OUTPUT_NAMES = ("kind", "key", "seq", "info", "src", "vnode", "slot")
+#: columns every task's output carries besides the processor's, and the two a pre-aggregated
+#: fragment adds (workers.partials): a processor may not use them
+RESERVED_OUTPUT_NAMES = ("kind", "key", "seq", "info", "src", "vnode", "slot", "_own", "_records")
 
 
 class UnsupportedProcessor(ValueError):

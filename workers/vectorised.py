@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers import partials
 from workers.columnar import (
     binary_from_parts,
     binary_parts,
@@ -66,7 +67,8 @@ class BatchResult:
 
 
 def apply_batch(operator: KeyedOperator, records: pa.Table, read: Reader) -> BatchResult | None:
-    """Fold ``records`` (key, seq, vnode, the operator's columns) on arrays; nothing is written.
+    """Fold ``records`` (key, seq, vnode, the operator's columns; or partial rows,
+    ``workers.partials``) on arrays; nothing is written.
 
     Returns None when this operator or this batch must take the per-key path.
     """
@@ -153,29 +155,24 @@ _FOLDS: dict[type[KeyedOperator], tuple[Fold, str]] = {
 
 def _numeric(op: KeyedOperator, records: pa.Table, read: Reader) -> BatchResult | None:
     fold, kinds = _FOLDS[type(op)]
-    aggregates: Sequence[tuple[str, str]] = op.aggregates  # type: ignore[attr-defined]
-    # The same single-threaded group_by as the operator's combine, so the same groups in the
-    # same order; the key's last seq and vnode under names no operator column can take.
-    table = records.append_column("__last_seq", records["seq"]).append_column(
-        "__vnode", records["vnode"]
-    )
-    grouped = table.group_by("key", use_threads=False).aggregate(
-        [*aggregates, ("__last_seq", "max"), ("__vnode", "max")]
-    )
+    aggregates = op.aggregates
+    # The same fold as the operator's combine (records or partial rows, workers.partials), so
+    # the same groups in the same order, with each key's last seq and its vnode.
+    grouped = partials.fold(records, aggregates)
     parts = []
     for (column, agg), kind in zip(aggregates, kinds, strict=True):
-        part = grouped[f"{column}_{agg}"]
+        part = grouped[partials.column_name(column, agg)]
         integer = pa.types.is_integer(part.type)
         if part.null_count or not (integer or (kind == "n" and pa.types.is_floating(part.type))):
             return None  # update() would fail or convert differently: let it
         parts.append(part.to_numpy().astype(np.int64 if integer else np.float64))
     keys = grouped["key"]
-    skeys = store_keys(grouped["__vnode_max"].to_numpy(), keys)
+    skeys = store_keys(grouped["vnode"].to_numpy(), keys)
     old = read(skeys)
     present, columns = _decode_fixed(op, old)
     new_columns, out_columns = fold(op, present, columns, parts)
     new = op.form.pack_columns(new_columns)  # type: ignore[attr-defined]
-    outputs = _outputs_table(op, keys, grouped["__last_seq_max"], out_columns)
+    outputs = _outputs_table(op, keys, grouped["seq"], out_columns)
     return BatchResult(ColumnUpdates(skeys, old, new), outputs)
 
 
