@@ -5,8 +5,8 @@ generator, the same records for every contender) runs through:
 
 * ``rescaler``   — the data plane: ``workers.runner.PipelineRunner`` with the ``wordcount``
   pipeline and one word per line (vnode routing in Spark SQL, ``mapInArrow`` into per-PU stores);
-* ``rescaler_unfolded`` (not run by default) — the same with map-side pre-aggregation off
-  (``--no-preaggregate``): every record shuffled to its PU, as before it existed;
+* ``rescaler_folded`` (not run by default) — the same with pre-aggregation on
+  (``--preaggregate``: records folded per key in Spark before the hand-off to Python);
 * ``tws``        — ``groupBy("key").transformWithState`` (Row API), the count in a ValueState;
 * ``tws_pandas`` — ``transformWithStateInPandas`` with the same processor logic on pandas;
 * ``native``     — ``groupBy("key").count()`` in update mode;
@@ -91,7 +91,7 @@ PROCESSOR_CONTENDERS = (
 )
 CONTENDERS = (
     "rescaler",
-    "rescaler_unfolded",
+    "rescaler_folded",
     "tws",
     "tws_pandas",
     "native",
@@ -101,7 +101,7 @@ CONTENDERS = (
 DEFAULT_CONTENDERS = ("rescaler", "tws", "tws_pandas", "native")
 LABELS = {
     "rescaler": "rescaler",
-    "rescaler_unfolded": "rescaler, no pre-aggregation",
+    "rescaler_folded": "rescaler, pre-aggregated",
     "tws": "transformWithState",
     "tws_pandas": "transformWithStateInPandas",
     "native": "native groupBy.count",
@@ -114,7 +114,7 @@ LABELS = {
 #: the Rescaler pipeline of each rescaler contender
 RESCALER_PIPELINES = {
     "rescaler": ("wordcount", "wordcount", "word_count"),
-    "rescaler_unfolded": ("wordcount", "wordcount", "word_count"),
+    "rescaler_folded": ("wordcount", "wordcount", "word_count"),
     "rescaler_processor": ("bench.processors:build_row", "bench_processor", "counts"),
     "rescaler_processor_pandas": (
         "bench.processors:build_pandas",
@@ -224,7 +224,7 @@ def run_rescaler(w: Workload, workdir: Path, name: str = "rescaler") -> dict[str
         initial_pus=2,
         spark_master="local[2]",
         spark_conf=(("spark.sql.streaming.numRecentProgressUpdates", "1000"),),
-        preaggregate=name != "rescaler_unfolded",
+        preaggregate=name == "rescaler_folded",
     )
     reports: list[dict[str, Any]] = []
     snapshot: list[dict[str, Any]] = []

@@ -65,10 +65,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--initial-pus", type=int, help="PUs each fragment starts on")
     parser.add_argument("--no-spark-ui", action="store_true", help="do not start Spark's web UI")
     parser.add_argument(
-        "--no-preaggregate",
+        "--preaggregate",
         action="store_true",
-        help="shuffle every record to its PU, unfolded (default: records of operators with "
-        "aggregates are folded per key first; $RESCALER_PREAGGREGATE=0 also turns it off)",
+        help="fold the records of operators with aggregates per key in Spark before they "
+        "reach Python (default: $RESCALER_PREAGGREGATE, else off; docs/data-plane.md)",
     )
     parser.add_argument(
         "--restore-from",
@@ -106,7 +106,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         state_dir=args.state_dir,
         initial_pus=args.initial_pus,
         spark_ui=False if args.no_spark_ui else None,
-        preaggregate=False if args.no_preaggregate else None,
+        preaggregate=True if args.preaggregate else None,
         restore_from=args.restore_from,
         snapshot_every=args.snapshot_every,
     )

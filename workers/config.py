@@ -60,9 +60,10 @@ class RunnerConfig:
     # seconds without an epoch after which waiting control work forces an empty one (idle.py)
     idle_barrier_s: float = 0.5
     backend: str = DEFAULT_BACKEND
-    # fold the records of operators with aggregates per key before the shuffle
-    # (workers.partials; RESCALER_PREAGGREGATE=0 turns it off)
-    preaggregate: bool = True
+    # fold the records of operators with aggregates per key in Spark, before they reach the PU's
+    # Python task (workers.partials; RESCALER_PREAGGREGATE=1); off by default: it did not pay on
+    # the steady-state benchmark (docs/data-plane.md, "Pre-aggregation")
+    preaggregate: bool = False
     parallel_units: int | None = None  # PUs each worker offers; None: its cores
     initial_pus: int = 2  # PUs each stateful fragment starts on
     source_partitions: int = 2

@@ -311,7 +311,7 @@ class EpochJob:
             # after the shuffle, before the hand-off to Python: each partition is one PU's, and
             # Spark adds no exchange for a grouping that includes the slot
             routed = routed.groupBy("kind", "key", "vnode", "slot", "info", "_own").agg(
-                *(F.expr(e) for e in spark_aggregations(preaggregated))
+                *(F.expr(e) for e in spark_aggregations(preaggregated, spec.event_time))
             )
         return routed.mapInArrow(make_task(spec), _struct_type(output_schema(spec.operator)))
 
@@ -395,7 +395,13 @@ class EpochJob:
                 types = {f.name: f.dataType.simpleString() for f in df.schema}
                 reason = refusal(operator, types)
                 if reason is not None:
-                    log.info("%s: records shuffled unfolded: %s", fragment, reason)
+                    log.info("%s: records handed to Python unfolded: %s", fragment, reason)
                     aggregates = ()
+                else:
+                    log.info(
+                        "%s: records folded per key in Spark by %s",
+                        fragment,
+                        ", ".join(f"{f}({c})" for c, f in aggregates),
+                    )
             self._preaggregated[fragment] = aggregates
         return self._preaggregated[fragment]

@@ -13,7 +13,8 @@ A partial row carries:
 * ``seq``: the largest sequence number folded into it (what the key's output carries);
 * ``src``: the source rows among them (the runner's per-epoch source count);
 * ``_records``: how many records it folds (the PU's load and its hold queue's counts);
-* one column per aggregate, named ``{column}_{function}`` as Arrow names its aggregates.
+* one column per aggregate, named ``{column}_{function}`` as Arrow names its aggregates;
+* the pipeline's event-time column, if it has one: the largest (the watermark's input).
 
 Pre-aggregation is used only where it gives the same bits as folding every record on the PU:
 counts always, sums, minima and maxima of integer columns (integer addition is associative).
@@ -76,8 +77,9 @@ def refusal(operator: object, types: Mapping[str, str]) -> str | None:
     return None
 
 
-def spark_aggregations(aggregates: Aggregates) -> list[str]:
-    """The Spark SQL aggregate expressions making a partial row of a group of records."""
+def spark_aggregations(aggregates: Aggregates, event_time: str | None = None) -> list[str]:
+    """The Spark SQL aggregate expressions making a partial row of a group of records; with
+    the pipeline's ``event_time`` column, its largest value too (what the watermark reads)."""
     return [
         "max(seq) AS seq",
         "sum(src) AS src",
@@ -86,6 +88,7 @@ def spark_aggregations(aggregates: Aggregates) -> list[str]:
             f"{function}(`{column}`) AS `{column_name(column, function)}`"
             for column, function in aggregates
         ),
+        *([f"max(`{event_time}`) AS `{event_time}`"] if event_time else []),
     ]
 
 

@@ -37,9 +37,18 @@ def _small_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RESCALER_VNODES", str(VNODES))
 
 
-def launch(state: Path, pipeline: str, log_name: str = "runner") -> RunnerProcess:
+def launch(
+    state: Path, pipeline: str, log_name: str = "runner", env: dict[str, str] | None = None
+) -> RunnerProcess:
     runner = start_runner(
-        state, pipeline, "--rows-per-epoch", str(ROWS), "--key-space", str(KEYS), log_name=log_name
+        state,
+        pipeline,
+        "--rows-per-epoch",
+        str(ROWS),
+        "--key-space",
+        str(KEYS),
+        log_name=log_name,
+        env=env,
     )
     runner.wait_for(lambda: len(runner.epochs()) >= 2, 240, "two committed epochs")
     return runner
@@ -253,7 +262,9 @@ def test_a_cancel_returns_held_steps_whose_exports_hit_a_full_disk(tmp_path: Pat
 def test_kill_9_of_the_runner_mid_operation_then_restart(
     tmp_path: Path, pipeline: str, strategy: str
 ) -> None:
-    runner = launch(tmp_path, pipeline)
+    # page_stats folded in Spark before the kill (docs/data-plane.md, "Pre-aggregation"), not
+    # after: hold queues of partial rows are replayed among record rows
+    runner = launch(tmp_path, pipeline, env={"RESCALER_PREAGGREGATE": "1"})
     granularity = BATCHED  # 8 steps per fragment: enough to be killed with some done, some not
     req = request(pipeline, {"added_parallel_units": [2, 3]}, strategy, granularity)
     orch = Orchestrator(
@@ -273,6 +284,7 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
             break  # some steps done, one in flight
         time.sleep(0.05)
     runner.kill()
+    assert "page_stats: records folded per key in Spark" in runner.log_path.read_text()
     restarted = start_runner(
         tmp_path,
         pipeline,
@@ -285,6 +297,7 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
     result = orch.run(timeout_s=600).to_json()
     assert result["status"] == "completed", result
     stop(restarted)
+    assert "records folded" not in restarted.log_path.read_text()
     state = json.loads((tmp_path / pipeline / "placement.json").read_text())
     assert all(tuple(p["parallel_units"]) == (0, 1, 2, 3) for p in state.values())
     check_oracle(tmp_path, pipeline, restarted)

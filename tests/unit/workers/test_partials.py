@@ -219,3 +219,20 @@ def test_partial_rows_reaching_an_operator_without_aggregates_fail_with_the_reas
     rows = _spark_partials(_records(["a", "b"], [1, 2]), Count.aggregates)
     with pytest.raises(partials.PartialRowsError, match="declares no aggregates"):
         _run(_spec(tmp_path, TumblingWindowCount("v"), 0), rows)
+
+
+def test_folding_in_spark_keeps_the_event_time_the_watermark_reads() -> None:
+    expressions = partials.spark_aggregations(Count.aggregates, "event_time")
+    assert "max(`event_time`) AS `event_time`" in expressions
+    assert not any("event_time" in e for e in partials.spark_aggregations(Count.aggregates))
+
+
+def test_pre_aggregation_is_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.config import RunnerConfig
+
+    monkeypatch.delenv("RESCALER_PREAGGREGATE", raising=False)
+    assert RunnerConfig.from_env().preaggregate is False
+    monkeypatch.setenv("RESCALER_PREAGGREGATE", "1")
+    assert RunnerConfig.from_env().preaggregate is True
+    monkeypatch.setenv("RESCALER_PREAGGREGATE", "off")
+    assert RunnerConfig.from_env().preaggregate is False
