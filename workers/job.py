@@ -387,8 +387,8 @@ class EpochJob:
 
     def preaggregated(self, fragment: str, operator: Any, df: Any) -> Aggregates:
         """The aggregates the fragment's records are folded by in Spark before its PU tasks; ()
-        for the record path. Decided at the query's first epoch from the columns' types (the schema is
-        the query's), and said once in the log when an operator with aggregates is refused."""
+        for the record path. Decided at the query's first epoch from the columns' types (the
+        schema is the query's), and said once in the log."""
         if fragment not in self._preaggregated:
             aggregates = aggregates_of(operator) if self.config.preaggregate else ()
             if aggregates:

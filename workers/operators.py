@@ -2,7 +2,7 @@
 
 An operator sees, per epoch and per key, the key's records of that epoch in source order (or, if
 it defines :meth:`KeyedOperator.combine` or declares ``aggregates``, one pre-aggregated row per
-key: declared aggregates are also folded before the shuffle, ``workers.partials``), and
+key; declared aggregates can also be folded in Spark, ``workers.partials``), and
 returns the key's new state and the rows it emits downstream. State is serialized as one version
 byte followed by msgpack, so it is compact and a future encoding can read an old one.
 
@@ -69,8 +69,8 @@ class KeyedOperator(ABC):
     order_sensitive: ClassVar[bool] = True
     #: decomposable aggregates of a key's records, (column, function) with function one of
     #: count, sum, min, max. Declared by an operator that is not order-sensitive, they let the
-    #: engine fold records per key before the shuffle as well as on the PU
-    #: (``workers.partials``); ``update`` then receives one row of them, in this order.
+    #: engine fold records per key in Spark as well as in the task (``workers.partials``);
+    #: ``update`` then receives one row of them, in this order.
     aggregates: tuple[tuple[str, str], ...] = ()
 
     def combine(self, table: pa.Table) -> pa.Table | None:

@@ -1,11 +1,13 @@
-"""Map-side pre-aggregation: an epoch's records folded per key before the shuffle to their PU.
+"""Pre-aggregation: an epoch's records folded per key in Spark before they reach Python.
 
-An operator that is not order-sensitive and declares ``aggregates`` (``(column, function)``
-pairs, the functions being ``count``, ``sum``, ``min`` and ``max``) has each epoch's records
-folded per key in Spark SQL on the source's partitions, before the shuffle to the PUs, as
-Spark's own ``groupBy().count()`` folds its input before its shuffle (its partial aggregation).
-A PU then receives a few *partial rows* per key instead of every record, and merges them
-(count → sum, sum → sum, min → min, max → max) before its one ``update`` per key.
+With ``RunnerConfig.preaggregate`` (``--preaggregate``), an operator that is not
+order-sensitive and declares ``aggregates`` (``(column, function)`` pairs, the functions being
+``count``, ``sum``, ``min`` and ``max``) has each PU's records of an epoch folded per key in
+Spark SQL after the shuffle to the PUs, in the PU's own partition (a grouping that includes the
+slot needs no exchange of its own), before the hand-off to the task. The task then receives
+*partial rows*, one per key, and merges them (count → sum, sum → sum, min → min, max → max) as
+it folds records. It is off by default: docs/data-plane.md, "Pre-aggregation", has what it was
+measured to cost and save.
 
 A partial row carries:
 
