@@ -133,12 +133,14 @@ def apply_records(
     Returns the updates to commit and the outputs: (key, seq, *output fields).
     """
     combined = seq_max = None
-    if partials.is_partial(records):
-        aggregates = partials.aggregates_of(operator)
-        if not aggregates:
-            raise partials.PartialRowsError(
-                f"{operator.describe()}: partial rows reached an operator without aggregates"
-            )
+    aggregates = (
+        partials.aggregates_for_partials(operator, operator.describe())
+        if partials.is_partial(records)
+        else partials.aggregates_of(operator)
+    )
+    if aggregates:
+        # declared aggregates fold records and partial rows alike (a combine() of the operator's
+        # own would not merge partial rows), and the fold gives each key's last seq with them
         folded = partials.fold(records, aggregates)
         combined = folded.select(["key", *(partials.column_name(c, f) for c, f in aggregates)])
         seq_max = folded.select(["key", "seq"])
@@ -428,13 +430,9 @@ def _fold_operator(
     rows of either, ``workers.partials``, are merged with the rest)."""
     arrived = [t for t in (replayed, records) if t is not None and t.num_rows]
     if any(partials.is_partial(t) for t in arrived):
-        aggregates = partials.aggregates_of(spec.operator)
-        if not aggregates:
-            raise partials.PartialRowsError(
-                f"{spec.fragment}: partial rows reached {spec.operator.describe()}, which "
-                f"declares no aggregates (was the operator changed during a rescale?)"
-            )
-        records = partials.merge(arrived, aggregates)
+        records = partials.merge(
+            arrived, partials.aggregates_for_partials(spec.operator, spec.fragment)
+        )
     elif replayed is not None and replayed.num_rows:
         cols = _columns("key", "seq", "vnode", *spec.operator.columns)
         parts = [replayed.select(cols)]
@@ -458,9 +456,7 @@ def _fold_and_commit(spec: TaskSpec, store: StateStore, records: pa.Table) -> pa
     """
     operator = spec.operator
     batch = None
-    partial = partials.is_partial(records)
-    if partial:
-        records = records.select(partials.partial_columns(partials.aggregates_of(operator)))
+    partial = partials.is_partial(records)  # merged by _fold_operator: partial_columns only
     if spec.vectorised:
         cols = _columns("key", "seq", "vnode", *operator.columns)
         batch = apply_batch(

@@ -54,21 +54,6 @@ def _columns_of(key: str, columns: tuple[str, ...], event_time: str | None) -> l
     return [c for c in dict.fromkeys(wanted) if c != key]
 
 
-def _struct_type(schema: Any) -> Any:
-    """The task's Arrow output schema as Spark's StructType, built in Python: a DDL string would
-    be parsed in the JVM, a py4j round trip at every epoch."""
-    from pyspark.sql import types as T
-
-    spark_types = {
-        "string": T.StringType(),
-        "int64": T.LongType(),
-        "double": T.DoubleType(),
-        "int32": T.IntegerType(),
-        "bool": T.BooleanType(),
-    }
-    return T.StructType([T.StructField(f.name, spark_types[str(f.type)]) for f in schema])
-
-
 def _array_literal(items: str, element: str) -> str:
     """A constant array in Spark SQL from comma-separated ``items``: parsed from one JSON string
     and folded into a literal by the optimizer, instead of ``array(a, b, ...)``, whose one
@@ -313,7 +298,11 @@ class EpochJob:
             routed = routed.groupBy("kind", "key", "vnode", "slot", "info", "_own").agg(
                 *(F.expr(e) for e in spark_aggregations(preaggregated, spec.event_time))
             )
-        return routed.mapInArrow(make_task(spec), _struct_type(output_schema(spec.operator)))
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        # a StructType built in Python: a DDL string would be parsed in the JVM, a py4j round
+        # trip at every epoch
+        return routed.mapInArrow(make_task(spec), from_arrow_schema(output_schema(spec.operator)))
 
     def run(self, df: Any, plan: EpochPlan) -> list[dict[str, Any]]:
         """Run ``plan`` over the epoch's records ``df``: one Spark job, every fragment; returns

@@ -77,8 +77,9 @@ class KeyedOperator(ABC):
         """Pre-aggregate one epoch's records per key in Arrow (columns: key + partials).
 
         The default folds the declared ``aggregates``; None (no aggregates, or order-sensitive)
-        when the operator needs every record in order. An override of an operator without
-        ``aggregates`` runs on the PU only: the engine cannot merge what it returns.
+        when the operator needs every record in order. Override it only in an operator without
+        ``aggregates`` (the engine folds declared aggregates itself, and cannot merge what an
+        override returns); it runs in the task.
         """
         aggregates = aggregates_of(self)
         if not aggregates:

@@ -63,6 +63,19 @@ def aggregates_of(operator: object) -> Aggregates:
     return aggregates
 
 
+def aggregates_for_partials(operator: object, where: str) -> Aggregates:
+    """The aggregates that merge partial rows reaching ``operator``; PartialRowsError if it has
+    none (``where``: what the message names first)."""
+    aggregates = aggregates_of(operator)
+    if not aggregates:
+        describe = getattr(operator, "describe", lambda: type(operator).__name__)
+        raise PartialRowsError(
+            f"{where}: partial rows reached {describe()}, which declares no aggregates (was the "
+            f"operator changed during a rescale?)"
+        )
+    return aggregates
+
+
 def refusal(operator: object, types: Mapping[str, str]) -> str | None:
     """Why the operator's records are not pre-aggregated (None: they are). ``types``: the
     Spark SQL type (``simpleString``) of each column reaching the fragment."""
