@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch, Q
 
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
@@ -26,6 +26,7 @@ from rescaler.operations.selectors import plan_fragments_read
 from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
 from workers.rescale.protocol import (
     ROUTING_BY_PHASE,
+    STEP_ENDED,
     OperationStatus,
     Routing,
     StepPhase,
@@ -82,6 +83,7 @@ class Summary:
     steps_total: int
     cancellable: bool  # still running and not already cancelling (the service decides)
     progress_version: int
+    key_ranges: str = ""  # hot vnodes cut by key, and their key ranges moved ("" when none)
 
 
 # what the page reads of every step (not the per-vnode figures: the steps table reads its own
@@ -93,6 +95,8 @@ PAGE_STEP_FIELDS = (
     "source_pu",
     "target_pu",
     "vnodes",
+    "key_range_index",
+    "key_range_count",
     "phase",
     "keys",
     "bytes",
@@ -165,6 +169,24 @@ def operation_summary(
         steps_total=counts.total,
         cancellable=not final and op.status != OperationStatus.CANCELLING,
         progress_version=op.progress_version,
+        key_ranges=key_ranges_text(op),
+    )
+
+
+def key_ranges_text(op: RescaleOperation) -> str:
+    """What the operation's hot vnodes cut by key have moved: "2 hot vnodes cut by key: 5 of
+    8 key ranges moved" ("" when it cut none). One query over its key-range steps."""
+    cut = RescaleStep.objects.filter(operation_id=op.pk, key_range_count__isnull=False).aggregate(
+        vnodes=Count("pk", filter=Q(key_range_index=0)),
+        ranges=Count("pk"),
+        done=Count("pk", filter=Q(phase=StepPhase.DONE)),
+    )
+    if not cut["ranges"]:
+        return ""
+    vnodes = cut["vnodes"]
+    return (
+        f"{count(vnodes)} hot vnode{'s' if vnodes != 1 else ''} cut by key: "
+        f"{count(cut['done'])} of {count(cut['ranges'])} key ranges moved"
     )
 
 
@@ -380,10 +402,15 @@ def source_deltas(counted: DeltaCounts, *, only: Iterable[tuple[str, int]]) -> l
 
 
 def _step_of_vnode(op: RescaleOperation) -> dict[str, dict[int, RescaleStep]]:
+    """Each vnode's step; for a hot vnode cut into key ranges, its first range not yet ended
+    (the one moving or next), or its last range once every range has ended."""
     steps: dict[str, dict[int, RescaleStep]] = {}
-    for s in op.steps.all():
+    for s in sorted(op.steps.all(), key=lambda s: s.step):
         for vnode in s.vnodes:
-            steps.setdefault(s.fragment, {})[int(vnode)] = s
+            known = steps.setdefault(s.fragment, {})
+            shown = known.get(int(vnode))
+            if shown is None or shown.phase in STEP_ENDED:
+                known[int(vnode)] = s
     return steps
 
 

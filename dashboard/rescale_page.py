@@ -201,6 +201,11 @@ def plan_view(
             f"{frag['balance_after']['max_vnodes_minus_min']}, bytes max / mean "
             f"{_skew(frag['balance_before'])} → {_skew(frag['balance_after'])}."
         )
+        if frag.get("vnodes_cut"):
+            summary += (
+                f" {count(frag['vnodes_cut'])} hot vnodes over the step's key or byte cap move "
+                f"key range by key range, in {count(frag['key_range_steps'])} steps."
+            )
         fragments.append(
             PlanFragment(
                 name,

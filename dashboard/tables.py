@@ -59,7 +59,10 @@ class StepTable(tables.Table):
     def render_move(self, record: RescaleStep) -> str:
         return f"PU {record.source_pu} → PU {record.target_pu}"
 
-    def render_vnodes(self, value: Any) -> str:
+    def render_vnodes(self, record: RescaleStep, value: Any) -> str:
+        kr = record.key_range
+        if kr is not None:  # one key range of a hot vnode cut by key
+            return f"{vnode_ranges(value)}, key range {kr}"
         return vnode_ranges(value)
 
     def render_phase(self, value: str) -> str:

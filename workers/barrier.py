@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from workers.control import Command, ControlInterface
 from workers.cycles import cycle_collection_paused
+from workers.hashing import key_range_index, stable_hash64
 from workers.membership import DecommissionRefused
 from workers.pipeline.placement import (
     EpochClock,
@@ -164,3 +165,30 @@ def route_slots(placement: VnodeMapping, actions: FragmentActions) -> list[int]:
     for vnode, target in actions.held.items():
         slots[vnode] = slot_of[target]
     return slots
+
+
+def route_record(
+    placement: VnodeMapping, actions: FragmentActions, slots: list[int], key: str, vnode: int
+) -> tuple[int, bool]:
+    """(slot, held) of one record, as the epoch's job routes it in Spark SQL: ``slots`` from
+    :func:`route_slots`, except for a cut vnode's key ranges in flight or moved, which go to
+    the cut's target (held for the range in flight)."""
+    cut = actions.cut.get(vnode)
+    if cut is not None:
+        index = key_range_index(stable_hash64(key), cut.count)
+        if index in cut.held or index in cut.moved:
+            return placement.parallel_units.index(cut.target), index in cut.held
+    return slots[vnode], vnode in actions.held
+
+
+def owned_vnodes(placement: VnodeMapping, actions: FragmentActions) -> tuple[tuple[int, ...], ...]:
+    """For each PU (in slot order), the vnodes whose records its task applies this epoch: those
+    it owns that are not held, and a cut vnode's on its target once a key range of it moved
+    there (on its source too: its other ranges stay there)."""
+    owned = []
+    for pu in placement.parallel_units:
+        vnodes = [v for v in placement.vnodes_of(pu) if v not in actions.held]
+        mine = set(vnodes)
+        vnodes += [v for v, cut in actions.cut.items() if cut.target == pu and v not in mine]
+        owned.append(tuple(sorted(vnodes)))
+    return tuple(owned)

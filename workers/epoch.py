@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers import partials
+from workers.hashing import KeyRange
 from workers.layout import store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
@@ -542,10 +543,16 @@ def run_task(
         else:
             if actions.seal:
                 store.seal(actions.seal)
+            for vnode, index, count in actions.seal_ranges:  # a hot vnode's range in flight
+                store.seal_key_range(vnode, KeyRange(index, count))
+            for vnode, index, count in actions.drop_ranges:  # it stays sealed here
+                store.drop_key_range(vnode, KeyRange(index, count))
             for vnode in actions.drop:
                 store.drop_vnode(vnode)
             if actions.unseal:  # a cancel gave these back: their hold queue replays below
                 store.unseal(actions.unseal)
+            for vnode, index, count in actions.unseal_ranges:
+                store.unseal_key_range(vnode, KeyRange(index, count))
             replayed = _acquire(spec, store, actions)
             n_records += partials.records_in(replayed)
             if _is_processor(spec):

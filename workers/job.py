@@ -16,10 +16,10 @@ import sys
 import time
 from typing import Any
 
-from workers.barrier import route_slots
+from workers.barrier import owned_vnodes, route_slots
 from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
-from workers.hashing import vnode_sql
+from workers.hashing import key_range_sql, vnode_sql
 from workers.idle import TICKS_FILE
 from workers.natsio import redact
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
@@ -261,12 +261,31 @@ class EpochJob:
         vnode = vnode_sql(key_col, placement.vnodes)
         slots = ",".join(map(str, route_slots(placement, actions)))
         routed_kind = kind
+        held_when: list[str] = []
         if actions.held:
             flags = ",".join(
                 "true" if v in actions.held else "false" for v in range(placement.vnodes)
             )
-            held = f"element_at({_array_literal(flags, 'boolean')}, cast({vnode} + 1 as int))"
-            routed_kind = f"CASE WHEN {is_rec} AND {held} THEN 'held' ELSE {kind} END"
+            held_when.append(
+                f"element_at({_array_literal(flags, 'boolean')}, cast({vnode} + 1 as int))"
+            )
+        # a hot vnode moving key range by key range: its ranges moved or in flight go to the
+        # cut's target (``workers.barrier.route_record``), one CASE arm per cut vnode
+        cut_slot = []
+        for v, cut in sorted(actions.cut.items()):
+            in_range = key_range_sql(key_col, cut.count)
+            going = ",".join(map(str, (*cut.moved, *cut.held)))
+            target = placement.parallel_units.index(cut.target)
+            cut_slot.append(f"WHEN {vnode} = {v} AND {in_range} IN ({going}) THEN {target}")
+            if cut.held:
+                held_ranges = ",".join(map(str, cut.held))
+                held_when.append(f"({vnode} = {v} AND {in_range} IN ({held_ranges}))")
+        if held_when:
+            held = " OR ".join(held_when)
+            routed_kind = f"CASE WHEN {is_rec} AND ({held}) THEN 'held' ELSE {kind} END"
+        slot = f"element_at({_array_literal(slots, 'int')}, cast({vnode} + 1 as int))"
+        if cut_slot:
+            slot = f"CASE {' '.join(cut_slot)} ELSE {slot} END"
         columns = []
         for name in df.columns:
             if name == key_col:
@@ -285,9 +304,7 @@ class EpochJob:
         routed = df.selectExpr(
             *columns,
             f"CASE WHEN {is_rec} THEN {vnode} END AS vnode",
-            f"CASE WHEN {is_rec} THEN element_at({_array_literal(slots, 'int')}, "
-            f"cast({vnode} + 1 as int)) "
-            "ELSE 0 END AS slot",
+            f"CASE WHEN {is_rec} THEN {slot} ELSE 0 END AS slot",
         )
         routed = routed.repartitionById(len(placement.parallel_units), "slot")
         if preaggregated:
@@ -348,10 +365,7 @@ class EpochJob:
                 operator=frag.operator,
                 epoch=plan.epoch,
                 parallel_units=placement.parallel_units,
-                owned=tuple(
-                    tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
-                    for pu in placement.parallel_units
-                ),
+                owned=owned_vnodes(placement, actions),
                 state_root=str(cfg.pipeline_dir),
                 backend=cfg.backend,
                 terminal=i == len(self.pipeline.fragments) - 1,

@@ -37,14 +37,13 @@ from typing import Any
 import msgpack
 import pyarrow as pa
 
+from workers.hashing import SECTION_MARK, TIMER_MARK
 from workers.operators import KeyedOperator, Output, Record
 from workers.pipeline.placement import EpochClock
 
 TIME_MODES = ("none", "processingtime", "eventtime")
 INTERFACES = ("row", "pandas")
 STATE_VERSION = 1
-TIMER_MARK = b"\xff"
-SECTION_MARK = b"\xfe"
 _EXPIRY = struct.Struct(">Q")
 _BIAS = 1 << 63
 #: Spark types a state variable may hold, and the Arrow type name of an output column

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from workers.hashing import vnode_of
+from workers.hashing import SECTION_MARK, TIMER_MARK, key_range_index, stable_hash64, vnode_of
 from workers.layout import store_path
 from workers.pipeline.loading import registered
 from workers.pipeline.model import Fragment
 from workers.pipeline.placement import PlacementStore, VnodeMapping
-from workers.processor import SECTION_MARK, TIMER_MARK
 from workers.region import Region
 from workers.state import open_store
 from workers.state.base import decode_key, encode_key
@@ -117,12 +116,17 @@ def export_state(
 def read_key(
     state_dir: Path, pipeline: str, fragment: str, key: str, *, backend: str = "lmdb"
 ) -> KeyState:
-    """One key's vnode, owner PU (by the current mapping) and value (None if it has none)."""
+    """One key's vnode, owner PU (by the current mapping, or, for a hot vnode moving key range
+    by key range, by the last epoch's routing of its range) and value (None if it has none)."""
     pipeline_dir = Path(state_dir) / pipeline
     frag = registered(state_dir, pipeline).fragment(fragment)
     placement = _placement(pipeline_dir, fragment)
     vnode = vnode_of(key, placement.vnodes)
     owner = placement.mapping[vnode]
+    last = PlacementStore(pipeline_dir).last_plan()
+    cut = last.fragment_actions(fragment).cut.get(vnode) if last is not None else None
+    if cut is not None and key_range_index(stable_hash64(key), cut.count) in cut.moved:
+        owner = cut.target
     raw = None
     path = store_path(pipeline_dir, fragment, owner)
     operator = frag.operator

@@ -411,6 +411,8 @@ def step_vnodes(steps: Iterable[RescaleStep]) -> list[dict[str, Any]]:
                     "fragment": step.fragment,
                     "vnode": vnode,
                     "step": step.step,
+                    "key_range_index": step.key_range_index,
+                    "key_range_count": step.key_range_count,
                     "routing": routing,
                     "keys": figures.get("keys"),
                     "bytes": figures.get("bytes"),
@@ -418,7 +420,7 @@ def step_vnodes(steps: Iterable[RescaleStep]) -> list[dict[str, Any]]:
                     "hold_bytes": figures.get("hold_bytes", 0),
                 }
             )
-    return sorted(rows, key=lambda r: (r["fragment"], r["vnode"]))
+    return sorted(rows, key=lambda r: (r["fragment"], r["vnode"], r["key_range_index"] or 0))
 
 
 def operation_runner_progress(op: RescaleOperation) -> dict[str, Any]:

@@ -216,6 +216,14 @@ class FragmentPlanSummarySerializer(serializers.Serializer):
     vnodes_moved = serializers.IntegerField()
     keys_moved = serializers.IntegerField()
     bytes_moved = serializers.IntegerField()
+    vnodes_cut = serializers.IntegerField(
+        default=0,
+        help_text="Hot vnodes over max_keys_per_step or max_bytes_per_step, moved key range by "
+        "key range (only the range in flight is held).",
+    )
+    key_range_steps = serializers.IntegerField(
+        default=0, help_text="The steps that move those vnodes' key ranges, one range each."
+    )
     balance_before = BalanceSerializer()
     balance_after = BalanceSerializer()
     sources = PuMovesSerializer(
@@ -329,7 +337,8 @@ class StepSerializer(RowSerializer, serializers.ModelSerializer):
         model = RescaleStep
         list_serializer_class = RowListSerializer
         fields = [
-            "step", "fragment", "source_pu", "target_pu", "vnodes", "phase", "keys", "bytes",
+            "step", "fragment", "source_pu", "target_pu", "vnodes", "key_range_index",
+            "key_range_count", "phase", "keys", "bytes",
             "keys_moved", "bytes_moved", "hold_queue", "hold_bytes", "collect_epoch",
             "acquire_epoch",
             "drop_epoch", "timings", "error", "updated_at",
@@ -349,6 +358,12 @@ class OperationVnodeSerializer(RowSerializer):
         help_text="Where the vnode's records go now: its source PU, the step's hold queue, "
         "or its target PU.",
     )
+    key_range_index = serializers.IntegerField(
+        allow_null=True,
+        help_text="For a hot vnode cut by key, the key range the step moves (from 0; null: the "
+        "whole vnode). The vnode then has a row per key range.",
+    )
+    key_range_count = serializers.IntegerField(allow_null=True)
     keys = serializers.IntegerField(allow_null=True)
     bytes = serializers.IntegerField(allow_null=True)
     hold_queue = serializers.IntegerField(help_text="Records held for it.")

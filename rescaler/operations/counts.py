@@ -127,7 +127,7 @@ class StepGroup:
         collecting = s.phase == StepPhase.COLLECTING
         since = (s.timings or {}).get(StepPhase.COLLECTING) if collecting else None
         return cls(
-            s.fragment, s.phase, None, None, 1, len(s.vnodes), s.keys, s.bytes,
+            s.fragment, s.phase, None, None, 1, len(s.spec().completes_vnodes), s.keys, s.bytes,
             max(s.keys_moved - s.keys, 0), max(s.bytes_moved - s.bytes, 0),
             None if since is None else float(since),
         )  # fmt: skip
@@ -161,6 +161,16 @@ _GROUP_FIELDS = {f.name for f in dataclasses.fields(StepGroup)}
 _GROUP_COUNTS = ("steps", "vnodes", "keys", "bytes", "keys_surplus", "bytes_surplus")
 
 
+#: the vnodes a step's row completes (``StepSpec.completes_vnodes``): its vnodes, or a cut
+#: vnode's one with its last key range, so a vnode cut into ranges counts once
+_VNODES_COMPLETED = Case(
+    When(key_range_count__isnull=True, then=JsonArrayLength("vnodes")),
+    When(key_range_index=F("key_range_count") - 1, then=Value(1)),
+    default=Value(0),
+    output_field=IntegerField(),
+)
+
+
 def step_groups(op: RescaleOperation, *, pus: Iterable[int] = ()) -> list[StepGroup]:
     """Every step of ``op`` counted in one scan, grouped by fragment and phase, and by source
     and target PU where those are among ``pus`` (so the groups are a few per phase, whatever
@@ -181,7 +191,7 @@ def step_groups(op: RescaleOperation, *, pus: Iterable[int] = ()) -> list[StepGr
             source=ends["source_pu"],
             target=ends["target_pu"],
             steps=Count("pk"),
-            vnodes=Coalesce(Sum(JsonArrayLength("vnodes")), zero),
+            vnodes=Coalesce(Sum(_VNODES_COMPLETED), zero),
             planned_keys=Coalesce(Sum("keys"), zero),
             planned_bytes=Coalesce(Sum("bytes"), zero),
             keys_surplus=Coalesce(Sum(Greatest(F("keys_moved") - F("keys"), zero)), zero),

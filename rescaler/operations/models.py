@@ -12,6 +12,7 @@ from typing import Any, cast
 from django.conf import settings
 from django.db import models
 
+from workers.hashing import KeyRange
 from workers.rescale.protocol import (
     FINAL,
     FragmentChange,
@@ -184,6 +185,10 @@ class RescaleStep(models.Model):
     source_pu = models.PositiveIntegerField()
     target_pu = models.PositiveIntegerField()
     vnodes = models.JSONField()
+    # a step of a hot vnode cut into key ranges moves range ``key_range_index`` of
+    # ``key_range_count`` of its one vnode (both null: whole vnodes)
+    key_range_index = models.PositiveIntegerField(null=True, blank=True)
+    key_range_count = models.PositiveIntegerField(null=True, blank=True)
     phase = models.CharField(max_length=16, choices=choices(StepPhase), default=StepPhase.PLANNED)
     keys = models.BigIntegerField(default=0)  # as planned (interrogated)
     bytes = models.BigIntegerField(default=0)
@@ -224,9 +229,17 @@ class RescaleStep(models.Model):
             source_pu=spec.source_pu,
             target_pu=spec.target_pu,
             vnodes=list(spec.vnodes),
+            key_range_index=None if spec.key_range is None else spec.key_range.index,
+            key_range_count=None if spec.key_range is None else spec.key_range.count,
             keys=spec.keys,
             bytes=spec.bytes,
         )
+
+    @property
+    def key_range(self) -> KeyRange | None:
+        if self.key_range_count is None or self.key_range_index is None:
+            return None
+        return KeyRange(self.key_range_index, self.key_range_count)
 
     def spec(self) -> StepSpec:
         """The step as planned."""
@@ -238,6 +251,7 @@ class RescaleStep(models.Model):
             vnodes=tuple(self.vnodes),
             keys=self.keys,
             bytes=self.bytes,
+            key_range=self.key_range,
         )
 
     def progress(self) -> StepProgress:
@@ -259,6 +273,7 @@ class RescaleStep(models.Model):
             per_vnode=self.per_vnode,
             timings=self.timings,
             error=self.error,
+            key_range=self.key_range,
         )
 
 

@@ -113,6 +113,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.close(dir_fd)
 
 
+#: (vnode, range index, range count): one key range of a vnode in an epoch's actions
+RangeRef = tuple[int, int, int]
+
+
 @dataclass(frozen=True)
 class SlotActions:
     """What one PU's task does at an epoch besides folding its records (all idempotent)."""
@@ -124,12 +128,24 @@ class SlotActions:
     replay_files: tuple[str, ...] = ()  # hold queue files to apply before the epoch's records
     replay_vnodes: tuple[int, ...] = ()  # ... only the rows of these vnodes
     hold_path: str | None = None  # where this epoch's held rows routed here are appended
+    # the same for key ranges of hot vnodes moving range by range (a range's export file says
+    # its range, so ``ingest`` covers both)
+    seal_ranges: tuple[RangeRef, ...] = ()
+    unseal_ranges: tuple[RangeRef, ...] = ()
+    drop_ranges: tuple[RangeRef, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        for name in ("seal_ranges", "unseal_ranges", "drop_ranges"):
+            if not data[name]:
+                del data[name]  # the plan of an epoch without cut vnodes reads as before
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SlotActions:
+        def ranges(name: str) -> tuple[RangeRef, ...]:
+            return tuple((int(v), int(i), int(n)) for v, i, n in data.get(name, ()))
+
         return cls(
             seal=tuple(data.get("seal", ())),
             unseal=tuple(data.get("unseal", ())),
@@ -138,6 +154,38 @@ class SlotActions:
             replay_files=tuple(data.get("replay_files", ())),
             replay_vnodes=tuple(data.get("replay_vnodes", ())),
             hold_path=data.get("hold_path"),
+            seal_ranges=ranges("seal_ranges"),
+            unseal_ranges=ranges("unseal_ranges"),
+            drop_ranges=ranges("drop_ranges"),
+        )
+
+
+@dataclass(frozen=True)
+class CutVnode:
+    """A hot vnode moving key range by key range, as it routes in one epoch: records of the
+    ranges in ``moved`` go to ``target``'s task, of the range in ``held`` to ``target``'s hold
+    queue, of every other range to the vnode's owner in the mapping."""
+
+    count: int  # the vnode's key ranges (``workers.hashing.KeyRange``)
+    target: int
+    moved: tuple[int, ...] = ()
+    held: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "target": self.target,
+            "moved": list(self.moved),
+            "held": list(self.held),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CutVnode:
+        return cls(
+            int(data["count"]),
+            int(data["target"]),
+            tuple(data.get("moved", ())),
+            tuple(data.get("held", ())),
         )
 
 
@@ -145,21 +193,26 @@ class SlotActions:
 class FragmentActions:
     held: dict[int, int] = field(default_factory=dict)  # vnode -> the PU holding its records
     slots: dict[int, SlotActions] = field(default_factory=dict)  # PU -> its actions
+    cut: dict[int, CutVnode] = field(default_factory=dict)  # vnode -> its key ranges' routing
 
     def slot(self, pu: int) -> SlotActions:
         return self.slots.get(pu, SlotActions())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "held": {str(v): pu for v, pu in self.held.items()},
             "slots": {str(pu): a.to_json() for pu, a in self.slots.items()},
         }
+        if self.cut:
+            data["cut"] = {str(v): c.to_json() for v, c in self.cut.items()}
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FragmentActions:
         return cls(
             {int(v): pu for v, pu in data.get("held", {}).items()},
             {int(pu): SlotActions.from_json(a) for pu, a in data.get("slots", {}).items()},
+            {int(v): CutVnode.from_json(c) for v, c in data.get("cut", {}).items()},
         )
 
 

@@ -152,7 +152,16 @@ class CommandHandler:
             v
             for other in self.ledger.running()
             for s in other.steps.values()
-            if s.spec.fragment == spec.fragment and s.phase not in STEP_ENDED
+            if s.spec.fragment == spec.fragment
+            and s.phase not in STEP_ENDED
+            # the other key ranges of a cut vnode, in this operation, are its own
+            and not (
+                other is op
+                and spec.key_range is not None
+                and s.spec.key_range is not None
+                and s.spec.key_range.count == spec.key_range.count
+                and s.spec.key_range != spec.key_range
+            )
             for v in s.spec.vnodes
         }
         for vnode in spec.vnodes:

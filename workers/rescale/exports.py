@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.hashing import KeyRange
 from workers.layout import store_path
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
@@ -41,13 +42,14 @@ class ExportWaitStopped(Exception):
 
 @dataclass(frozen=True)
 class ExportTask:
-    """One source PU's vnodes of one fragment to export: (vnode, export file) pairs."""
+    """One source PU's vnodes of one fragment to export: (vnode, key range or None, export
+    file) triples."""
 
     pipeline_dir: str
     backend: str
     fragment: str
     pu: int
-    exports: tuple[tuple[int, str], ...]
+    exports: tuple[tuple[int, KeyRange | None, str], ...]
 
 
 def export_pu(task: ExportTask) -> dict[str, Any]:
@@ -59,7 +61,11 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
     manifests: dict[str, dict[str, Any]] = {}
     with open_store(task.backend, path, readonly=True) as store:
         stats = store.vnode_stats()
-        for vnode, out in task.exports:
+        for vnode, key_range, out in task.exports:
+            if key_range is not None:  # one range of a hot vnode: read by its keys' hashes
+                keys, values = store.key_range_columns(vnode, key_range)
+                manifests[out] = transfer.write_export(Path(out), vnode, keys, values, key_range)
+                continue
             held = stats.get(vnode)
             keys, values = store.vnode_columns(vnode, held.keys if held else 0)
             if len(keys) != (held.keys if held else 0):
@@ -67,12 +73,12 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
                     f"{path}: vnode {vnode} holds {len(keys)} keys, its stats say "
                     f"{held.keys if held else 0}"
                 )
-            manifests[str(vnode)] = transfer.write_export(Path(out), vnode, keys, values)
+            manifests[out] = transfer.write_export(Path(out), vnode, keys, values)
     executor, host = task_location()
     return {
         "fragment": task.fragment,
         "pu": task.pu,
-        "manifests": manifests,
+        "manifests": manifests,  # by export file
         "executor": executor,
         "host": host,
         "seconds": round(time.perf_counter() - started, 4),
@@ -83,17 +89,21 @@ def export_tasks(
     ledger: OperationLedger, backend: str, todo: list[tuple[OperationState, StepState]]
 ) -> list[ExportTask]:
     """The steps' vnodes grouped into one task per (fragment, source PU), in a stable order."""
-    grouped: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+    grouped: dict[tuple[str, int], list[tuple[int, KeyRange | None, str]]] = defaultdict(list)
     for op, step in todo:
         spec = step.spec
         op_dir = ledger.store.op_dir(op.operation_id)
         for vnode in spec.vnodes:
-            out = transfer.export_path(op_dir, spec.fragment, vnode)
-            grouped[(spec.fragment, spec.source_pu)].append((vnode, str(out)))
+            out = transfer.export_path(op_dir, spec.fragment, vnode, spec.key_range)
+            grouped[(spec.fragment, spec.source_pu)].append((vnode, spec.key_range, str(out)))
     return [
-        ExportTask(str(ledger.dir), backend, fragment, pu, tuple(sorted(exports)))
+        ExportTask(str(ledger.dir), backend, fragment, pu, tuple(sorted(exports, key=_by_file)))
         for (fragment, pu), exports in sorted(grouped.items())
     ]
+
+
+def _by_file(export: tuple[int, KeyRange | None, str]) -> str:
+    return export[2]
 
 
 class Exports:
@@ -216,11 +226,7 @@ class Exports:
                 self._ended.notify_all()
             return
         self.last_runs = runs
-        manifests = {
-            (run["fragment"], int(vnode)): manifest
-            for run in runs
-            for vnode, manifest in run["manifests"].items()
-        }
+        manifests = {out: manifest for run in runs for out, manifest in run["manifests"].items()}
         with self.ledger.lock:
             saved: dict[str, OperationState] = {}
             for op, step in todo:
@@ -228,7 +234,13 @@ class Exports:
                 if step.phase != StepPhase.COLLECTING or step.returning:
                     continue  # moved on, or given back to its source meanwhile
                 spec = step.spec
-                step.exports = {v: manifests[(spec.fragment, v)] for v in spec.vnodes}
+                op_dir = self.ledger.store.op_dir(op.operation_id)
+                step.exports = {
+                    v: manifests[
+                        str(transfer.export_path(op_dir, spec.fragment, v, spec.key_range))
+                    ]
+                    for v in spec.vnodes
+                }
                 if step.error.startswith(EXPORT_FAILED):
                     step.error = ""
                 step.enter(StepPhase.EXPORTED)

@@ -24,7 +24,7 @@ import shutil
 from collections import defaultdict
 from typing import Any
 
-from workers.pipeline.placement import FragmentActions, SlotActions
+from workers.pipeline.placement import CutVnode, FragmentActions, SlotActions
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
@@ -64,14 +64,18 @@ class LiveProtocol:
             ]
 
         before = moment()
+        # a cut vnode with a key range on its target already finishes under a cancel
+        split = op.split_vnodes() if op.cancel_requested else set()
         for step in steps:
-            if step.phase == StepPhase.PENDING and op.cancel_requested:
+            finishes = bool(split) and (step.spec.fragment, step.spec.vnodes[0]) in split
+            if step.phase == StepPhase.PENDING and op.cancel_requested and not finishes:
                 step.enter(StepPhase.CANCELLED)
             if step.returning and step.return_epoch is not None and step.return_epoch < epoch:
                 step.enter(StepPhase.CANCELLED)  # its return committed (a crash kept us from
                 # recording it)
             if (
                 op.cancel_requested
+                and not finishes
                 and step.phase in STEP_HOLDING
                 and step.acquire_epoch is None
                 and step.return_epoch is None
@@ -130,8 +134,16 @@ class LiveProtocol:
             mapping = list(placement.mapping)
             if not op.final:
                 pus += [pu for pu in change.added_parallel_units if pu not in pus]
+            ranges: dict[int, int] = defaultdict(int)  # cut vnode -> its ranges acquired
             for step in op.steps.values():
                 if step.spec.fragment == name and step.acquire_epoch is not None:
+                    kr = step.spec.key_range
+                    if kr is not None:
+                        # a cut vnode changes owner once its every key range is acquired;
+                        # until then the epoch's actions route its moved ranges (``cut``)
+                        ranges[step.spec.vnodes[0]] += 1
+                        if ranges[step.spec.vnodes[0]] < kr.count:
+                            continue
                     for vnode in step.spec.vnodes:
                         mapping[vnode] = step.spec.target_pu
             if op.final:
@@ -159,43 +171,68 @@ class LiveProtocol:
         return [pu for pu in pus if not (pu in candidates and pu not in owning and pu not in busy)]
 
     def actions(self, epoch: int) -> dict[str, FragmentActions]:
-        """What every fragment does in ``epoch``: the held vnodes, and each PU's actions."""
+        """What every fragment does in ``epoch``: the held vnodes, the cut vnodes' key ranges,
+        and each PU's actions."""
         root = self.ledger.dir / "rescale"
         held: dict[str, dict[int, int]] = defaultdict(dict)
+        cuts: dict[str, dict[int, CutVnode]] = defaultdict(dict)
         slots: dict[str, dict[int, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
         for op in self.ledger.running():
             if op.strategy != Strategy.LIVE:
                 continue
             op_dir = self.ledger.store.op_dir(op.operation_id)
+            dropped = _ranges_dropped(op, epoch)
             for step in op.steps.values():
                 spec = step.spec
                 frag = spec.fragment
                 c, a, d = step.collect_epoch, step.acquire_epoch, step.drop_epoch
                 r = step.return_epoch
+                kr = spec.key_range
+                ranges = [(v, kr.index, kr.count) for v in spec.vnodes] if kr else []
                 if step.holds(epoch):
-                    for vnode in spec.vnodes:
-                        held[frag][vnode] = spec.target_pu
+                    if kr is None:
+                        for vnode in spec.vnodes:
+                            held[frag][vnode] = spec.target_pu
+                    else:
+                        _cut(cuts[frag], spec.vnodes[0], kr.count, spec.target_pu, held=kr.index)
                     slots[frag][spec.target_pu]["hold_path"] = str(
                         transfer.hold_path(root, frag, spec.target_pu, epoch)
                     )
+                elif kr is not None and a is not None and a <= epoch:
+                    _cut(cuts[frag], spec.vnodes[0], kr.count, spec.target_pu, moved=kr.index)
                 if c == epoch:
-                    slots[frag][spec.source_pu].setdefault("seal", []).extend(spec.vnodes)
+                    source = slots[frag][spec.source_pu]
+                    if kr is None:
+                        source.setdefault("seal", []).extend(spec.vnodes)
+                    else:
+                        source.setdefault("seal_ranges", []).extend(ranges)
                 if a == epoch and c is not None:
                     target = slots[frag][spec.target_pu]
                     target.setdefault("ingest", []).extend(
-                        str(transfer.export_path(op_dir, frag, v)) for v in spec.vnodes
+                        str(transfer.export_path(op_dir, frag, v, kr)) for v in spec.vnodes
                     )
                     target.setdefault("replay_files", []).extend(
                         str(transfer.hold_path(root, frag, spec.target_pu, x)) for x in range(c, a)
                     )
                     target.setdefault("replay_vnodes", []).extend(spec.vnodes)
                 if d == epoch:
-                    slots[frag][spec.source_pu].setdefault("drop", []).extend(spec.vnodes)
+                    source = slots[frag][spec.source_pu]
+                    if kr is None:
+                        source.setdefault("drop", []).extend(spec.vnodes)
+                    elif dropped[(frag, spec.vnodes[0])] == kr.count:
+                        # its last range: what is left of the vnode on the source goes, with
+                        # the seals of its ranges (each range stays sealed there till then)
+                        source.setdefault("drop", []).extend(spec.vnodes)
+                    else:
+                        source.setdefault("drop_ranges", []).extend(ranges)
                 if r == epoch and c is not None and a is None:
                     # returned: the source unseals its copy (never dropped) and applies what
                     # the target's hold queue kept of these vnodes, then the epoch's records
                     source = slots[frag][spec.source_pu]
-                    source.setdefault("unseal", []).extend(spec.vnodes)
+                    if kr is None:
+                        source.setdefault("unseal", []).extend(spec.vnodes)
+                    else:
+                        source.setdefault("unseal_ranges", []).extend(ranges)
                     source.setdefault("replay_files", []).extend(
                         str(transfer.hold_path(root, frag, spec.target_pu, x)) for x in range(c, r)
                     )
@@ -212,9 +249,13 @@ class LiveProtocol:
                         replay_files=tuple(dict.fromkeys(a.get("replay_files", []))),
                         replay_vnodes=tuple(sorted(a.get("replay_vnodes", []))),
                         hold_path=a.get("hold_path"),
+                        seal_ranges=tuple(sorted(a.get("seal_ranges", []))),
+                        unseal_ranges=tuple(sorted(a.get("unseal_ranges", []))),
+                        drop_ranges=tuple(sorted(a.get("drop_ranges", []))),
                     )
                     for pu, a in slots.get(frag, {}).items()
                 },
+                cut=dict(cuts.get(frag, {})),
             )
             for frag in self.ledger.placements
         }
@@ -305,3 +346,33 @@ class LiveProtocol:
             for path in (self.ledger.dir / "rescale" / "holdq" / name).glob("pu-*/epoch-*.arrow"):
                 if int(path.stem.split("-")[1]) <= last:
                     path.unlink(missing_ok=True)
+
+
+def _cut(
+    cuts: dict[int, CutVnode],
+    vnode: int,
+    count: int,
+    target: int,
+    *,
+    moved: int | None = None,
+    held: int | None = None,
+) -> None:
+    """Add a key range, moved or held, to the cut vnode's routing."""
+    cut = cuts.get(vnode, CutVnode(count, target))
+    cuts[vnode] = CutVnode(
+        count,
+        target,
+        tuple(sorted({*cut.moved, *([moved] if moved is not None else [])})),
+        tuple(sorted({*cut.held, *([held] if held is not None else [])})),
+    )
+
+
+def _ranges_dropped(op: OperationState, epoch: int) -> dict[tuple[str, int], int]:
+    """(fragment, vnode) -> how many key ranges of the cut vnode are dropped at or before
+    ``epoch``: its last range's drop epoch is the one at which this reaches its count."""
+    dropped: dict[tuple[str, int], int] = defaultdict(int)
+    for step in op.steps.values():
+        d = step.drop_epoch
+        if step.spec.key_range is not None and d is not None and d <= epoch:
+            dropped[(step.spec.fragment, step.spec.vnodes[0])] += 1
+    return dropped

@@ -125,6 +125,7 @@ class StepState:
             },
             timings=dict(self.timings),
             error=self.error,
+            key_range=self.spec.key_range,
         )
 
 
@@ -162,20 +163,53 @@ class OperationState:
     def in_flight(self) -> list[StepState]:
         return [s for s in self.steps.values() if s.phase in STEP_IN_FLIGHT]
 
+    def split_vnodes(self) -> set[tuple[str, int]]:
+        """(fragment, vnode) of the cut vnodes of which a key range has been acquired: part of
+        the vnode is on its target already. A cancel finishes their other ranges rather than
+        giving them back: a mapping names one owner per vnode (I5)."""
+        return {
+            (s.spec.fragment, s.spec.vnodes[0])
+            for s in self.steps.values()
+            if s.spec.key_range is not None and s.acquire_epoch is not None
+        }
+
     def startable(self) -> list[StepState]:
         """The pending steps a barrier may collect now, in step order: as many as there are free
         slots, a slot being one of ``steps_in_flight`` steps holding their vnodes. A step acquired
-        at a barrier frees its slot at that barrier, so call this after moving steps forward."""
-        if self.final or self.cancel_requested:
+        at a barrier frees its slot at that barrier, so call this after moving steps forward.
+
+        The key ranges of a cut vnode move one after the other: a range is collected once the
+        one before it is acquired, so the vnode's records in a hold queue are one range's. Once
+        a cancel is requested, only the ranges of split vnodes still start."""
+        if self.final:
             return []
         pending = sorted(
             (s for s in self.steps.values() if s.phase == StepPhase.PENDING),
             key=lambda s: s.spec.step,
         )
-        if self.granularity is None:
-            return pending
-        holding = sum(1 for s in self.steps.values() if s.phase in STEP_HOLDING)
-        return pending[: max(self.granularity.steps_in_flight - holding, 0)]
+        if self.cancel_requested:
+            split = self.split_vnodes()
+            pending = [s for s in pending if (s.spec.fragment, s.spec.vnodes[0]) in split]
+        free = len(pending)
+        if self.granularity is not None:
+            holding = sum(1 for s in self.steps.values() if s.phase in STEP_HOLDING)
+            free = max(self.granularity.steps_in_flight - holding, 0)
+        busy = {
+            (s.spec.fragment, s.spec.vnodes[0])
+            for s in self.steps.values()
+            if s.spec.key_range is not None and s.phase in STEP_HOLDING
+        }
+        chosen: list[StepState] = []
+        for step in pending:
+            if len(chosen) >= free:
+                break
+            if step.spec.key_range is not None:
+                cut = (step.spec.fragment, step.spec.vnodes[0])
+                if cut in busy:
+                    continue
+                busy.add(cut)
+            chosen.append(step)
+        return chosen
 
     def to_json(self) -> dict[str, Any]:
         data = shallow_fields(self)
@@ -210,7 +244,7 @@ class OperationState:
         if self.strategy == Strategy.STOP_START:
             vnodes, keys, moved_bytes = self.restored_moves
         else:
-            vnodes = sum(len(s.spec.vnodes) for s in every if s.phase == StepPhase.DONE)
+            vnodes = sum(len(s.spec.completes_vnodes) for s in every if s.phase == StepPhase.DONE)
             keys = sum(s.keys_moved for s in every)
             moved_bytes = sum(s.bytes_moved for s in every)
         return OperationProgress(

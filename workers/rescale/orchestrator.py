@@ -202,7 +202,13 @@ class Orchestrator:
         for spec in plan[self._cursor :]:
             if spec.step in self._accounted:
                 continue
-            if ahead >= window or not self._rate_allows(issued_bytes):
+            kr = spec.key_range
+            # the key ranges of a cut vnode go together: once one is acquired a cancel finishes
+            # the others, which the runner can only do if it has them
+            sibling = (
+                kr is not None and kr.index > 0 and bool(due) and due[-1].vnodes == spec.vnodes
+            )
+            if not sibling and (ahead >= window or not self._rate_allows(issued_bytes)):
                 break
             due.append(spec)
             ahead += 1

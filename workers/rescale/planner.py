@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 
 from workers.cycles import cycle_collection_paused
+from workers.hashing import MAX_KEY_RANGES, KeyRange
 from workers.rescale.protocol import (
     FragmentChange,
     FragmentPlan,
@@ -241,11 +242,18 @@ def split_steps(moves: list[Move], granularity: Granularity, first_step: int = 1
         batches += [chunks[i] for chunks in per_group]
         i += 1
         per_group = [chunks for chunks in per_group if len(chunks) > i]
+    cuts = _key_range_cuts(moves, granularity)
     steps: list[StepSpec] = []
     number = first_step
     for batch in batches:
         if len(batch) == 1:  # fluid, and most steps of a weighted plan: no call, no sums
             m = batch[0]
+            ranges = cuts.get((m.fragment, m.vnode), 1) if cuts else 1
+            if ranges > 1:
+                cut = _cut(number, m, ranges)
+                steps += cut
+                number += len(cut)
+                continue
             steps.append(
                 StepSpec(number, m.fragment, m.source_pu, m.target_pu, (m.vnode,), m.keys, m.bytes)
             )
@@ -253,6 +261,58 @@ def split_steps(moves: list[Move], granularity: Granularity, first_step: int = 1
             steps.append(_step(number, batch))
         number += 1
     return steps
+
+
+def _key_range_cuts(moves: list[Move], granularity: Granularity) -> dict[tuple[str, int], int]:
+    """(fragment, vnode) -> key ranges, for the moves over the key or byte cap. The hottest
+    vnodes (most keys, then bytes) are cut first; the ranges a plan adds are bounded by its moves
+    (at least ``MAX_KEY_RANGES``), so an absurdly low cap cannot plan millions of steps: past the
+    bound, a vnode moves whole."""
+    if granularity.max_keys_per_step is None and granularity.max_bytes_per_step is None:
+        return {}
+    over = [(m, key_ranges_needed(m, granularity)) for m in moves]
+    hot = sorted(
+        ((m, n) for m, n in over if n > 1),
+        key=lambda mn: (-mn[0].keys, -mn[0].bytes, mn[0].fragment, mn[0].vnode),
+    )
+    budget = max(len(moves), MAX_KEY_RANGES)
+    cuts: dict[tuple[str, int], int] = {}
+    for move, ranges in hot:
+        if ranges - 1 > budget:
+            break
+        cuts[(move.fragment, move.vnode)] = ranges
+        budget -= ranges - 1
+    return cuts
+
+
+def key_ranges_needed(move: Move, granularity: Granularity) -> int:
+    """Into how many key ranges a vnode's move is cut so that each stays within the
+    granularity's key and byte caps (1: it fits whole). Ranges are hash slices, so each holds
+    about its share of the keys and bytes measured at plan time."""
+    needed = 1
+    if granularity.max_keys_per_step is not None and move.keys > granularity.max_keys_per_step:
+        needed = -(-move.keys // granularity.max_keys_per_step)
+    if granularity.max_bytes_per_step is not None and move.bytes > granularity.max_bytes_per_step:
+        needed = max(needed, -(-move.bytes // granularity.max_bytes_per_step))
+    return min(needed, MAX_KEY_RANGES)
+
+
+def _cut(number: int, move: Move, count: int) -> list[StepSpec]:
+    """A hot vnode's move as ``count`` steps of one key range each, in range order (the runner
+    moves the ranges of one vnode one after the other), its keys and bytes shared out."""
+    return [
+        StepSpec(
+            number + i,
+            move.fragment,
+            move.source_pu,
+            move.target_pu,
+            (move.vnode,),
+            move.keys * (i + 1) // count - move.keys * i // count,
+            move.bytes * (i + 1) // count - move.bytes * i // count,
+            KeyRange(i, count),
+        )
+        for i in range(count)
+    ]
 
 
 def estimate_seconds(

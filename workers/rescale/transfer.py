@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers.hashing import KeyRange
 from workers.state.base import (
     COLUMNAR,
     IngestMismatch,
@@ -45,13 +46,23 @@ def _read_table(path: Path) -> pa.Table:
 
 
 # -- vnode exports (Collect → Acquire) -------------------------------------------------------
-def export_path(op_dir: Path, fragment: str, vnode: int) -> Path:
-    return Path(op_dir) / "exports" / fragment / f"vnode-{vnode:05d}.arrow"
+def export_path(op_dir: Path, fragment: str, vnode: int, key_range: KeyRange | None = None) -> Path:
+    name = f"vnode-{vnode:05d}"
+    if key_range is not None:
+        name += f"-range-{key_range.index}-of-{key_range.count}"
+    return Path(op_dir) / "exports" / fragment / f"{name}.arrow"
 
 
-def write_export(path: Path, vnode: int, keys: pa.Array, values: pa.Array) -> dict[str, Any]:
-    """Write a sealed vnode's rows (in key order, as two columns) as its export, and return the
-    manifest (vnode, keys, bytes, checksum) kept in the file's metadata.
+def write_export(
+    path: Path,
+    vnode: int,
+    keys: pa.Array,
+    values: pa.Array,
+    key_range: KeyRange | None = None,
+) -> dict[str, Any]:
+    """Write a sealed vnode's rows, or a sealed key range's (in key order, as two columns), as
+    its export, and return the manifest (vnode, key range if any, keys, bytes, checksum) kept in
+    the file's metadata.
 
     The checksum is a :func:`~workers.state.base.columnar_checksum`, computed on the buffers;
     the written file is read back (memory-mapped) and checked against it before the manifest is
@@ -60,7 +71,14 @@ def write_export(path: Path, vnode: int, keys: pa.Array, values: pa.Array) -> di
     """
     checksum = columnar_checksum(keys, values)
     size = sum(pc.sum(pc.binary_length(a)).as_py() or 0 for a in (keys, values))
-    manifest = {"vnode": vnode, "keys": len(keys), "bytes": int(size), "checksum": checksum}
+    manifest: dict[str, Any] = {
+        "vnode": vnode,
+        "keys": len(keys),
+        "bytes": int(size),
+        "checksum": checksum,
+    }
+    if key_range is not None:
+        manifest["key_range"] = key_range.to_json()
     table = pa.Table.from_arrays([keys, values], schema=ITEMS_SCHEMA)
     write_table(path, table.replace_schema_metadata({"manifest": json.dumps(manifest)}))
     written = read_export(path)
@@ -87,6 +105,11 @@ class ExportFile:
     def checksum(self) -> str:
         return str(self.manifest["checksum"])
 
+    @property
+    def key_range(self) -> KeyRange | None:
+        raw = self.manifest.get("key_range")
+        return None if raw is None else KeyRange.from_json(raw)
+
 
 def read_export(path: Path) -> ExportFile:
     table = _read_table(Path(path))
@@ -105,6 +128,11 @@ def ingest_export(store: StateStore, path: Path) -> None:
             f"export of vnode {export.vnode} holds {len(export.keys)} keys, its manifest says "
             f"{export.manifest['keys']} ({path})"
         )
+    if export.key_range is not None:  # one key range of the vnode: the others stay as they are
+        store.ingest_key_range(
+            export.vnode, export.key_range, export.keys, export.values, export.checksum
+        )
+        return
     if export.checksum.startswith(COLUMNAR):
         store.ingest_columns(export.vnode, export.keys, export.values, export.checksum)
         return

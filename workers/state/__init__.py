@@ -17,47 +17,68 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.columnar import binary_parts
+from workers.hashing import key_range_of
 from workers.state.base import (
+    ENTRIES,
     MAX_VNODES,
+    RANGE_SEALS_KEY,
+    SEALED,
+    STATS,
+    STATS_TABLE,
     VNODE_PREFIX,
     ColumnUpdates,
     IngestMismatch,
     StateStore,
     StateStoreError,
+    StoreWrite,
     Update,
     VnodeExport,
     VnodeSealed,
     VnodeStats,
+    apply_stats_delta,
+    check_vnodes,
     checksum_items,
     decode_key,
+    decode_range_seals,
     encode_key,
+    forget_range_seals,
     vnode_range,
 )
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_BACKEND",
+    "ENTRIES",
     "MAX_STORE_KEY_BYTES",
     "MAX_VNODES",
+    "RANGE_SEALS_KEY",
+    "SEALED",
+    "STATS",
+    "STATS_TABLE",
     "VNODE_PREFIX",
     "ColumnUpdates",
     "CommitPlan",
     "IngestMismatch",
     "StateStore",
     "StateStoreError",
+    "StoreWrite",
     "Update",
     "VnodeExport",
     "VnodeSealed",
     "VnodeStats",
+    "apply_stats_delta",
+    "check_vnodes",
     "checksum_items",
     "decode_key",
     "encode_key",
+    "forget_range_seals",
     "fsync_enabled",
     "max_user_key_bytes",
     "open_store",
     "outputs_kept_from",
     "plan_columns",
     "plan_commit",
+    "refuse_sealed",
     "verify_export",
     "vnode_range",
 ]
@@ -73,7 +94,6 @@ MAX_STORE_KEY_BYTES: dict[str, int | None] = {"lmdb": 511, "rocksdb": None}
 APPLIED_EPOCH_KEY = b"applied_epoch"
 EPOCH = struct.Struct(">q")  # the applied-epoch marker (-1 is representable)
 OUTPUT_KEY = struct.Struct(">Q")  # outputs are keyed by epoch; big-endian so they sort by epoch
-STATS = struct.Struct(">QQ")  # keys, bytes
 
 
 def open_store(backend: str, path: Path, *, readonly: bool = False) -> StateStore:
@@ -220,13 +240,38 @@ def plan_columns(updates: ColumnUpdates, *, ordered: bool = True) -> CommitPlan:
     return CommitPlan(puts, deletes, stats_delta)
 
 
-def apply_stats_delta(current: VnodeStats | None, delta: tuple[int, int]) -> VnodeStats | None:
-    """New stats of a vnode, or None when it has no key left (its stats entry is deleted)."""
-    keys = (current.keys if current else 0) + delta[0]
-    size = (current.bytes if current else 0) + delta[1]
-    if keys <= 0:
-        return None
-    return VnodeStats(keys=keys, bytes=max(size, 0))
+def refuse_sealed(
+    epoch: int,
+    plan: CommitPlan,
+    sealed: Iterable[int],
+    range_seals: bytes | None,
+    where: object,
+) -> None:
+    """Raise VnodeSealed when a commit's plan writes a sealed vnode (``sealed``: those of its
+    vnodes the backend found sealed) or a key in a sealed key range (``range_seals``: the record
+    of them, one point read per commit). Only a vnode the record names has its written keys'
+    ranges computed, so a commit touching no cut vnode pays nothing per key."""
+    touched = sorted(sealed)
+    if touched:
+        raise VnodeSealed(f"epoch {epoch} writes sealed vnodes {touched} of {where}")
+    if range_seals is None:
+        return
+    cut = {
+        VNODE_PREFIX.pack(vnode): ranges
+        for vnode, ranges in decode_range_seals(range_seals).items()
+        if vnode in plan.stats_delta
+    }
+    if not cut:
+        return
+    hit: set[tuple[int, str]] = set()
+    for key in [k for k, _ in plan.puts] + plan.deletes:
+        ranges = cut.get(key[: VNODE_PREFIX.size])
+        for r in ranges or ():
+            if key_range_of(key[VNODE_PREFIX.size :], r.count) == r.index:
+                hit.add((VNODE_PREFIX.unpack_from(key)[0], str(r)))
+    if hit:
+        ranges_hit = ", ".join(f"vnode {v} range {r}" for v, r in sorted(hit))
+        raise VnodeSealed(f"epoch {epoch} writes sealed key ranges ({ranges_hit}) of {where}")
 
 
 def verify_export(export: VnodeExport) -> VnodeStats:
@@ -257,15 +302,6 @@ def verify_export(export: VnodeExport) -> VnodeStats:
             f"vnode {vnode}: checksum {checksum} differs from the declared {export.checksum}"
         )
     return VnodeStats(keys=len(items), bytes=size)
-
-
-def check_vnodes(vnodes: Iterable[int]) -> list[int]:
-    """The vnodes as a list, refusing any outside [0, MAX_VNODES)."""
-    out = list(vnodes)
-    for vnode in out:
-        if not 0 <= vnode < MAX_VNODES:
-            raise ValueError(f"vnode {vnode} out of range [0, {MAX_VNODES})")
-    return out
 
 
 def check_epoch(epoch: int) -> None:

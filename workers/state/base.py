@@ -9,7 +9,9 @@ entries, a store keeps, in the same atomic write as the entries it describes:
 * per-vnode statistics (number of keys, bytes of key + value), so the runner can report
   per-vnode load without scanning;
 * the outputs an epoch produced, so a replay re-emits exactly what the first run emitted;
-* the set of sealed vnodes (state in transit: nothing may write them).
+* the set of sealed vnodes (state in transit: nothing may write them), and the sealed key ranges
+  of vnodes moving range by range (one record beside them, so that a commit pays one point read
+  for them, whatever their number).
 
 Backends: ``lmdb`` (default) and ``rocksdb`` (``rocksdict``). The store is opened by a Spark
 Python worker for one task and closed at its end (RocksDB allows one read-write process at a
@@ -21,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +32,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers.hashing import KeyRange, key_range_of
+
 VNODE_PREFIX = struct.Struct(">H")
 MAX_VNODES = 1 << 16
+STATS = struct.Struct(">QQ")  # a vnode's stats row: keys, bytes
+
+# The tables an atomic write (:class:`StoreWrite`) names: what each backend keeps as a database
+# (LMDB) or column family (RocksDB, whose entries are its default column family).
+ENTRIES, STATS_TABLE, SEALED = "entries", "stats", "sealed"
+#: the record of every sealed key range, in the sealed table: never 2 bytes long, so never taken
+#: for a sealed vnode's key
+RANGE_SEALS_KEY = b"key_ranges"
+RANGE_SEAL = struct.Struct(">HII")  # vnode, range index, range count (a count may be 2**16)
 
 
 class StateStoreError(Exception):
@@ -92,6 +106,50 @@ class ColumnUpdates:
 class VnodeStats:
     keys: int = 0
     bytes: int = 0
+
+
+def apply_stats_delta(current: VnodeStats | None, delta: tuple[int, int]) -> VnodeStats | None:
+    """New stats of a vnode, or None when it has no key left (its stats entry is deleted)."""
+    keys = (current.keys if current else 0) + delta[0]
+    size = (current.bytes if current else 0) + delta[1]
+    if keys <= 0:
+        return None
+    return VnodeStats(keys=keys, bytes=max(size, 0))
+
+
+def check_vnodes(vnodes: Iterable[int]) -> list[int]:
+    """The vnodes as a list, refusing any outside [0, MAX_VNODES)."""
+    out = list(vnodes)
+    for vnode in out:
+        if not 0 <= vnode < MAX_VNODES:
+            raise ValueError(f"vnode {vnode} out of range [0, {MAX_VNODES})")
+    return out
+
+
+def decode_range_seals(raw: bytes | None) -> dict[int, set[KeyRange]]:
+    """The sealed key ranges by vnode, from their record (None: no range is sealed)."""
+    out: dict[int, set[KeyRange]] = {}
+    for vnode, index, count in RANGE_SEAL.iter_unpack(raw or b""):
+        out.setdefault(vnode, set()).add(KeyRange(index, count))
+    return out
+
+
+def encode_range_seals(seals: dict[int, set[KeyRange]]) -> bytes | None:
+    """The record of sealed key ranges, sorted so that equal sets give equal bytes; None when
+    empty (the record is deleted, and a commit's read of it finds nothing to decode)."""
+    rows = sorted((vnode, r.index, r.count) for vnode, ranges in seals.items() for r in ranges)
+    return b"".join(RANGE_SEAL.pack(*row) for row in rows) or None
+
+
+def in_key_range(key_range: KeyRange) -> Callable[[bytes], bool]:
+    """Whether a store key is in ``key_range`` (of its vnode): a hash of its record key, so the
+    range's keys are spread over the vnode and every range operation filters a vnode scan."""
+    index, count = key_range.index, key_range.count
+
+    def inside(store_key: bytes) -> bool:
+        return key_range_of(store_key[VNODE_PREFIX.size :], count) == index
+
+    return inside
 
 
 @dataclass(frozen=True)
@@ -180,6 +238,27 @@ def verify_columns(vnode: int, keys: pa.Array, values: pa.Array, checksum: str) 
     return VnodeStats(keys=len(keys), bytes=int(size))
 
 
+class StoreWrite(ABC):
+    """One atomic write of a store, as the backend-neutral operations (key ranges) see it: its
+    writes apply in order, all at once when the write ends without an error and not at all
+    otherwise. Reads see the store as it was before the write's own writes (the operations read
+    everything they need first), and no other write of the store comes in between."""
+
+    @abstractmethod
+    def get(self, table: str, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with start <= key < end (end None: to the last entry), in key order."""
+
+    @abstractmethod
+    def put(self, table: str, key: bytes, value: bytes) -> None: ...
+
+    @abstractmethod
+    def delete(self, table: str, key: bytes) -> None:
+        """Delete ``key`` if present (an absent key is no error)."""
+
+
 class StateStore(ABC):
     """One (fragment, PU) store. Every mutating method is atomic and safe to repeat."""
 
@@ -239,7 +318,16 @@ class StateStore(ABC):
         """The outputs recorded with ``epoch``'s commit, if still kept."""
 
     @abstractmethod
-    def sealed_vnodes(self) -> set[int]: ...
+    def sealed_vnodes(self) -> set[int]:
+        """The whole vnodes sealed (not those with only sealed key ranges)."""
+
+    def sealed_key_ranges(self) -> dict[int, set[KeyRange]]:
+        """The sealed key ranges, by vnode."""
+        return decode_range_seals(self._read(SEALED, RANGE_SEALS_KEY))
+
+    @abstractmethod
+    def _read(self, table: str, key: bytes) -> bytes | None:
+        """One point read of ``table`` (:data:`ENTRIES`, :data:`STATS_TABLE`, :data:`SEALED`)."""
 
     # -- writes (each atomic) -----------------------------------------------------------------
     @abstractmethod
@@ -254,7 +342,8 @@ class StateStore(ABC):
         """Apply an epoch's updates, its outputs and the applied-epoch marker in one atomic write.
 
         Returns False and changes nothing when ``epoch`` <= the applied epoch (a replay).
-        Raises VnodeSealed, changing nothing, when an update touches a sealed vnode.
+        Raises VnodeSealed, changing nothing, when an update touches a sealed vnode or a key in
+        a sealed key range (:func:`workers.state.refuse_sealed`).
         Outputs of epochs older than ``epoch - 1`` (or than ``outputs_from``, when that is
         older: the epochs a rebuild would re-run) are discarded in the same write.
         """
@@ -279,6 +368,69 @@ class StateStore(ABC):
 
     @abstractmethod
     def unseal(self, vnodes: Iterable[int]) -> None: ...
+
+    # -- key ranges: a hot vnode moves range by range ------------------------------------------
+    @abstractmethod
+    def _atomic(self) -> AbstractContextManager[StoreWrite]:
+        """One atomic write (a write transaction, a write batch), refused by a readonly store:
+        the primitive every key-range operation below is written with, once for both
+        backends."""
+
+    def seal_key_range(self, vnode: int, key_range: KeyRange) -> None:
+        """Seal one key range of a vnode: it is being exported, so no commit may write its keys
+        (the vnode's other ranges stay writable). Idempotent."""
+        check_vnodes([vnode])
+        with self._atomic() as write:
+            _edit_range_seals(write, vnode, add=key_range)
+
+    def unseal_key_range(self, vnode: int, key_range: KeyRange) -> None:
+        """Give a sealed key range back to commits (a cancelled move). Idempotent."""
+        check_vnodes([vnode])
+        with self._atomic() as write:
+            _edit_range_seals(write, vnode, remove=key_range)
+
+    def key_range_columns(
+        self, vnode: int, key_range: KeyRange
+    ) -> tuple[pa.BinaryArray, pa.BinaryArray]:
+        """The key range's (store key, value) rows of the vnode, in key order, as two columns:
+        what a range's export writes (the range should be sealed)."""
+        check_vnodes([vnode])
+        inside = in_key_range(key_range)
+        rows = [(k, v) for k, v in self.scan_vnode(vnode) if inside(k)]
+        return (
+            pa.array([k for k, _ in rows], pa.binary()),
+            pa.array([v for _, v in rows], pa.binary()),
+        )
+
+    def ingest_key_range(
+        self, vnode: int, key_range: KeyRange, keys: pa.Array, values: pa.Array, checksum: str
+    ) -> None:
+        """Verify a key range's export as :meth:`ingest_columns` does, and that each key is in
+        the range; then, in one atomic write, replace what this store holds of the range in the
+        vnode by its rows and adjust the vnode's stats. The vnode's other keys stay as they are,
+        and a repeat replaces the rows by themselves. Raises IngestMismatch, changing nothing,
+        when the export does not verify."""
+        stats = verify_columns(vnode, keys, values, checksum)
+        inside = in_key_range(key_range)
+        key_list = keys.to_pylist()
+        if not all(map(inside, key_list)):
+            raise IngestMismatch(f"vnode {vnode}: a key is outside key range {key_range}")
+        with self._atomic() as write:
+            removed = _delete_key_range(write, vnode, inside)
+            for key, value in zip(key_list, values.to_pylist(), strict=True):
+                write.put(ENTRIES, key, value)
+            _adjust_stats(write, vnode, (stats.keys - removed.keys, stats.bytes - removed.bytes))
+
+    def drop_key_range(self, vnode: int, key_range: KeyRange) -> int:
+        """Delete the key range's keys of the vnode and adjust its stats in one atomic write (the
+        range now lives on another PU); returns keys deleted. The range stays sealed here, so a
+        stray write to it is refused: the drop of the whole vnode, once its last range has
+        moved, removes the seals."""
+        check_vnodes([vnode])
+        with self._atomic() as write:
+            removed = _delete_key_range(write, vnode, in_key_range(key_range))
+            _adjust_stats(write, vnode, (-removed.keys, -removed.bytes))
+        return removed.keys
 
     def export_vnode(self, vnode: int) -> VnodeExport:
         """The vnode's entries with their count and checksum (the vnode should be sealed)."""
@@ -322,7 +474,8 @@ class StateStore(ABC):
 
     @abstractmethod
     def drop_vnode(self, vnode: int) -> int:
-        """Delete the vnode's range, its stats and its seal atomically; returns keys deleted."""
+        """Delete the vnode's range, its stats, its seal and its key ranges' seals atomically
+        (the backend's write calls :func:`forget_range_seals`); returns keys deleted."""
 
     @abstractmethod
     def checkpoint(self, dest: Path) -> None:
@@ -330,3 +483,59 @@ class StateStore(ABC):
         readable by a readonly open of the same backend. The store keeps serving meanwhile:
         LMDB copies from one read transaction, RocksDB hard-links its immutable files.
         """
+
+
+# -- the key-range operations' steps inside one atomic write -----------------------------------
+def _edit_range_seals(
+    write: StoreWrite,
+    vnode: int,
+    *,
+    add: KeyRange | None = None,
+    remove: KeyRange | None = None,
+    clear: bool = False,
+) -> None:
+    """Add or remove one seal of the vnode's key ranges, or all of them (``clear``), in the one
+    record of range seals; writes nothing when that changes nothing."""
+    raw = write.get(SEALED, RANGE_SEALS_KEY)
+    seals = decode_range_seals(raw)
+    ranges = seals.setdefault(vnode, set())
+    if clear:
+        ranges.clear()
+    if add is not None:
+        ranges.add(add)
+    if remove is not None:
+        ranges.discard(remove)
+    if not ranges:
+        del seals[vnode]
+    new = encode_range_seals(seals)
+    if new == raw:
+        return
+    if new is None:
+        write.delete(SEALED, RANGE_SEALS_KEY)
+    else:
+        write.put(SEALED, RANGE_SEALS_KEY, new)
+
+
+def forget_range_seals(write: StoreWrite, vnode: int) -> None:
+    """Remove every key-range seal of a vnode (it is dropped whole)."""
+    _edit_range_seals(write, vnode, clear=True)
+
+
+def _delete_key_range(write: StoreWrite, vnode: int, inside: Callable[[bytes], bool]) -> VnodeStats:
+    """Delete the vnode's keys that are ``inside`` a key range; returns what they were."""
+    found = [(k, len(k) + len(v)) for k, v in write.scan(*vnode_range(vnode)) if inside(k)]
+    for key, _ in found:
+        write.delete(ENTRIES, key)
+    return VnodeStats(keys=len(found), bytes=sum(size for _, size in found))
+
+
+def _adjust_stats(write: StoreWrite, vnode: int, delta: tuple[int, int]) -> None:
+    """Add ``delta`` (keys, bytes) to the vnode's stats row; delete it at no key left."""
+    key = VNODE_PREFIX.pack(vnode)
+    raw = write.get(STATS_TABLE, key)
+    new = apply_stats_delta(VnodeStats(*STATS.unpack(raw)) if raw is not None else None, delta)
+    if new is None:
+        if raw is not None:
+            write.delete(STATS_TABLE, key)
+    else:
+        write.put(STATS_TABLE, key, STATS.pack(new.keys, new.bytes))

@@ -1,7 +1,8 @@
 """The LMDB state store: one environment per store directory, five named databases in it.
 
 ``entries`` holds the state; ``meta`` the applied-epoch marker; ``stats`` per-vnode counts;
-``outputs`` the outputs of the last two epochs; ``sealed`` the sealed vnodes. Every mutating
+``outputs`` the outputs of the last two epochs; ``sealed`` the sealed vnodes and the record of
+sealed key ranges. Every mutating
 method is one write transaction across them, so it is atomic by construction.
 
 LMDB allows one writer and any number of readers across processes, but forbids opening one
@@ -29,23 +30,26 @@ from workers.state import (
     APPLIED_EPOCH_KEY,
     EPOCH,
     OUTPUT_KEY,
+    RANGE_SEALS_KEY,
     STATS,
     VNODE_PREFIX,
     ColumnUpdates,
     CommitPlan,
     StateStore,
     StateStoreError,
+    StoreWrite,
     Update,
     VnodeExport,
-    VnodeSealed,
     VnodeStats,
     apply_stats_delta,
     check_epoch,
     check_vnodes,
+    forget_range_seals,
     fsync_enabled,
     outputs_kept_from,
     plan_columns,
     plan_commit,
+    refuse_sealed,
     vnode_range,
 )
 
@@ -248,14 +252,7 @@ class LmdbStore(StateStore):
         # One read transaction for the whole scan: a consistent snapshot, released when the
         # generator finishes or is discarded.
         with e.txn(db=e.dbs["entries"]) as txn:
-            cursor = txn.cursor()
-            positioned = cursor.set_range(start) if start else cursor.first()
-            if not positioned:
-                return
-            for key, value in cast("Iterator[tuple[bytes, bytes]]", cursor.iternext()):
-                if end is not None and key >= end:
-                    return
-                yield key, value
+            yield from _scan(txn, e.dbs["entries"], start, end)
 
     def vnode_columns(self, vnode: int, keys: int) -> tuple[pa.BinaryArray, pa.BinaryArray]:
         start, _ = vnode_range(vnode)
@@ -292,7 +289,14 @@ class LmdbStore(StateStore):
     def sealed_vnodes(self) -> set[int]:
         e = self._env()
         with e.txn(db=e.dbs["sealed"]) as txn:
-            return {VNODE_PREFIX.unpack(k)[0] for k in txn.cursor().iternext(values=False)}
+            keys = cast("Iterator[bytes]", txn.cursor().iternext(values=False))
+            # the record of sealed key ranges is no vnode's key (never 2 bytes long)
+            return {VNODE_PREFIX.unpack(k)[0] for k in keys if len(k) == VNODE_PREFIX.size}
+
+    def _read(self, table: str, key: bytes) -> bytes | None:
+        e = self._env()
+        with e.txn(db=e.dbs[table]) as txn:
+            return cast("bytes | None", txn.get(key))
 
     # -- writes ------------------------------------------------------------------------------
     def commit_epoch(
@@ -329,11 +333,14 @@ class LmdbStore(StateStore):
             if raw is not None and epoch <= EPOCH.unpack(raw)[0]:
                 return False
             sealed_db = dbs["sealed"]
-            touched = sorted(
-                v for v in plan.vnodes if txn.get(VNODE_PREFIX.pack(v), db=sealed_db) is not None
-            )
-            if touched:
-                raise VnodeSealed(f"epoch {epoch} writes sealed vnodes {touched} of {self.path}")
+            if plan.vnodes:
+                touched = [
+                    v
+                    for v in plan.vnodes
+                    if txn.get(VNODE_PREFIX.pack(v), db=sealed_db) is not None
+                ]
+                ranges = cast("bytes | None", txn.get(RANGE_SEALS_KEY, db=sealed_db))
+                refuse_sealed(epoch, plan, touched, ranges, self.path)
             entries = dbs["entries"]
             if plan.puts:
                 txn.cursor(db=entries).putmulti(plan.puts)
@@ -395,7 +402,14 @@ class LmdbStore(StateStore):
             deleted = _delete_range(txn, e.dbs["entries"], *vnode_range(vnode), expected)
             txn.delete(key, db=e.dbs["stats"])
             txn.delete(key, db=e.dbs["sealed"])
+            forget_range_seals(_Write(txn, e.dbs), vnode)
         return deleted
+
+    @contextmanager
+    def _atomic(self) -> Iterator[StoreWrite]:
+        e = self._writable()
+        with e.txn(write=True) as txn:
+            yield _Write(txn, e.dbs)
 
     def checkpoint(self, dest: Path) -> None:
         dest = Path(dest)
@@ -407,6 +421,41 @@ class LmdbStore(StateStore):
             self._env().env.copy(str(dest), compact=True)
         except lmdb.Error as exc:
             raise StateStoreError(f"LMDB store {self.path}: checkpoint to {dest}: {exc}") from exc
+
+
+class _Write(StoreWrite):
+    """A write transaction as a :class:`StoreWrite` (its reads see its own earlier writes; the
+    key-range operations read first)."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+        self._txn = txn
+        self._dbs = dbs
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return cast("bytes | None", self._txn.get(key, db=self._dbs[table]))
+
+    def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return _scan(self._txn, self._dbs["entries"], start, end)
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._txn.put(key, value, db=self._dbs[table])
+
+    def delete(self, table: str, key: bytes) -> None:
+        self._txn.delete(key, db=self._dbs[table])
+
+
+def _scan(
+    txn: lmdb.Transaction, db: Any, start: bytes, end: bytes | None
+) -> Iterator[tuple[bytes, bytes]]:
+    """Entries of ``db`` with start <= key < end (end None: to the last), in key order."""
+    cursor = txn.cursor(db=db)
+    positioned = cursor.set_range(start) if start else cursor.first()
+    if not positioned:
+        return
+    for key, value in cast("Iterator[tuple[bytes, bytes]]", cursor.iternext()):
+        if end is not None and key >= end:
+            return
+        yield key, value
 
 
 def _delete_range(

@@ -1,5 +1,6 @@
 """The RocksDB state store (``rocksdict``): entries in the default column family, side data in
-the ``meta``, ``stats``, ``outputs`` and ``sealed`` column families.
+the ``meta``, ``stats``, ``outputs`` and ``sealed`` (sealed vnodes and the record of sealed key
+ranges) column families.
 
 Every mutating method is one WriteBatch across the column families, so it is atomic. Only one
 process may open a RocksDB read-write (the LOCK file); readonly stores use RocksDB's read-only
@@ -16,6 +17,7 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,25 +37,29 @@ from rocksdict import (
 
 from workers.state import (
     APPLIED_EPOCH_KEY,
+    ENTRIES,
     EPOCH,
     OUTPUT_KEY,
+    RANGE_SEALS_KEY,
     STATS,
     VNODE_PREFIX,
     ColumnUpdates,
     CommitPlan,
     StateStore,
     StateStoreError,
+    StoreWrite,
     Update,
     VnodeExport,
-    VnodeSealed,
     VnodeStats,
     apply_stats_delta,
     check_epoch,
     check_vnodes,
+    forget_range_seals,
     fsync_enabled,
     outputs_kept_from,
     plan_columns,
     plan_commit,
+    refuse_sealed,
     vnode_range,
 )
 
@@ -240,7 +246,16 @@ class RocksStore(StateStore):
         return self._side("outputs").get(OUTPUT_KEY.pack(epoch))
 
     def sealed_vnodes(self) -> set[int]:
-        return {VNODE_PREFIX.unpack(k)[0] for k, _ in _items(self._side("sealed"))}
+        # the record of sealed key ranges is no vnode's key (never 2 bytes long)
+        return {
+            VNODE_PREFIX.unpack(k)[0]
+            for k, _ in _items(self._side("sealed"))
+            if len(k) == VNODE_PREFIX.size
+        }
+
+    def _read(self, table: str, key: bytes) -> bytes | None:
+        source = self._rdict() if table == ENTRIES else self._side(table)
+        return cast("bytes | None", source.get(key))
 
     # -- writes ------------------------------------------------------------------------------
     def commit_epoch(
@@ -277,12 +292,10 @@ class RocksStore(StateStore):
             vnodes = sorted(plan.vnodes)
             vnode_keys = [VNODE_PREFIX.pack(v) for v in vnodes]
             if vnode_keys:
-                sealed = _multi_get(self._cf["sealed"], vnode_keys)
+                # the range seals' record in the same MultiGet as the vnodes' seals
+                *sealed, ranges = _multi_get(self._cf["sealed"], [*vnode_keys, RANGE_SEALS_KEY])
                 touched = [v for v, s in zip(vnodes, sealed, strict=True) if s is not None]
-                if touched:
-                    raise VnodeSealed(
-                        f"epoch {epoch} writes sealed vnodes {touched} of {self.path}"
-                    )
+                refuse_sealed(epoch, plan, touched, ranges, self.path)
             batch = WriteBatch(raw_mode=True)
             # Drained by deque in C: no Python step per key.
             deque(itertools.starmap(batch.put, plan.puts), maxlen=0)
@@ -361,8 +374,18 @@ class RocksStore(StateStore):
             key = VNODE_PREFIX.pack(vnode)
             batch.delete(key, self._cfh["stats"])
             batch.delete(key, self._cfh["sealed"])
+            forget_range_seals(_Write(self, batch), vnode)
             self._write(db, batch)
             return deleted
+
+    @contextmanager
+    def _atomic(self) -> Iterator[StoreWrite]:
+        self._check_writable()
+        with self._lock:  # no other write of this store in between (one read-write process)
+            db = self._rdict()
+            batch = WriteBatch(raw_mode=True)
+            yield _Write(self, batch)
+            self._write(db, batch)
 
     def checkpoint(self, dest: Path) -> None:
         dest = Path(dest)
@@ -402,3 +425,30 @@ class RocksStore(StateStore):
             return count
         finally:
             del keys  # as in _scan_chunk: the iterator must not outlive the call
+
+
+class _Write(StoreWrite):
+    """A WriteBatch as a :class:`StoreWrite`: reads go to the database (never to the batch),
+    under the store's lock."""
+
+    def __init__(self, store: RocksStore, batch: WriteBatch) -> None:
+        self._store = store
+        self._batch = batch
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return self._store._read(table, key)
+
+    def scan(self, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        return self._store.scan(start, end)
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        if table == ENTRIES:
+            self._batch.put(key, value)
+        else:
+            self._batch.put(key, value, self._store._cfh[table])
+
+    def delete(self, table: str, key: bytes) -> None:
+        if table == ENTRIES:
+            self._batch.delete(key)
+        else:
+            self._batch.delete(key, self._store._cfh[table])

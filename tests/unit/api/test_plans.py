@@ -98,16 +98,19 @@ def test_plan_id_starts_exactly_the_plan_shown_not_a_new_one(
     assert response.status_code == 202, response.content
     op = response.json()
     assert [{k: s[k] for k in ("step", "fragment", "source_pu", "target_pu", "vnodes", "keys",
-             "bytes")} for s in op["steps"]] == [s.to_json() for s in planned.steps]  # fmt: skip
+             "bytes")} for s in op["steps"]] == [
+        {k: v for k, v in s.to_json().items() if k != "key_range"} for s in planned.steps
+    ]  # fmt: skip
+    assert all(s["key_range_index"] is None for s in op["steps"]), "no vnode over a cap"
     assert op["plan"]["fragments"] == planned.to_json()["fragments"]
     assert op["plan"]["estimated_duration_s"] == shown["estimated_duration_s"]
     # and it is the plan the dry run summed up
     fragment, summary = op["plan"]["fragments"][FRAGMENT], shown["fragments"][FRAGMENT]
-    per_pu = ("sources", "targets")
+    per_pu = ("sources", "targets", "vnodes_cut", "key_range_steps")  # the last two: of steps
     assert {k: fragment[k] for k in summary if k not in per_pu} == {
         k: v for k, v in summary.items() if k not in per_pu
     }
-    for side in per_pu:
+    for side in per_pu[:2]:
         assert sum(s["vnodes"] for s in summary[side]) == len(fragment["moves"])
     assert len(op["steps"]) == shown["steps_total"]
     stored = OperationPlan.objects.get(plan_id=shown["plan_id"])
@@ -308,3 +311,40 @@ def test_a_plan_kept_before_its_detail_was_still_starts(
     assert [s["vnodes"] for s in response.json()["steps"]] == [
         list(s.vnodes) for s in planned.steps
     ]
+
+
+def test_a_key_cap_cuts_hot_vnodes_into_key_ranges_shown_by_the_dry_run_and_the_operation(
+    operator_client: APIClient, operator: Any, cluster: Pipeline
+) -> None:
+    from django.test import Client
+
+    skew_the_load()  # vnode v holds 1000 * (v + 1) keys
+    body = {
+        "changes": {FRAGMENT: {"added_parallel_units": [2, 3]}},
+        "granularity": {"vnodes_per_step": 1, "steps_in_flight": 1, "max_keys_per_step": 6000},
+    }
+    shown = dry_run(operator_client, body)
+    summary = shown["fragments"][FRAGMENT]
+    load = {v: 1000 * (v + 1) for v in range(16)}
+    planned = OperationPlan.objects.get(plan_id=shown["plan_id"]).plan_record()
+    moved = {m.vnode for m in planned.fragments[FRAGMENT].moves}
+    hot = sorted(v for v in moved if load[v] > 6000)
+    assert hot and summary["vnodes_cut"] == len(hot)
+    assert summary["key_range_steps"] == sum(-(-load[v] // 6000) for v in hot)
+
+    response = start(operator_client, body, shown["plan_id"])
+    assert response.status_code == 202, response.content
+    op = response.json()
+    cut = [s for s in op["steps"] if s["key_range_count"] is not None]
+    assert len(cut) == summary["key_range_steps"]
+    for s in cut:
+        assert len(s["vnodes"]) == 1 and s["keys"] <= 6000
+        assert s["key_range_count"] == -(-load[s["vnodes"][0]] // 6000)
+    rows = [r for r in op["vnodes"] if r["vnode"] == hot[0]]
+    assert [r["key_range_index"] for r in rows] == list(range(len(rows))), "a row per range"
+
+    page = Client()
+    page.force_login(operator)
+    html = page.get(f"/operations/{op['operation_id']}/").content.decode()
+    assert f"{len(hot)} hot vnodes cut by key: 0 of {len(cut)} key ranges moved" in html
+    assert f"{hot[0]}, key range 1/{rows[0]['key_range_count']}" in html

@@ -3,9 +3,9 @@
 Everything but Spark is the product's own code: the runner's barrier (``workers.barrier``: commands,
 the executor's plans and phases, the recorded epoch plan), exports, stop-start, the orchestrator,
 the per-PU task (``run_task``) and the real stores. Each record goes to the slot that
-``route_slots`` gives its vnode, the table the Spark job uses; only the vnode hash and the
-shuffle are done here in Python instead of Spark SQL. The simulation can crash between any two
-tasks of an epoch or restart the runner from disk.
+``route_record`` gives it (``route_slots``' table of the Spark job, and a cut vnode's key
+ranges); only the hashes and the shuffle are done here in Python instead of Spark SQL. The
+simulation can crash between any two tasks of an epoch or restart the runner from disk.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from workers.barrier import Barrier, route_slots
+from workers.barrier import Barrier, owned_vnodes, route_record, route_slots
 from workers.control import Command, LocalControl
 from workers.epoch import TaskSpec, run_task
 from workers.hashing import vnode_of
@@ -121,8 +121,7 @@ class SimRunner:
         }
         for key, seq in records:
             vnode = vnode_of(key, self.vnodes)
-            held = vnode in actions.held
-            slot = slots[vnode]
+            slot, held = route_record(placement, actions, slots, key, vnode)
             per_slot[slot].append(
                 {
                     "kind": "held" if held else "rec",
@@ -139,10 +138,7 @@ class SimRunner:
             operator=self.operator,
             epoch=epoch,
             parallel_units=placement.parallel_units,
-            owned=tuple(
-                tuple(v for v in placement.vnodes_of(pu) if v not in actions.held)
-                for pu in placement.parallel_units
-            ),
+            owned=owned_vnodes(placement, actions),
             state_root=str(self.root),
             backend=self.backend,
             terminal=True,

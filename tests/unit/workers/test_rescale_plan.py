@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from workers.hashing import MAX_KEY_RANGES
 from workers.pipeline.placement import VnodeMapping
 from workers.rescale import errors
 from workers.rescale.planner import plan_fragment, plan_request, split_steps, target_counts
@@ -185,8 +186,38 @@ def test_steps_respect_vnode_key_and_byte_caps() -> None:
     ]:
         steps = split_steps(moves, granularity)
         assert all(len(s.vnodes) <= most for s in steps)
-        assert sorted(v for s in steps for v in s.vnodes) == sorted(m.vnode for m in moves)
-        assert len({(s.source_pu, s.target_pu) for s in steps[:2]}) == 2, "pairs interleave"
+        assert sorted(v for s in steps for v in s.completes_vnodes) == sorted(
+            m.vnode for m in moves
+        )
+        assert len({(s.source_pu, s.target_pu) for s in steps[:3]}) == 2, "pairs interleave"
+
+
+def test_a_vnode_over_the_key_or_byte_cap_is_cut_into_key_ranges() -> None:
+    load = {v: (100, 1000) for v in range(32)}
+    load[20] = (1000, 10_000)  # hot
+    frag = view([0], 32, load)
+    moves = list(plan_fragment(frag, FragmentChange(added_parallel_units=(1,))).moves)
+    assert 20 in {m.vnode for m in moves}
+    for granularity, ranges in [
+        (Granularity(vnodes_per_step=8, max_keys_per_step=300), 4),
+        (Granularity(vnodes_per_step=8, max_bytes_per_step=2500), 4),
+        (Granularity(vnodes_per_step=8, max_keys_per_step=300, max_bytes_per_step=1000), 10),
+    ]:
+        steps = split_steps(moves, granularity)
+        cut = [s for s in steps if s.key_range is not None]
+        assert [s.vnodes for s in cut] == [(20,)] * ranges
+        assert [(s.key_range.index, s.key_range.count) for s in cut] == [
+            (i, ranges) for i in range(ranges)
+        ]
+        # consecutive steps, their keys and bytes the vnode's shared out
+        assert [s.step for s in cut] == list(range(cut[0].step, cut[0].step + ranges))
+        assert sum(s.keys for s in cut) == 1000 and sum(s.bytes for s in cut) == 10_000
+        assert all(s.keys <= (granularity.max_keys_per_step or 1000) for s in cut)
+        assert sorted(v for s in steps for v in s.completes_vnodes) == sorted(
+            m.vnode for m in moves
+        )
+    # without a key or byte cap, a vnode is never cut
+    assert all(s.key_range is None for s in split_steps(moves, Granularity(vnodes_per_step=1)))
 
 
 def test_plan_json_round_trip_and_estimate() -> None:
@@ -225,3 +256,19 @@ def test_granularity_gaps_found_by_the_api_fuzz_are_refused(granularity: dict) -
         ).granularity
         == Granularity()
     )
+
+
+def test_an_absurd_cap_cuts_the_hottest_vnodes_first_within_a_bound() -> None:
+    """A cap of one key would cut every vnode into as many ranges as it has keys: a vnode takes
+    at most MAX_KEY_RANGES, and a plan's ranges add at most max(moves, MAX_KEY_RANGES) steps,
+    the hottest vnodes cut first; past the bound a vnode moves whole."""
+    load = {v: (100 + v, 1000) for v in range(32)}
+    frag = view([0], 32, load)
+    moves = list(plan_fragment(frag, FragmentChange(added_parallel_units=(1,))).moves)
+    steps = split_steps(moves, Granularity(vnodes_per_step=1, max_keys_per_step=1))
+    assert len(steps) <= len(moves) + max(len(moves), MAX_KEY_RANGES)
+    cut = {s.vnodes[0]: s.key_range.count for s in steps if s.key_range is not None}
+    assert set(cut.values()) == {MAX_KEY_RANGES}
+    whole = [s.vnodes[0] for s in steps if s.key_range is None]
+    assert whole and min(load[v][0] for v in cut) > max(load[v][0] for v in whole), "hottest"
+    assert sorted(v for s in steps for v in s.completes_vnodes) == sorted(m.vnode for m in moves)

@@ -3,6 +3,7 @@ crashes (mid-epoch and between epochs), checking invariants I1–I6 against an o
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -15,12 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.workers.rescale_sim import FRAGMENT, Crash, SimRunner, oracle
-from workers.hashing import vnode_of
+from workers.hashing import key_range_index, stable_hash64, vnode_of
+from workers.layout import store_path
+from workers.pipeline.placement import CutVnode
 from workers.rescale.executor import HoldQueueBounds
 from workers.rescale.orchestrator import Orchestrator
 from workers.rescale.planner import plan_request
 from workers.rescale.protocol import CommandKind, OperationRequest
 from workers.rescale.request import ClusterView, FragmentView
+from workers.state import open_store
 
 VNODES = 16
 KEYS = [f"k{i}" for i in range(120)]
@@ -135,12 +139,27 @@ class Harness:
         # read each key where the mapping says it lives: between Acquire and Drop the source
         # still holds a sealed, no longer writable copy (I1 is about writable state)
         mapping = plan.placements[FRAGMENT].mapping
+        cut = plan.fragment_actions(FRAGMENT).cut
         stores = self.sim.state_by_store()
         for key, value in expected.items():
             vnode = vnode_of(key, self.vnodes)
+            ranges = cut.get(vnode)
+            if ranges is not None and key_range_index(stable_hash64(key), ranges.count) in (
+                ranges.held
+            ):
+                continue  # its key range is in flight: held
             if vnode not in held:
-                actual = stores.get(mapping[vnode], {}).get(key, (None, None))[1]
+                actual = stores.get(home(key, vnode, mapping, cut), {}).get(key, (None, None))[1]
                 assert actual == value, f"I4: {key} lags after epoch {self.epoch - 1}"
+
+
+def home(key: str, vnode: int, mapping: tuple[int, ...], cut: dict[int, CutVnode]) -> int:
+    """Where a key's writable state is: its vnode's owner, or the cut's target once the key's
+    range has moved there."""
+    ranges = cut.get(vnode)
+    if ranges is not None and key_range_index(stable_hash64(key), ranges.count) in ranges.moved:
+        return ranges.target
+    return mapping[vnode]
 
 
 def check_final(h: Harness, plan, operation_id: str) -> dict[str, Any]:
@@ -164,6 +183,9 @@ def check_final(h: Harness, plan, operation_id: str) -> dict[str, Any]:
                 f"I1/I5: vnode {vnode} on PU {pu}, mapping says {placement.mapping[vnode]}"
             )
     assert set(placement.mapping) <= set(placement.parallel_units)
+    for pu in stores:  # a cut vnode ends whole on one PU, its ranges' seals gone with it
+        with open_store(sim.backend, store_path(sim.root, FRAGMENT, pu), readonly=True) as store:
+            assert store.sealed_key_ranges() == {}, f"PU {pu} keeps sealed key ranges"
     actual = {k: v for rows in stores.values() for k, (_, v) in rows.items()}
     assert actual == oracle(h.fed), "I2/I3: final state differs from the oracle"
     fp = plan.fragments[FRAGMENT]
@@ -217,21 +239,24 @@ ACTIONS = st.sampled_from(
     change=st.sampled_from(sorted(CHANGES)),
     vnodes_per_step=st.integers(1, 16),
     in_flight=st.integers(1, 4),
+    # a cap below a vnode's keys (about 7 here) cuts it into key ranges
+    max_keys=st.none() | st.integers(2, 8),
     script=st.lists(ACTIONS, max_size=30),
 )
 def test_any_interleaving_keeps_every_invariant(
-    change: str, vnodes_per_step: int, in_flight: int, script: list[str]
+    change: str, vnodes_per_step: int, in_flight: int, max_keys: int | None, script: list[str]
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix="rescale-model-"))
     try:
         h = Harness(root, initial=[0, 1])
         for _ in range(3):
             h.run_epoch()
-        plan = make_plan(
-            h.sim,
-            change,
-            {"granularity": {"vnodes_per_step": vnodes_per_step, "steps_in_flight": in_flight}},
-        )
+        granularity: dict[str, Any] = {
+            "vnodes_per_step": vnodes_per_step,
+            "steps_in_flight": in_flight,
+            "max_keys_per_step": max_keys,
+        }
+        plan = make_plan(h.sim, change, {"granularity": granularity})
         orch = Orchestrator(Channel(h.sim), "op1", plan)
         orch.start()
         drive(h, orch, script)
@@ -240,6 +265,8 @@ def test_any_interleaving_keeps_every_invariant(
         for epoch in range(h.epoch):
             held = [s.spec.step for s in steps if s.holds(epoch)]
             assert len(held) <= in_flight, f"steps {held} all held in epoch {epoch}"
+            cut = [s.spec.vnodes[0] for s in steps if s.spec.key_range and s.holds(epoch)]
+            assert len(cut) == len(set(cut)), f"two key ranges of one vnode held in {epoch}"
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -305,3 +332,67 @@ def test_stop_start_restores_every_key_to_its_new_owner(tmp_path: Path) -> None:
     planned = sum(plan.fragments[name].load.get(v, (0, 0))[0] for name, v in moved)
     assert 0 < planned <= progress["keys_moved"] <= keys_moved
     assert progress["bytes_moved"] > 0
+
+
+def _cut_plan(h: Harness, change: str, **granularity: Any):
+    plan = make_plan(h.sim, change, {"granularity": {"vnodes_per_step": 1, **granularity}})
+    assert any(s.key_range is not None for s in plan.steps), "the cap cut no vnode"
+    return plan
+
+
+def test_a_hot_vnode_moves_key_range_by_key_range_holding_one_range_at_a_time(
+    tmp_path: Path,
+) -> None:
+    keys = [f"k{i}" for i in range(400)]  # about 25 keys per vnode
+    h = Harness(tmp_path, initial=[0, 1], keys=keys, per_epoch=120)
+    for _ in range(3):
+        h.run_epoch()
+    plan = _cut_plan(h, "scale_out", steps_in_flight=2, max_keys_per_step=8)
+    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    drive(h, orch, ["tick", "epoch", "export", "epoch", "crash1", "export", "epoch", "restart"])
+    progress = check_final(h, plan, "op1")
+    assert progress["status"] == "completed", progress["error"]
+    assert progress["vnodes_moved"] == len(plan.fragments[FRAGMENT].moves)
+    steps = sorted(h.sim.executor.ops["op1"].steps.values(), key=lambda s: s.spec.step)
+    cut = [s for s in steps if s.spec.key_range is not None]
+    by_vnode: dict[int, list[Any]] = {}
+    for step in cut:
+        by_vnode.setdefault(step.spec.vnodes[0], []).append(step)
+    for vnode, ranges in by_vnode.items():
+        assert [s.spec.key_range.index for s in ranges] == list(range(len(ranges)))
+        # one after the other: a range is collected once the one before it is acquired
+        for before, after in itertools.pairwise(ranges):
+            assert after.collect_epoch >= before.acquire_epoch
+        for step in ranges:
+            kr = step.spec.key_range
+            # what the range's hold queue held: exactly the records of its keys fed while it
+            # was in flight, none of the vnode's other ranges
+            fed = [
+                key
+                for epoch in range(step.collect_epoch, step.acquire_epoch)
+                for key, _ in epoch_records(epoch, h.per_epoch, keys)
+                if vnode_of(key, h.vnodes) == vnode
+                and key_range_index(stable_hash64(key), kr.count) == kr.index
+            ]
+            assert step.hold_rows.get(vnode, 0) == len(fed), (vnode, kr)
+
+
+def test_a_cancel_finishes_a_cut_vnode_whose_first_range_moved(tmp_path: Path) -> None:
+    keys = [f"k{i}" for i in range(400)]
+    h = Harness(tmp_path, initial=[0, 1], keys=keys, per_epoch=120)
+    for _ in range(3):
+        h.run_epoch()
+    plan = _cut_plan(h, "scale_out", steps_in_flight=1, max_keys_per_step=8)
+    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    # the first range is collected, exported and acquired; then the operation is cancelled
+    drive(h, orch, ["tick", "epoch", "export", "epoch", "epoch", "cancel", "epoch", "export"])
+    progress = check_final(h, plan, "op1")
+    assert progress["status"] == "cancelled"
+    first = plan.steps[0]
+    assert first.key_range is not None and first.key_range.index == 0
+    vnode = first.vnodes[0]
+    ranges = [s for s in progress["steps"] if s["vnodes"] == [vnode] and s["key_range"]]
+    assert len(ranges) == first.key_range.count
+    assert all(s["phase"] == "done" for s in ranges), "a split vnode's ranges all finish"
+    assert h.sim.placements[FRAGMENT].mapping[vnode] == first.target_pu
+    assert progress["vnodes_moved"] >= 1

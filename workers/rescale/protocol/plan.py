@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from workers.hashing import KeyRange
 from workers.rescale.protocol.operation_request import ChangeKind, OperationRequest
 
 
@@ -54,7 +55,9 @@ class Move:
 
 @dataclass(frozen=True, init=False)
 class StepSpec:
-    """One unit of a live migration, as planned: vnodes going from one PU to another."""
+    """One unit of a live migration, as planned: vnodes going from one PU to another, or one
+    key range of one hot vnode (``key_range``; a vnode over the granularity's key or byte cap
+    moves range by range, and only the range in flight is held)."""
 
     step: int  # its number in the operation, from 1
     fragment: str
@@ -63,6 +66,7 @@ class StepSpec:
     vnodes: tuple[int, ...]
     keys: int
     bytes: int
+    key_range: KeyRange | None
 
     def __init__(
         self,
@@ -73,7 +77,10 @@ class StepSpec:
         vnodes: tuple[int, ...],
         keys: int,
         bytes: int,
+        key_range: KeyRange | None = None,
     ) -> None:
+        if key_range is not None and len(vnodes) != 1:
+            raise ValueError(f"step {step}: a key range is of one vnode, not {len(vnodes)}")
         fields = self.__dict__
         fields["step"] = step
         fields["fragment"] = fragment
@@ -82,6 +89,14 @@ class StepSpec:
         fields["vnodes"] = vnodes
         fields["keys"] = keys
         fields["bytes"] = bytes
+        fields["key_range"] = key_range
+
+    @property
+    def completes_vnodes(self) -> tuple[int, ...]:
+        """The vnodes whose move this step completes: all of them, or, for a key range, its
+        vnode once it is the last range (ranges of a vnode move in index order)."""
+        kr = self.key_range
+        return self.vnodes if kr is None or kr.index == kr.count - 1 else ()
 
     def to_json(self) -> dict[str, Any]:
         # field by field, not asdict (a deep copy): a plan has thousands of steps
@@ -93,10 +108,12 @@ class StepSpec:
             "vnodes": list(self.vnodes),
             "keys": self.keys,
             "bytes": self.bytes,
+            "key_range": None if self.key_range is None else self.key_range.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepSpec:
+        key_range = data.get("key_range")
         return cls(
             step=data["step"],
             fragment=data["fragment"],
@@ -105,6 +122,7 @@ class StepSpec:
             vnodes=tuple(data["vnodes"]),
             keys=data["keys"],
             bytes=data["bytes"],
+            key_range=None if key_range is None else KeyRange.from_json(key_range),
         )
 
 
@@ -288,10 +306,22 @@ class Plan:
     def summary_json(self) -> dict[str, Any]:
         """A dry run's answer: each fragment's ``summary_json``, the number of steps and the
         estimate; its size does not grow with the moves (the plan is kept by ``compact_json``)."""
+        cut: dict[str, Counter[str]] = {name: Counter() for name in self.fragments}
+        for step in self.steps:
+            if step.key_range is not None and step.fragment in cut:
+                cut[step.fragment]["key_range_steps"] += 1
+                cut[step.fragment]["vnodes_cut"] += step.key_range.index == 0
         return {
             "strategy": self.request.strategy,
             "granularity": self.request.granularity.to_json(),
-            "fragments": {n: p.summary_json() for n, p in self.fragments.items()},
+            "fragments": {
+                n: {
+                    **p.summary_json(),
+                    "vnodes_cut": cut[n]["vnodes_cut"],
+                    "key_range_steps": cut[n]["key_range_steps"],
+                }
+                for n, p in self.fragments.items()
+            },
             "steps_total": len(self.steps),
             "estimated_duration_s": round(self.estimate_s, 3),
         }
@@ -313,6 +343,12 @@ class Plan:
                 "vnode_counts": [len(s.vnodes) for s in steps],
                 "keys": [s.keys for s in steps],
                 "bytes": [s.bytes for s in steps],
+                # (step index, range index, range count) of the few steps that carry a key range
+                "key_ranges": [
+                    [i, s.key_range.index, s.key_range.count]
+                    for i, s in enumerate(steps)
+                    if s.key_range is not None
+                ],
             },
             "estimated_duration_s": round(self.estimate_s, 3),
         }
@@ -331,11 +367,13 @@ class Plan:
             steps["step"], steps["fragment"], steps["source_pu"], steps["target_pu"],
             vnodes, steps["keys"], steps["bytes"],
         )  # fmt: skip
+        ranges = {i: KeyRange(index, count) for i, index, count in steps.get("key_ranges", ())}
         return cls(
             request=request,
             fragments={n: FragmentPlan.from_compact(f) for n, f in data["fragments"].items()},
             steps=tuple(
-                StepSpec(n, f, s, t, v, k, b) for n, f, s, t, v, k, b in zip(*columns, strict=True)
+                StepSpec(n, f, s, t, v, k, b, ranges.get(i))
+                for i, (n, f, s, t, v, k, b) in enumerate(zip(*columns, strict=True))
             ),
             estimate_s=data["estimated_duration_s"],
         )

@@ -7,6 +7,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workers.hashing import KeyRange
 from workers.rescale.protocol.phases import (
     FINAL,
     OperationStatus,
@@ -39,6 +40,7 @@ class StepProgress:
     per_vnode: dict[str, dict[str, Any]] = field(default_factory=dict)  # vnode -> figures
     timings: dict[str, float] = field(default_factory=dict)  # phase -> unix time entered
     error: str = ""
+    key_range: KeyRange | None = None  # the step moves this key range of its one vnode
 
     def to_json(self) -> dict[str, Any]:
         # field by field, not ``asdict``: a progress report carries every step, at every change
@@ -47,11 +49,20 @@ class StepProgress:
             "vnodes": list(self.vnodes),
             "per_vnode": {v: dict(figures) for v, figures in self.per_vnode.items()},
             "timings": dict(self.timings),
+            "key_range": None if self.key_range is None else self.key_range.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepProgress:
-        return cls(**{**data, "vnodes": tuple(data["vnodes"]), "phase": StepPhase(data["phase"])})
+        key_range = data.get("key_range")
+        return cls(
+            **{
+                **data,
+                "vnodes": tuple(data["vnodes"]),
+                "phase": StepPhase(data["phase"]),
+                "key_range": None if key_range is None else KeyRange.from_json(key_range),
+            }
+        )
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ same fragment plans, steps and whole plans."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from workers.hashing import MAX_KEY_RANGES, KeyRange
 from workers.rescale.planner import (
     closed_quota,
     estimate_seconds,
@@ -155,23 +157,52 @@ def old_split_steps(
     for move in moves:
         groups[(move.fragment, move.source_pu, move.target_pu)].append(move)
     per_group = [old_chunks(group, granularity) for _, group in sorted(groups.items())]
+    # which vnodes are cut: those over a cap, hottest first, while the ranges added stay within
+    # max(moves, MAX_KEY_RANGES); at most MAX_KEY_RANGES ranges each
+    wanted = {}
+    for move in moves:
+        ranges = 1
+        for total, cap in (
+            (move.keys, granularity.max_keys_per_step),
+            (move.bytes, granularity.max_bytes_per_step),
+        ):
+            if cap is not None and total > cap:
+                ranges = max(ranges, math.ceil(total / cap))
+        if ranges > 1:
+            wanted[(move.fragment, move.vnode)] = (min(ranges, MAX_KEY_RANGES), move)
+    budget = max(len(moves), MAX_KEY_RANGES)
+    cut = {}
+    for key, (ranges, _move) in sorted(
+        wanted.items(), key=lambda kv: (-kv[1][1].keys, -kv[1][1].bytes, kv[0])
+    ):
+        if ranges - 1 > budget:
+            break
+        cut[key] = ranges
+        budget -= ranges - 1
     ordered: list[StepSpec] = []
     for i in range(max((len(chunks) for chunks in per_group), default=0)):
         for chunks in per_group:
             if i < len(chunks):
                 batch = chunks[i]
                 first = batch[0]
-                ordered.append(
-                    StepSpec(
-                        step=first_step + len(ordered),
-                        fragment=first.fragment,
-                        source_pu=first.source_pu,
-                        target_pu=first.target_pu,
-                        vnodes=tuple(m.vnode for m in batch),
-                        keys=sum(m.keys for m in batch),
-                        bytes=sum(m.bytes for m in batch),
+                keys = sum(m.keys for m in batch)
+                size = sum(m.bytes for m in batch)
+                # a vnode alone over a cap moves key range by key range: as many ranges as
+                # keep each within the caps, its keys and bytes shared out
+                ranges = cut.get((first.fragment, first.vnode), 1) if len(batch) == 1 else 1
+                for r in range(ranges):
+                    ordered.append(
+                        StepSpec(
+                            step=first_step + len(ordered),
+                            fragment=first.fragment,
+                            source_pu=first.source_pu,
+                            target_pu=first.target_pu,
+                            vnodes=tuple(m.vnode for m in batch),
+                            keys=keys * (r + 1) // ranges - keys * r // ranges,
+                            bytes=size * (r + 1) // ranges - size * r // ranges,
+                            key_range=KeyRange(r, ranges) if ranges > 1 else None,
+                        )
                     )
-                )
     return ordered
 
 
