@@ -8,6 +8,10 @@ worker, store or disk cache is shared between strategies):
 
 * ``fluid``       — live, epoch-aligned ICADD, one vnode per step (``--fluid-in-flight`` steps
   in flight, so a 128-vnode move finishes in minutes rather than tens of minutes);
+* ``fluid_cut``   — fluid with ``max_keys_per_step`` at ``--key-cap`` (a quarter of a vnode's
+  keys by default): each vnode moves key range by key range, only the range in flight held
+  (not among the defaults; its goal compares its hottest vnode's held records per epoch with
+  fluid's in the same round);
 * ``batched``     — live, ``--batch-vnodes`` vnodes per step, ``--batched-in-flight`` in flight;
 * ``all_at_once`` — live, every vnode of a (source, target) pair in one step, all in flight;
 * ``stop_start``  — the runner drains at a barrier, snapshots into recovery partitions and
@@ -81,16 +85,17 @@ PIPELINE = "wordcount"
 # the same records and counts with 1 KB states (--value-bytes): bench.processors.PaddedCount
 PADDED_PIPELINE = "bench.processors:build_padded"
 
-LIVE = ("fluid", "batched", "all_at_once")
+LIVE = ("fluid", "fluid_cut", "batched", "all_at_once")
 RUNNER_STRATEGIES = (*LIVE, "stop_start")
 SPARK_STRATEGIES = ("spark_tws", "spark_native")
 STRATEGIES = (*RUNNER_STRATEGIES, *SPARK_STRATEGIES)
 # Spark's route for the goal "live all-at-once vs stop + offline repartition + restart" is the
 # native aggregation's: it is the faster of Spark's two (the repartition call is the same), and
 # transformWithState's warm-up to 1M keys at 200k rows/epoch alone takes about 25 min a run.
-DEFAULT_STRATEGIES = (*RUNNER_STRATEGIES, "spark_native")
+DEFAULT_STRATEGIES = ("fluid", "batched", "all_at_once", "stop_start", "spark_native")
 LABELS = {
     "fluid": "fluid (live)",
+    "fluid_cut": "fluid, key-capped (live)",
     "batched": "batched (live)",
     "all_at_once": "all-at-once (live)",
     "stop_start": "stop-start",
@@ -127,6 +132,8 @@ class Params:
     seed: int = 7
     # 8: the count's own encoding (9 bytes); larger: each state padded to it (bench.processors)
     value_bytes: int = 8
+    # fluid_cut's max_keys_per_step: a vnode over it moves key range by key range
+    key_cap: int = 0
 
     @property
     def pipeline(self) -> str:
@@ -143,6 +150,12 @@ class Params:
     def granularity(self, strategy: str) -> dict[str, int] | str:
         if strategy == "fluid":
             return {"vnodes_per_step": 1, "steps_in_flight": self.fluid_in_flight}
+        if strategy == "fluid_cut":
+            return {
+                "vnodes_per_step": 1,
+                "steps_in_flight": self.fluid_in_flight,
+                "max_keys_per_step": self.key_cap,
+            }
         if strategy == "batched":
             return {"vnodes_per_step": self.batch_vnodes, "steps_in_flight": self.batched_in_flight}
         return "all_at_once"  # stop_start ignores it
@@ -612,6 +625,9 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "operation_window": {"start": t0, "end": t1},
     }
     keys_at_start = before[-1].get("keys") if before else None
+    if strategy == "fluid_cut" and keys_at_start:
+        # the share of a vnode's keys a key range holds at most, by the cap
+        out["key_cap_share"] = _r(min(p.key_cap / (keys_at_start / p.vnodes), 1.0), 3)
     if spark:
         tl = r["timeline"]
         # the query runs nothing from its stop until its restart
@@ -690,6 +706,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     out["last_acquired_s"] = _r(max(acquired) - t0) if acquired else None
     moved = progress.get("keys_moved", 0)
     moved_bytes = progress.get("bytes_moved", 0)
+    hot_vnode, hot_held = _hot_vnode_held(steps)
     out["moving"] = {
         "steps": len(steps),
         "extra_epochs_max": max(extra_epochs, default=None),
@@ -699,6 +716,10 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "collect_to_acquire_s_max": _r(max(held_s, default=None)),
         "hold_queue_max": max((s["hold_queue"] for s in steps), default=0),
         "export_s_max": _r(max((hi - lo for lo, hi in export_spans), default=None)),
+        "key_range_steps": sum(1 for s in steps if s.get("key_range")),
+        # the vnode whose records were held most, and the most of them held in one epoch
+        "hot_vnode": hot_vnode,
+        "hot_vnode_held_per_epoch": hot_held,
     }
     out["keys"] = {
         "state": keys_at_start,
@@ -712,6 +733,26 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     }
     out["state_bytes"] = (r.get("verification") or {}).get("state_bytes")
     return out
+
+
+def _hot_vnode_held(steps: list[dict[str, Any]]) -> tuple[int | None, float | None]:
+    """(vnode, records per epoch): the vnode with the most records held over the operation,
+    and the most of its records held per epoch by one of its steps (a cut vnode has a step per
+    key range: its held records are that range's)."""
+    total: dict[int, int] = {}
+    per_epoch: dict[int, float] = {}
+    for s in steps:
+        if s.get("acquire_epoch") is None or s.get("collect_epoch") is None:
+            continue
+        epochs = max(s["acquire_epoch"] - s["collect_epoch"], 1)
+        for vnode, figures in (s.get("per_vnode") or {}).items():
+            held = int(figures.get("hold_queue") or 0)
+            total[int(vnode)] = total.get(int(vnode), 0) + held
+            per_epoch[int(vnode)] = max(per_epoch.get(int(vnode), 0.0), held / epochs)
+    if not total:
+        return None, None
+    hot = max(total, key=lambda v: (total[v], -v))
+    return hot, _r(per_epoch[hot], 1)
 
 
 def goals(
@@ -769,6 +810,20 @@ def goals(
                 "spark_to_first_commit_s": spark["total_s"],
                 "met": ratio is not None and ratio >= 5,
             }
+    if strategy == "fluid_cut" and "moving" in peers.get("fluid", {}):
+        # held records per epoch of the hottest vnode, cut by the key cap, against the same
+        # vnode's moved whole (fluid, same round): at most the cap's share of its keys
+        whole = peers["fluid"]["moving"].get("hot_vnode_held_per_epoch")
+        cut = s["moving"].get("hot_vnode_held_per_epoch")
+        share = s.get("key_cap_share")
+        ratio = cut / whole if cut is not None and whole else None
+        out["hot_vnode_held_le_cap_share"] = {
+            "value": _r(ratio, 3),
+            "cap_share": share,
+            "held_per_epoch_cut": cut,
+            "held_per_epoch_whole": whole,
+            "met": ratio is not None and share is not None and ratio <= share,
+        }
     if strategy == "fluid" and "total_s" in peers.get("all_at_once", {}):
         aao = peers["all_at_once"]["total_s"]
         ratio = s["total_s"] / aao if aao else None
@@ -818,6 +873,7 @@ FIGURES: common.Figures = {
     "keys_per_s": _read("keys", "per_s_total"),
     "keys_per_s_transfer": _read("keys", "per_s_transfer"),
     "mb_per_s_transfer": _read("keys", "mb_per_s_transfer"),
+    "hot_vnode_held_per_epoch": _read("moving", "hot_vnode_held_per_epoch"),
 }
 
 
@@ -865,13 +921,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         "keys/s",
         "keys/s transfer",
         "MB/s transfer",
+        "hot vnode held/epoch",
         "exact",
     ]
     rows = []
     for name, r in results.items():
         h = r["headline"]
         if h["total_s"] is None:  # not one run gave numbers
-            rows.append([LABELS[name], "failed", *[""] * 13, common.first_error(r["runs"])])
+            rows.append([LABELS[name], "failed", *[""] * 14, common.first_error(r["runs"])])
             continue
         rows.append(
             [
@@ -890,6 +947,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 common.fmt_spread(h["keys_per_s"]),
                 common.fmt_spread(h["keys_per_s_transfer"]),
                 common.fmt_spread(h["mb_per_s_transfer"], ".1f"),
+                common.fmt_spread(h["hot_vnode_held_per_epoch"], ".0f"),
                 common.exact_cell(r["runs"]),
             ]
         )
@@ -913,7 +971,10 @@ LEGEND = (
     "new PU; the rest is drops and the finish barrier). keys moved: keys of vnodes that changed "
     "PU (Spark: every key of the state is rewritten); keys/s over the total, and over the "
     "transfer alone (live: union of the steps' collecting->exported spans; Spark: the "
-    "repartition call). exact: every key equals the oracle after a few more epochs, in every "
+    "repartition call). hot vnode held/epoch: the vnode whose records were held most, the "
+    "most of them held in one epoch by one of its steps (fluid, key-capped: each vnode over the "
+    "key cap moves key range by key range, so a step holds one range's records). "
+    "exact: every key equals the oracle after a few more epochs, in every "
     "run. Each figure: median [min, max] over the interleaved runs; the plot shows the run "
     "with the median total s; goals: runs that met each, met only if all did."
 )
@@ -1012,8 +1073,10 @@ def parent_main(args: argparse.Namespace) -> int:
     warmup = next((i + 1 for i, n in enumerate(counts) if n >= args.keys), None)
     if warmup is None:
         raise SystemExit(f"the key space {key_space:,} cannot give {args.keys:,} distinct keys")
-    p = Params(**{**asdict(base), "warmup_epochs": warmup})
-    keys_at_operation = counts[p.pre_epochs - 1]
+    keys_at_operation = counts[warmup + args.steady_epochs - 1]
+    # fluid_cut's cap: by default a quarter of a vnode's keys, so each vnode moves in 4 ranges
+    key_cap = args.key_cap or max(keys_at_operation // args.vnodes // 4, 1)
+    p = Params(**{**asdict(base), "warmup_epochs": warmup, "key_cap": key_cap})
     machine = common.machine_info()
     say(
         f"{len(strategies)} strategies x {args.repeat} runs; {p.rows_per_epoch:,} rows/epoch "
@@ -1056,7 +1119,13 @@ def parent_main(args: argparse.Namespace) -> int:
 def resummarize(path: Path, out: Path | None) -> int:
     """Recompute the summaries, goals, table and plot of an earlier report from its raw data."""
     report = json.loads(path.read_text("utf-8"))
-    p = Params(**{k: report["parameters"][k] for k in Params.__dataclass_fields__})
+    p = Params(
+        **{
+            k: report["parameters"][k]
+            for k in Params.__dataclass_fields__
+            if k in report["parameters"]
+        }
+    )
     for name, r in report["results"].items():
         runs = r.get("runs", [r])  # a report from before --repeat holds one run
         for run in runs:
@@ -1106,6 +1175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fluid-in-flight", type=int, default=8, help="fluid: steps in flight")
     parser.add_argument("--batch-vnodes", type=int, default=16, help="batched: vnodes per step")
     parser.add_argument("--batched-in-flight", type=int, default=1)
+    parser.add_argument(
+        "--key-cap",
+        type=int,
+        default=0,
+        help="fluid_cut's max_keys_per_step (default: a quarter of a vnode's keys)",
+    )
     parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
     common.add_trust_args(parser)
     parser.add_argument("--quick", action="store_true", help="~100k keys, a few minutes")

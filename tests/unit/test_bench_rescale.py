@@ -101,3 +101,43 @@ def test_large_states_are_judged_by_bytes_per_second_of_transfer() -> None:
 def test_spark_routes_refuse_padded_states() -> None:
     with pytest.raises(SystemExit, match="drop spark_native"):
         rescale.main(["--value-bytes", "1024", "--strategies", "all_at_once,spark_native"])
+
+
+def test_the_hot_vnode_is_judged_by_its_held_records_per_epoch_against_the_cap_share() -> None:
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+
+    def step(vnode: int, collect: int, acquire: int, held: int, kr: Any = None) -> dict[str, Any]:
+        return {
+            "collect_epoch": collect,
+            "acquire_epoch": acquire,
+            "hold_queue": held,
+            "key_range": kr,
+            "per_vnode": {str(vnode): {"hold_queue": held}},
+            "timings": {},
+        }
+
+    whole = _live_run(commits, before=6, t0=6.5, t1=9.5)
+    # vnode 3 is the hot one: 400 records held over 2 epochs; vnode 1 less
+    whole["result"]["progress"]["steps"] = [step(1, 7, 8, 50), step(3, 7, 9, 400)]
+    cut = _live_run(commits, before=6, t0=6.5, t1=9.5)
+    # the same vnode in 4 key ranges, one epoch each: at most 60 records held in one epoch
+    cut["result"]["progress"]["steps"] = [
+        step(3, 7 + i, 8 + i, held, [i, 4]) for i, held in enumerate((40, 60, 55, 45))
+    ]
+    p = rescale.Params(**{**P.__dict__, "key_cap": 2})  # a quarter of 50 / 8 keys per vnode
+    s_whole = rescale.summarize("fluid", whole, p)
+    s_cut = rescale.summarize("fluid_cut", cut, p)
+    assert (s_whole["moving"]["hot_vnode"], s_whole["moving"]["hot_vnode_held_per_epoch"]) == (
+        3,
+        200.0,
+    )
+    assert s_cut["moving"]["hot_vnode_held_per_epoch"] == 60.0
+    assert s_cut["moving"]["key_range_steps"] == 4
+    assert s_cut["key_cap_share"] == pytest.approx(0.32)
+    g = rescale.goals("fluid_cut", s_cut, {"fluid": s_whole})["hot_vnode_held_le_cap_share"]
+    assert g["value"] == pytest.approx(0.3) and g["met"] is True
+    # a cut that holds more than the cap's share misses the goal
+    cut["result"]["progress"]["steps"][1]["per_vnode"]["3"]["hold_queue"] = 90
+    s_cut = rescale.summarize("fluid_cut", cut, p)
+    g = rescale.goals("fluid_cut", s_cut, {"fluid": s_whole})["hot_vnode_held_le_cap_share"]
+    assert g["value"] == pytest.approx(0.45) and g["met"] is False

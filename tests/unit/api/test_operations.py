@@ -317,7 +317,8 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     vnodes = {v["vnode"]: v for v in data["vnodes"]}
     assert vnodes[8] == {
         "fragment": "word_count", "vnode": 8, "step": 1, "routing": "hold_queue", "keys": 10,
-        "bytes": 108, "hold_queue": 7, "hold_bytes": 350,
+        "bytes": 108, "hold_queue": 7, "hold_bytes": 350, "key_range_index": None,
+        "key_range_count": None,
     }  # fmt: skip
     assert (data["steps"][0]["source_pu"], data["steps"][0]["target_pu"]) == (1, 0)
     assert data["progress"] is None, "the runner has reported nothing yet"

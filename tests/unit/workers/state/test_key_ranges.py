@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workers.hashing import TIMER_MARK, KeyRange, key_range_of
+from workers.hashing import MAX_KEY_RANGES, TIMER_MARK, KeyRange, key_range_of
 from workers.state import (
     BACKENDS,
     ColumnUpdates,
@@ -282,13 +282,13 @@ def test_range_seals_persist_and_stay_apart_from_vnode_seals(backend: str, tmp_p
         assert s.sealed_key_ranges() == {}
         s.seal_key_range(HOT, KeyRange(1, COUNT))
         s.seal_key_range(HOT, KeyRange(2, COUNT))
-        s.seal_key_range(65535, KeyRange(0, 65536))
+        s.seal_key_range(65535, KeyRange(0, MAX_KEY_RANGES))
         assert s.sealed_vnodes() == set()
         s.seal([HOT + 1])
         s.unseal_key_range(HOT, KeyRange(3, COUNT))  # never sealed: nothing to do
         with pytest.raises(ValueError):
             s.seal_key_range(65536, KeyRange(0, 2))
-    expected = {HOT: {KeyRange(1, COUNT), KeyRange(2, COUNT)}, 65535: {KeyRange(0, 65536)}}
+    expected = {HOT: {KeyRange(1, COUNT), KeyRange(2, COUNT)}, 65535: {KeyRange(0, MAX_KEY_RANGES)}}
     with open_store(backend, path) as s:
         assert s.sealed_key_ranges() == expected
         assert s.sealed_vnodes() == {HOT + 1}
