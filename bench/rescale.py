@@ -706,7 +706,8 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     out["last_acquired_s"] = _r(max(acquired) - t0) if acquired else None
     moved = progress.get("keys_moved", 0)
     moved_bytes = progress.get("bytes_moved", 0)
-    hot_vnode, hot_held = _hot_vnode_held(steps)
+    held_total, held_per_epoch = _held_per_epoch(steps)
+    hot_vnode = max(held_total, key=lambda v: (held_total[v], -v)) if held_total else None
     out["moving"] = {
         "steps": len(steps),
         "extra_epochs_max": max(extra_epochs, default=None),
@@ -719,7 +720,10 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "key_range_steps": sum(1 for s in steps if s.get("key_range")),
         # the vnode whose records were held most, and the most of them held in one epoch
         "hot_vnode": hot_vnode,
-        "hot_vnode_held_per_epoch": hot_held,
+        "hot_vnode_held_per_epoch": held_per_epoch.get(hot_vnode)
+        if hot_vnode is not None
+        else None,
+        "held_per_epoch_by_vnode": {str(v): x for v, x in sorted(held_per_epoch.items())},
     }
     out["keys"] = {
         "state": keys_at_start,
@@ -735,10 +739,9 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     return out
 
 
-def _hot_vnode_held(steps: list[dict[str, Any]]) -> tuple[int | None, float | None]:
-    """(vnode, records per epoch): the vnode with the most records held over the operation,
-    and the most of its records held per epoch by one of its steps (a cut vnode has a step per
-    key range: its held records are that range's)."""
+def _held_per_epoch(steps: list[dict[str, Any]]) -> tuple[dict[int, int], dict[int, float]]:
+    """Per vnode: its records held over the operation, and the most of them held per epoch by
+    one of its steps (a cut vnode has a step per key range: its held records are that range's)."""
     total: dict[int, int] = {}
     per_epoch: dict[int, float] = {}
     for s in steps:
@@ -749,10 +752,7 @@ def _hot_vnode_held(steps: list[dict[str, Any]]) -> tuple[int | None, float | No
             held = int(figures.get("hold_queue") or 0)
             total[int(vnode)] = total.get(int(vnode), 0) + held
             per_epoch[int(vnode)] = max(per_epoch.get(int(vnode), 0.0), held / epochs)
-    if not total:
-        return None, None
-    hot = max(total, key=lambda v: (total[v], -v))
-    return hot, _r(per_epoch[hot], 1)
+    return total, {v: round(x, 1) for v, x in per_epoch.items()}
 
 
 def goals(
@@ -811,14 +811,16 @@ def goals(
                 "met": ratio is not None and ratio >= 5,
             }
     if strategy == "fluid_cut" and "moving" in peers.get("fluid", {}):
-        # held records per epoch of the hottest vnode, cut by the key cap, against the same
-        # vnode's moved whole (fluid, same round): at most the cap's share of its keys
+        # the vnode fluid held most (same round): its records held per epoch cut by the key cap
+        # against moved whole, at most the cap's share of its keys
+        hot = peers["fluid"]["moving"].get("hot_vnode")
         whole = peers["fluid"]["moving"].get("hot_vnode_held_per_epoch")
-        cut = s["moving"].get("hot_vnode_held_per_epoch")
+        cut = s["moving"].get("held_per_epoch_by_vnode", {}).get(str(hot))
         share = s.get("key_cap_share")
         ratio = cut / whole if cut is not None and whole else None
         out["hot_vnode_held_le_cap_share"] = {
             "value": _r(ratio, 3),
+            "vnode": hot,
             "cap_share": share,
             "held_per_epoch_cut": cut,
             "held_per_epoch_whole": whole,
@@ -973,7 +975,8 @@ LEGEND = (
     "transfer alone (live: union of the steps' collecting->exported spans; Spark: the "
     "repartition call). hot vnode held/epoch: the vnode whose records were held most, the "
     "most of them held in one epoch by one of its steps (fluid, key-capped: each vnode over the "
-    "key cap moves key range by key range, so a step holds one range's records). "
+    "key cap moves key range by key range, so a step holds one range's records; its goal reads "
+    "the vnode fluid held most in the same round). "
     "exact: every key equals the oracle after a few more epochs, in every "
     "run. Each figure: median [min, max] over the interleaved runs; the plot shows the run "
     "with the median total s; goals: runs that met each, met only if all did."

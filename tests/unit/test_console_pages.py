@@ -220,6 +220,45 @@ def test_the_rescale_form_previews_then_starts_exactly_the_plan_shown(signed_in:
     assert started.status_code == 302 and started["Location"] == f"/operations/{op.operation_id}/"
 
 
+def test_the_preview_says_which_hot_vnodes_a_key_cap_cuts_by_key(signed_in: Client) -> None:
+    import time
+
+    from rescaler.cluster import services
+    from tests.unit.api.fixtures import PIPELINE
+    from workers.control import EpochReport, PuLoad
+
+    # vnode v holds 1000 * (v + 1) keys; 2 -> 4 moves vnodes 4-7 and 12-15
+    services.epoch_record(
+        report=EpochReport(
+            pipeline=PIPELINE,
+            epoch=5,
+            rows=10,
+            malformed=0,
+            duration_s=0.2,
+            committed_at=time.time(),
+            source_offset={"offset": 99},
+            per_pu=[PuLoad("word_count", pu, rows=5, keys=1, bytes=1) for pu in (0, 1)],
+            per_vnode={"word_count": {v: (1000 * (v + 1), 9000 * (v + 1)) for v in range(16)}},
+            mapping_versions={"word_count": 1},
+        )
+    )
+    form = {
+        "fragment": "word_count",
+        "target": "4",
+        "strategy": "live",
+        "preset": "custom",
+        "vnodes_per_step": "1",
+        "steps_in_flight": "1",
+        "max_keys_per_step": "6000",
+        "reason": "hot keys",
+        "action": "preview",
+    }
+    page = signed_in.post("/rescale/", form).content.decode()
+    # over 6,000 keys: vnodes 6 and 7 in 2 ranges, 12 to 15 in 3
+    assert "6 hot vnodes over the step&#x27;s key or byte cap move key range by key range, " in page
+    assert "in 16 steps." in page and "18 steps" in page
+
+
 def test_the_key_finder_answers_on_the_page(signed_in: Client) -> None:
     from workers.hashing import vnode_of
 

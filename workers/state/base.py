@@ -44,7 +44,7 @@ ENTRIES, STATS_TABLE, SEALED = "entries", "stats", "sealed"
 #: the record of every sealed key range, in the sealed table: never 2 bytes long, so never taken
 #: for a sealed vnode's key
 RANGE_SEALS_KEY = b"key_ranges"
-RANGE_SEAL = struct.Struct(">HII")  # vnode, range index, range count (a count may be 2**16)
+RANGE_SEAL = struct.Struct(">HII")  # vnode, range index, range count
 
 
 class StateStoreError(Exception):

@@ -284,7 +284,9 @@ def test_a_cancel_returns_held_steps_whose_exports_hit_a_full_disk(tmp_path: Pat
     ("pipeline", "strategy"),
     # clickstream's two fragments (two shuffles, a chained operator) take every path
     # wordcount's one would; wordcount's kill -9 mid-run is in test_pipeline_oracle.py
-    [("clickstream", "live"), ("clickstream", "stop_start")],
+    # live_cut: every moving vnode cut into key ranges, so the kill finds a vnode with some
+    # ranges on its target and one in flight
+    [("clickstream", "live"), ("clickstream", "stop_start"), ("clickstream", "live_cut")],
 )
 def test_kill_9_of_the_runner_mid_operation_then_restart(
     tmp_path: Path, pipeline: str, strategy: str
@@ -292,7 +294,9 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
     # page_stats folded in Spark before the kill (docs/data-plane.md, "Pre-aggregation"), not
     # after: hold queues of partial rows are replayed among record rows
     runner = launch(tmp_path, pipeline, env={"RESCALER_PREAGGREGATE": "1"})
-    granularity = BATCHED  # 8 steps per fragment: enough to be killed with some done, some not
+    granularity: dict[str, int] = dict(BATCHED)  # 8 steps per fragment: some done, some not
+    if strategy == "live_cut":
+        strategy, granularity["max_keys_per_step"] = "live", 25
     req = request(pipeline, {"added_parallel_units": [2, 3]}, strategy, granularity)
     orch = Orchestrator(
         LocalChannel(LocalControl(runner.control_dir)),
