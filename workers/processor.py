@@ -37,7 +37,13 @@ from typing import Any
 import msgpack
 import pyarrow as pa
 
-from workers.hashing import SECTION_MARK, TIMER_MARK
+from workers.hashing import (
+    SECTION_MARK,
+    TIMER_MARK,
+    KeyRange,
+    key_range_index,
+    stable_hash64,
+)
 from workers.operators import KeyedOperator, Output, Record
 from workers.pipeline.placement import EpochClock
 
@@ -257,6 +263,11 @@ def timer_range(vnode: int, up_to_ms: int, section: bytes = b"") -> tuple[bytes,
         encode_key(vnode, TIMER_MARK + section),
         encode_key(vnode, TIMER_MARK + section + _EXPIRY.pack(up_to_ms + 1 + _BIAS)),
     )
+
+
+def _in_ranges(key: str, ranges: Iterable[KeyRange]) -> bool:
+    """Whether ``key`` is in one of a vnode's key ranges."""
+    return any(key_range_index(stable_hash64(key), r.count) == r.index for r in ranges)
 
 
 def parse_timer_key(user_key: bytes) -> tuple[int, str] | None:
@@ -779,12 +790,16 @@ class ProcessorRun:
         from workers.state.base import decode_key
 
         vnode_set = set(vnodes)
+        # a hot vnode's key ranges sealed here are in transit, or moved away: their keys' timers
+        # fire where the range goes, after its acquire (a write here would be refused)
+        sealed = self.store.sealed_key_ranges()
         due: set[tuple[int, str, int]] = set()
         for vnode in vnode_set:
             start, end = timer_range(vnode, up_to_ms, self.section)
+            away = sealed.get(vnode, ())
             for store_key, _ in self.store.scan(start, end):
                 parsed = parse_timer_key(decode_key(store_key)[1])
-                if parsed is not None:
+                if parsed is not None and not _in_ranges(parsed[1], away):
                     due.add((parsed[0], parsed[1], vnode))
         # the cache is newer than the store for keys this task touched
         touched = {

@@ -206,7 +206,10 @@ class Orchestrator:
             # the key ranges of a cut vnode go together: once one is acquired a cancel finishes
             # the others, which the runner can only do if it has them
             sibling = (
-                kr is not None and kr.index > 0 and bool(due) and due[-1].vnodes == spec.vnodes
+                kr is not None
+                and kr.index > 0
+                and bool(due)
+                and (due[-1].fragment, due[-1].vnodes) == (spec.fragment, spec.vnodes)
             )
             if not sibling and (ahead >= window or not self._rate_allows(issued_bytes)):
                 break

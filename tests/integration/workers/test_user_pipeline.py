@@ -195,9 +195,11 @@ def stop(runner: RunnerProcess) -> None:
     runner.wait_exit()
 
 
-def request(case: Case, change: dict[str, list[int]], strategy: str) -> OperationRequest:
+def request(
+    case: Case, change: dict[str, list[int]], strategy: str, granularity: Any = BATCHED
+) -> OperationRequest:
     return OperationRequest.parse(
-        {"changes": {case.fragment: change}, "strategy": strategy, "granularity": BATCHED}
+        {"changes": {case.fragment: change}, "strategy": strategy, "granularity": granularity}
     )
 
 
@@ -229,11 +231,15 @@ def test_live_scale_out_migration_killed_and_stop_start_scale_in(
 ) -> None:
     runner = launch(case, tmp_path)
     runner.wait_for(lambda: len(runner.epochs()) >= 2, 240, "two committed epochs")
-    # a live scale-out: state, lists, maps and timers move with their vnodes
+    # a live scale-out: state, lists, maps and timers move with their vnodes, and a vnode of
+    # more than one key by key range (the sealed range's timers fire on its target)
     result = rescale(
-        tmp_path / case.name, request(case, {"added_parallel_units": [2]}, "live"), timeout_s=600
+        tmp_path / case.name,
+        request(case, {"added_parallel_units": [2]}, "live", {**BATCHED, "max_keys_per_step": 1}),
+        timeout_s=600,
     ).to_json()
     assert result["status"] == "completed", result
+    assert any(s["key_range"] for s in result["progress"]["steps"]), "a vnode was cut by key"
     assert pus(case, tmp_path) == (0, 1, 2)
     # a live migration, the runner killed -9 with some steps done and one in flight
     orch = Orchestrator(

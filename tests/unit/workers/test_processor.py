@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
 
 from workers.epoch import ARROW_TYPES
-from workers.hashing import vnode_of
+from workers.hashing import KeyRange, key_range_of, vnode_of
 from workers.pipeline.placement import EpochClock
 from workers.processor import (
     ProcessorOperator,
@@ -24,7 +24,7 @@ from workers.processor import (
     parse_timer_key,
 )
 from workers.state import open_store
-from workers.state.base import decode_key
+from workers.state.base import columnar_checksum, decode_key
 
 VNODES = 8
 
@@ -150,6 +150,33 @@ def test_processing_time_timers_fire_once_at_their_time_and_move_with_the_vnode(
     with open_store("lmdb", tmp_path) as store:  # the index entry is gone with the timer
         left = [k for k, _ in store.scan() if decode_key(k)[1].startswith(b"\xff")]
     assert left == []
+
+
+def test_timers_of_a_key_range_in_transit_fire_where_it_goes_not_where_it_is_sealed(
+    tmp_path: Path,
+) -> None:
+    """A hot vnode moving key range by key range: the source still owns the vnode's other
+    ranges, but the keys of the range it has sealed (in flight, or moved away) are not its to
+    write; their due timers fire on the target once the range is acquired."""
+    op = operator("ProcessingTime", wait_ms=1_000)
+    users = [f"u{i}" for i in range(400)]
+    vnode = vnode_of(users[0], VNODES)
+    mine = [u for u in users if vnode_of(u, VNODES) == vnode]
+    kr = KeyRange(1, 2)
+    sealed = {u for u in mine if key_range_of(u.encode(), 2) == 1}
+    assert sealed and set(mine) - sealed
+    source, target = tmp_path / "source", tmp_path / "target"
+    epoch(source, op, 0, [(u, "p", 0) for u in mine], EpochClock(batch_ms=10_000))
+    with open_store("lmdb", source) as store:
+        store.seal_key_range(vnode, kr)
+        keys, values = store.key_range_columns(vnode, kr)
+    fired = epoch(source, op, 1, [], EpochClock(batch_ms=11_000))
+    assert {r["user"] for r in fired} == set(mine) - sealed, "the sealed range's timers wait"
+    with open_store("lmdb", target) as store:  # the target acquires the range
+        store.ingest_key_range(vnode, kr, keys, values, columnar_checksum(keys, values))
+    fired = epoch(target, op, 1, [], EpochClock(batch_ms=11_000))
+    assert {r["user"] for r in fired} == sealed
+    assert all(state_of(target, op, u)["timers"] == [] for u in sealed)
 
 
 def test_event_time_drops_late_rows_then_fires_timers_after_the_rows(tmp_path: Path) -> None:
