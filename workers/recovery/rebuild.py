@@ -149,7 +149,7 @@ def plan_rebuild(
                 f"{epoch}, after snapshot {manifest.snapshot_id} (epoch {manifest.epoch}): a "
                 f"rescale moved state the re-runs would not move again: {fallback}"
             )
-        if any(a.held or a.slots for a in entry.plan.actions.values()):
+        if any(a.held or a.slots or a.cut for a in entry.plan.actions.values()):
             raise RebuildRefused(
                 f"lost stores ({names}); a rescale step ran at epoch {epoch}, between snapshot "
                 f"{manifest.snapshot_id} (epoch {manifest.epoch}) and epoch {target}, and a "

@@ -12,7 +12,13 @@ import pytest
 
 from tests.unit.workers.recovery.test_snapshots import VNODES, InProcessSpark, _fill, _take
 from workers.layout import store_path
-from workers.pipeline.placement import EpochPlan, FragmentActions, SlotActions, VnodeMapping
+from workers.pipeline.placement import (
+    CutVnode,
+    EpochPlan,
+    FragmentActions,
+    SlotActions,
+    VnodeMapping,
+)
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import (
     RebuildRefused,
@@ -163,6 +169,11 @@ def test_a_rebuild_starts_at_the_newest_snapshot_of_this_job(tmp_path: Path) -> 
     with pytest.raises(RebuildRefused, match="a rescale step ran at epoch 6") as refused:
         plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
     assert "--restore-from" in str(refused.value), "the refusal says what to do instead"
+    # an epoch between two key ranges of a cut vnode: no action, the moved range's routing only
+    between = {"counts": FragmentActions(cut={3: CutVnode(4, 2, moved=(0,))})}
+    log.record(_plan(6, between), "v1\n{}\n{}")
+    with pytest.raises(RebuildRefused, match="a rescale step ran at epoch 6"):
+        plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
 
 
 def test_a_lost_store_is_refilled_fresh_at_the_snapshot_epoch(tmp_path: Path) -> None:
