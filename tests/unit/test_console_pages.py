@@ -15,7 +15,7 @@ from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
-from tests.unit.api.fixtures import make_user, register_cluster, request_body
+from tests.unit.api.fixtures import make_user, register_cluster, request_body, skew_the_load
 
 pytestmark = pytest.mark.django_db
 
@@ -221,27 +221,7 @@ def test_the_rescale_form_previews_then_starts_exactly_the_plan_shown(signed_in:
 
 
 def test_the_preview_says_which_hot_vnodes_a_key_cap_cuts_by_key(signed_in: Client) -> None:
-    import time
-
-    from rescaler.cluster import services
-    from tests.unit.api.fixtures import PIPELINE
-    from workers.control import EpochReport, PuLoad
-
-    # vnode v holds 1000 * (v + 1) keys; 2 -> 4 moves vnodes 4-7 and 12-15
-    services.epoch_record(
-        report=EpochReport(
-            pipeline=PIPELINE,
-            epoch=5,
-            rows=10,
-            malformed=0,
-            duration_s=0.2,
-            committed_at=time.time(),
-            source_offset={"offset": 99},
-            per_pu=[PuLoad("word_count", pu, rows=5, keys=1, bytes=1) for pu in (0, 1)],
-            per_vnode={"word_count": {v: (1000 * (v + 1), 9000 * (v + 1)) for v in range(16)}},
-            mapping_versions={"word_count": 1},
-        )
-    )
+    skew_the_load()  # vnode v holds 1000 * (v + 1) keys; 2 -> 4 moves vnodes 4-7 and 12-15
     form = {
         "fragment": "word_count",
         "target": "4",

@@ -114,3 +114,22 @@ def token_client(user: Any | None) -> APIClient:
 
 def request_body(**change: Any) -> dict[str, Any]:
     return {"changes": {FRAGMENT: change}, "granularity": {"vnodes_per_step": 2}}
+
+
+def skew_the_load(vnodes: int = 16) -> None:
+    """A new epoch whose per-vnode load differs from what a plan made before it saw (the mapping
+    does not move): vnode v holds 1000 * (v + 1) keys of 50,000 * (v + 1) bytes."""
+    cluster_services.epoch_record(
+        report=EpochReport(
+            pipeline=PIPELINE,
+            epoch=5,
+            rows=10,
+            malformed=0,
+            duration_s=0.2,
+            committed_at=time.time(),
+            source_offset={"offset": 99},
+            per_pu=[PuLoad(FRAGMENT, pu, rows=5, keys=1, bytes=1) for pu in (0, 1)],
+            per_vnode={FRAGMENT: {v: (1000 * (v + 1), 50_000 * (v + 1)) for v in range(vnodes)}},
+            mapping_versions={FRAGMENT: 1},
+        )
+    )

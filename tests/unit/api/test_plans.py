@@ -4,7 +4,6 @@ plan, or answers 409 plan_stale with what changed (docs/api.md, "A binding dry r
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import Any
 
 import pytest
@@ -12,18 +11,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rescaler.audit.models import AuditEvent
-from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Fragment, ParallelUnit, Pipeline, Worker
 from rescaler.operations.models import OperationPlan, RescaleOperation
 from tests.unit.api.fixtures import (
     FRAGMENT,
-    PIPELINE,
     make_user,
     move_the_mapping,
     request_body,
+    skew_the_load,
     token_client,
 )
-from workers.control import EpochReport, PuLoad
 
 pytestmark = pytest.mark.django_db
 
@@ -38,25 +35,6 @@ def dry_run(client: APIClient, body: dict[str, Any]) -> dict[str, Any]:
 
 def start(client: APIClient, body: dict[str, Any], plan_id: str) -> Any:
     return client.post(URL, {**body, "plan_id": plan_id}, format="json")
-
-
-def skew_the_load(vnodes: int = 16) -> None:
-    """A new epoch whose per-vnode load differs from the one planned against (the mapping does
-    not move): a plan made now would differ from the dry run's."""
-    cluster_services.epoch_record(
-        report=EpochReport(
-            pipeline=PIPELINE,
-            epoch=5,
-            rows=10,
-            malformed=0,
-            duration_s=0.2,
-            committed_at=time.time(),
-            source_offset={"offset": 99},
-            per_pu=[PuLoad(FRAGMENT, pu, rows=5, keys=1, bytes=1) for pu in (0, 1)],
-            per_vnode={FRAGMENT: {v: (1000 * (v + 1), 50_000 * (v + 1)) for v in range(vnodes)}},
-            mapping_versions={FRAGMENT: 1},
-        )
-    )
 
 
 def stale(response: Any) -> list[dict[str, Any]]:

@@ -334,21 +334,22 @@ def test_stop_start_restores_every_key_to_its_new_owner(tmp_path: Path) -> None:
     assert progress["bytes_moved"] > 0
 
 
-def _cut_plan(h: Harness, change: str, **granularity: Any):
-    plan = make_plan(h.sim, change, {"granularity": {"vnodes_per_step": 1, **granularity}})
+def _hot(tmp_path: Path, steps_in_flight: int) -> tuple[Harness, Any, Orchestrator]:
+    """About 25 keys per vnode, and a scale-out whose key cap of 8 cuts every moving vnode."""
+    keys = [f"k{i}" for i in range(400)]
+    h = Harness(tmp_path, initial=[0, 1], keys=keys, per_epoch=120)
+    for _ in range(3):
+        h.run_epoch()
+    granularity = {"vnodes_per_step": 1, "steps_in_flight": steps_in_flight, "max_keys_per_step": 8}
+    plan = make_plan(h.sim, "scale_out", {"granularity": granularity})
     assert any(s.key_range is not None for s in plan.steps), "the cap cut no vnode"
-    return plan
+    return h, plan, Orchestrator(Channel(h.sim), "op1", plan)
 
 
 def test_a_hot_vnode_moves_key_range_by_key_range_holding_one_range_at_a_time(
     tmp_path: Path,
 ) -> None:
-    keys = [f"k{i}" for i in range(400)]  # about 25 keys per vnode
-    h = Harness(tmp_path, initial=[0, 1], keys=keys, per_epoch=120)
-    for _ in range(3):
-        h.run_epoch()
-    plan = _cut_plan(h, "scale_out", steps_in_flight=2, max_keys_per_step=8)
-    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    h, plan, orch = _hot(tmp_path, steps_in_flight=2)
     drive(h, orch, ["tick", "epoch", "export", "epoch", "crash1", "export", "epoch", "restart"])
     progress = check_final(h, plan, "op1")
     assert progress["status"] == "completed", progress["error"]
@@ -370,7 +371,7 @@ def test_a_hot_vnode_moves_key_range_by_key_range_holding_one_range_at_a_time(
             fed = [
                 key
                 for epoch in range(step.collect_epoch, step.acquire_epoch)
-                for key, _ in epoch_records(epoch, h.per_epoch, keys)
+                for key, _ in epoch_records(epoch, h.per_epoch, h.keys)
                 if vnode_of(key, h.vnodes) == vnode
                 and key_range_index(stable_hash64(key), kr.count) == kr.index
             ]
@@ -378,12 +379,7 @@ def test_a_hot_vnode_moves_key_range_by_key_range_holding_one_range_at_a_time(
 
 
 def test_a_cancel_finishes_a_cut_vnode_whose_first_range_moved(tmp_path: Path) -> None:
-    keys = [f"k{i}" for i in range(400)]
-    h = Harness(tmp_path, initial=[0, 1], keys=keys, per_epoch=120)
-    for _ in range(3):
-        h.run_epoch()
-    plan = _cut_plan(h, "scale_out", steps_in_flight=1, max_keys_per_step=8)
-    orch = Orchestrator(Channel(h.sim), "op1", plan)
+    h, plan, orch = _hot(tmp_path, steps_in_flight=1)
     # the first range is collected, exported and acquired; then the operation is cancelled
     drive(h, orch, ["tick", "epoch", "export", "epoch", "epoch", "cancel", "epoch", "export"])
     progress = check_final(h, plan, "op1")

@@ -50,18 +50,6 @@ def new(key: bytes, value: bytes) -> Update:
     return Update(key, None, value)
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store(backend: str, tmp_path: Path) -> Iterator[StateStore]:
-    s = open_store(backend, tmp_path / "store")
-    yield s
-    s.close()
-
-
 def snapshot(s: StateStore) -> tuple[object, ...]:
     """Everything a store holds, for before/after comparisons."""
     applied = s.applied_epoch()

@@ -13,7 +13,7 @@ import pytest
 from workers.layout import store_path
 from workers.rescale import transfer
 from workers.rescale.exports import ExportTask, export_pu
-from workers.state import BACKENDS, open_store
+from workers.state import open_store
 from workers.state.base import (
     COLUMNAR,
     IngestMismatch,
@@ -27,11 +27,6 @@ from workers.state.base import (
 
 def k(vnode: int, key: bytes) -> bytes:
     return vnode_range(vnode)[0] + key
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 def _source(root: Path, backend: str) -> dict[int, list[tuple[bytes, bytes]]]:

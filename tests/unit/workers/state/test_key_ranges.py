@@ -4,7 +4,6 @@ vnode moves range by range, so a range is sealed, exported, ingested and dropped
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,18 +28,6 @@ from workers.state.base import columnar_checksum
 
 HOT = 5  # the vnode cut into ranges; its neighbours show that nothing else moves
 COUNT = 4
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store(backend: str, tmp_path: Path) -> Iterator[StateStore]:
-    s = open_store(backend, tmp_path / "store")
-    yield s
-    s.close()
 
 
 def user_keys(n: int) -> list[bytes]:
