@@ -181,7 +181,7 @@ class LiveProtocol:
             if op.strategy != Strategy.LIVE:
                 continue
             op_dir = self.ledger.store.op_dir(op.operation_id)
-            dropped = _ranges_dropped(op, epoch)
+            dropped: dict[tuple[str, int], int] | None = None  # counted once a range drops
             for step in op.steps.values():
                 spec = step.spec
                 frag = spec.fragment
@@ -217,9 +217,11 @@ class LiveProtocol:
                     target.setdefault("replay_vnodes", []).extend(spec.vnodes)
                 if d == epoch:
                     source = slots[frag][spec.source_pu]
+                    if kr is not None and dropped is None:
+                        dropped = _ranges_dropped(op, epoch)
                     if kr is None:
                         source.setdefault("drop", []).extend(spec.vnodes)
-                    elif dropped[(frag, spec.vnodes[0])] == kr.count:
+                    elif dropped is not None and dropped[(frag, spec.vnodes[0])] == kr.count:
                         # its last range: what is left of the vnode on the source goes, with
                         # the seals of its ranges (each range stays sealed there till then)
                         source.setdefault("drop", []).extend(spec.vnodes)

@@ -190,15 +190,12 @@ class OperationState:
         if self.cancel_requested:
             split = self.split_vnodes()
             pending = [s for s in pending if (s.spec.fragment, s.spec.vnodes[0]) in split]
+        # one pass: the steps holding, and the cut vnodes of which a range is held
+        holding = [s for s in self.steps.values() if s.phase in STEP_HOLDING]
         free = len(pending)
         if self.granularity is not None:
-            holding = sum(1 for s in self.steps.values() if s.phase in STEP_HOLDING)
-            free = max(self.granularity.steps_in_flight - holding, 0)
-        busy = {
-            (s.spec.fragment, s.spec.vnodes[0])
-            for s in self.steps.values()
-            if s.spec.key_range is not None and s.phase in STEP_HOLDING
-        }
+            free = max(self.granularity.steps_in_flight - len(holding), 0)
+        busy = {(s.spec.fragment, s.spec.vnodes[0]) for s in holding if s.spec.key_range}
         chosen: list[StepState] = []
         for step in pending:
             if len(chosen) >= free:
