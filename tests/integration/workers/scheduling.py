@@ -1,7 +1,7 @@
 """Which tasks Spark starts first when the runner's background work and an epoch's job want the
 same slots: run as a child process (one JVM, ``local[2]``, the runner's own ``build_spark``).
 Six background tasks (``run_tasks``, as an export or a snapshot write) of a second each start;
-once two of them run, a job of four quick tasks is submitted from another thread, as the
+once two of them run, a job of four half-second tasks is submitted from another thread, as the
 streaming query submits an epoch's. ``python -m tests.integration.workers.scheduling [fifo]``
 prints the tasks as JSON, ordered by when they started: ``[kind, index]`` pairs."""
 
@@ -29,7 +29,13 @@ def _background(marks: str) -> Any:
 
 
 def _epoch(index: int) -> tuple[str, int, float]:
-    return ("epoch", index, time.time())
+    started = time.time()
+    # Long enough that the order compared is Spark's and not the Python workers' start-up:
+    # with instant tasks, the last epoch task, launched first, could stamp its start after the
+    # next background task did (seen once in CI on a loaded machine).
+    while time.time() - started < 0.5:
+        pass
+    return ("epoch", index, started)
 
 
 def order(fifo: bool) -> list[list[Any]]:
