@@ -12,6 +12,9 @@ worker, store or disk cache is shared between strategies):
   keys by default): each vnode moves key range by key range, only the range in flight held
   (not among the defaults; its goal compares its hottest vnode's held records per epoch with
   fluid's in the same round);
+* ``fluid_hot_first``, ``fluid_hot_last`` — fluid with its steps ordered by the vnodes'
+  measured load (``granularity.hot_vnodes``: the hottest first, or last; not among the
+  defaults: Meces' question, which order keeps latency lower, is theirs to answer);
 * ``batched``     — live, ``--batch-vnodes`` vnodes per step, ``--batched-in-flight`` in flight;
 * ``all_at_once`` — live, every vnode of a (source, target) pair in one step, all in flight;
 * ``stop_start``  — the runner drains at a barrier, snapshots into recovery partitions and
@@ -85,7 +88,7 @@ PIPELINE = "wordcount"
 # the same records and counts with 1 KB states (--value-bytes): bench.processors.PaddedCount
 PADDED_PIPELINE = "bench.processors:build_padded"
 
-LIVE = ("fluid", "fluid_cut", "batched", "all_at_once")
+LIVE = ("fluid", "fluid_cut", "fluid_hot_first", "fluid_hot_last", "batched", "all_at_once")
 RUNNER_STRATEGIES = (*LIVE, "stop_start")
 SPARK_STRATEGIES = ("spark_tws", "spark_native")
 STRATEGIES = (*RUNNER_STRATEGIES, *SPARK_STRATEGIES)
@@ -96,6 +99,8 @@ DEFAULT_STRATEGIES = ("fluid", "batched", "all_at_once", "stop_start", "spark_na
 LABELS = {
     "fluid": "fluid (live)",
     "fluid_cut": "fluid, key-capped (live)",
+    "fluid_hot_first": "fluid, hottest first (live)",
+    "fluid_hot_last": "fluid, hottest last (live)",
     "batched": "batched (live)",
     "all_at_once": "all-at-once (live)",
     "stop_start": "stop-start",
@@ -147,9 +152,15 @@ class Params:
         """The generator's options exactly as the runner passes them for ``wordcount``."""
         return common.generator_options(self, max_rows, pages=500)
 
-    def granularity(self, strategy: str) -> dict[str, int] | str:
+    def granularity(self, strategy: str) -> dict[str, Any] | str:
         if strategy == "fluid":
             return {"vnodes_per_step": 1, "steps_in_flight": self.fluid_in_flight}
+        if strategy in ("fluid_hot_first", "fluid_hot_last"):
+            return {
+                "vnodes_per_step": 1,
+                "steps_in_flight": self.fluid_in_flight,
+                "hot_vnodes": strategy.removeprefix("fluid_hot_"),
+            }
         if strategy == "fluid_cut":
             return {
                 "vnodes_per_step": 1,
@@ -707,6 +718,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     moved = progress.get("keys_moved", 0)
     moved_bytes = progress.get("bytes_moved", 0)
     held_total, held_per_epoch = _held_per_epoch(steps)
+    load_moved = _load_moved(steps, commit, t0)
     hot_vnode = max(held_total, key=lambda v: (held_total[v], -v)) if held_total else None
     out["moving"] = {
         "steps": len(steps),
@@ -724,6 +736,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         if hot_vnode is not None
         else None,
         "held_per_epoch_by_vnode": {str(v): x for v, x in sorted(held_per_epoch.items())},
+        **load_moved,
     }
     out["keys"] = {
         "state": keys_at_start,
@@ -753,6 +766,35 @@ def _held_per_epoch(steps: list[dict[str, Any]]) -> tuple[dict[int, int], dict[i
             total[int(vnode)] = total.get(int(vnode), 0) + held
             per_epoch[int(vnode)] = max(per_epoch.get(int(vnode), 0.0), held / epochs)
     return total, {v: round(x, 1) for v, x in per_epoch.items()}
+
+
+def _load_moved(
+    steps: list[dict[str, Any]], commit: Mapping[int, float], t0: float
+) -> dict[str, float | None]:
+    """When the moving records' load reached the new PUs: each step's vnodes weighted by the
+    records per epoch they received while held (their load), at the commit of the step's acquire
+    epoch. ``load_moved_mean_s``: the load-weighted mean of those times since the request
+    (moving the hottest first lowers it); ``load_half_moved_s``: when half the load had moved."""
+    moved: list[tuple[float, float]] = []  # (seconds since the request, records per epoch)
+    for s in steps:
+        acquire, collect = s.get("acquire_epoch"), s.get("collect_epoch")
+        if acquire is None or collect is None or acquire not in commit:
+            continue
+        epochs = max(acquire - collect, 1)
+        rate = sum(int(f.get("hold_queue") or 0) for f in (s.get("per_vnode") or {}).values())
+        moved.append((commit[acquire] - t0, rate / epochs))
+    total = sum(rate for _, rate in moved)
+    if not total:
+        return {"load_moved_mean_s": None, "load_half_moved_s": None}
+    half, so_far = None, 0.0
+    for at, rate in sorted(moved):
+        so_far += rate
+        if half is None and so_far >= total / 2:
+            half = at
+    return {
+        "load_moved_mean_s": _r(sum(at * rate for at, rate in moved) / total),
+        "load_half_moved_s": _r(half),
+    }
 
 
 def goals(
@@ -876,6 +918,7 @@ FIGURES: common.Figures = {
     "keys_per_s_transfer": _read("keys", "per_s_transfer"),
     "mb_per_s_transfer": _read("keys", "mb_per_s_transfer"),
     "hot_vnode_held_per_epoch": _read("moving", "hot_vnode_held_per_epoch"),
+    "load_moved_mean_s": _read("moving", "load_moved_mean_s"),
 }
 
 
@@ -924,13 +967,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         "keys/s transfer",
         "MB/s transfer",
         "hot vnode held/epoch",
+        "load moved, mean s",
         "exact",
     ]
     rows = []
     for name, r in results.items():
         h = r["headline"]
         if h["total_s"] is None:  # not one run gave numbers
-            rows.append([LABELS[name], "failed", *[""] * 14, common.first_error(r["runs"])])
+            rows.append([LABELS[name], "failed", *[""] * 15, common.first_error(r["runs"])])
             continue
         rows.append(
             [
@@ -950,6 +994,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 common.fmt_spread(h["keys_per_s_transfer"]),
                 common.fmt_spread(h["mb_per_s_transfer"], ".1f"),
                 common.fmt_spread(h["hot_vnode_held_per_epoch"], ".0f"),
+                common.fmt_spread(h["load_moved_mean_s"], ".1f"),
                 common.exact_cell(r["runs"]),
             ]
         )
@@ -976,7 +1021,10 @@ LEGEND = (
     "repartition call). hot vnode held/epoch: the vnode whose records were held most, the "
     "most of them held in one epoch by one of its steps (fluid, key-capped: each vnode over the "
     "key cap moves key range by key range, so a step holds one range's records; its goal reads "
-    "the vnode fluid held most in the same round). "
+    "the vnode fluid held most in the same round). load moved, mean s: the moving records' "
+    "load (each step's records per epoch held) weighted mean of the times, since the request, "
+    "at which it reached its new PU (the commit of the step's acquire epoch); moving the "
+    "hottest vnodes first lowers it. "
     "exact: every key equals the oracle after a few more epochs, in every "
     "run. Each figure: median [min, max] over the interleaved runs; the plot shows the run "
     "with the median total s; goals: runs that met each, met only if all did."

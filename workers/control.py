@@ -112,12 +112,18 @@ class EpochReport:
     per_vnode: dict[str, dict[int, tuple[int, int]]]
     mapping_versions: dict[str, int]
     malformed_samples: list[str] = field(default_factory=list)
+    # fragment -> vnode -> records per epoch, smoothed (``workers.vnode_load``): the vnodes' load
+    records_per_vnode: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["per_vnode"] = {
             frag: {str(v): list(kb) for v, kb in vnodes.items()}
             for frag, vnodes in self.per_vnode.items()
+        }
+        data["records_per_vnode"] = {
+            frag: {str(v): n for v, n in vnodes.items()}
+            for frag, vnodes in self.records_per_vnode.items()
         }
         return data
 
@@ -307,7 +313,7 @@ class LocalControl:
     def report_epoch(self, report: EpochReport) -> None:
         data = report.to_json()
         self._write_atomic("last_epoch.json", data)
-        summary = {k: v for k, v in data.items() if k not in ("per_vnode",)}
+        summary = {k: v for k, v in data.items() if k not in ("per_vnode", "records_per_vnode")}
         self._append("epochs.jsonl", summary)
 
     def epochs(self) -> list[dict[str, Any]]:

@@ -526,6 +526,11 @@ def run_task(
     event_ms = [max_event_ms(t, spec.event_time) for t in arrived]
 
     n_records = partials.records_in(records)
+    # the vnodes' load, records per vnode as they arrived here (the planner's "hot vnodes")
+    vnode_records: dict[str, int] = {}
+    for t in arrived:
+        for vnode, n in partials.records_per_vnode(t).items():
+            vnode_records[str(vnode)] = vnode_records.get(str(vnode), 0) + n
     store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
     try:
         replay = store.applied_epoch() >= spec.epoch
@@ -587,6 +592,7 @@ def run_task(
             "keys": sum(s.keys for s in stats.values()),
             "bytes": sum(s.bytes for s in stats.values()),
             "vnodes": {str(v): [s.keys, s.bytes] for v, s in stats.items()},
+            "vnode_records": vnode_records,
             "replay": replay,
             "max_event_ms": max((m for m in event_ms if m is not None), default=None),
             "seconds": round(time.perf_counter() - started, 4),

@@ -125,11 +125,11 @@ def records_per_vnode(table: pa.Table) -> dict[int, int]:
     """vnode → the records its rows stand for."""
     if is_partial(table):
         counts = table.group_by("vnode").aggregate([(RECORDS, "sum")])
-        column = f"{RECORDS}_sum"
-    else:
-        counts = table.group_by("vnode").aggregate([("seq", "count")])
-        column = "seq_count"
-    return dict(zip(counts.column("vnode").to_pylist(), counts.column(column).to_pylist()))
+        return dict(
+            zip(counts.column("vnode").to_pylist(), counts.column(f"{RECORDS}_sum").to_pylist())
+        )
+    found = pc.value_counts(table.column("vnode"))  # a row per record: count the rows
+    return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
 
 
 def partial_columns(aggregates: Aggregates) -> list[str]:

@@ -65,6 +65,7 @@ from workers.rescale.exports import ExportWaitStopped
 from workers.rescale.protocol import ProgressAck
 from workers.restarts import QueryGivenUp, QueryRestarts
 from workers.sinks.base import Sink, SinkError
+from workers.vnode_load import RecordsPerVnode
 from workers.worker_pool import ExecutorsMissing, WorkerPool
 
 log = logging.getLogger("workers.runner")
@@ -142,6 +143,7 @@ class PipelineRunner:
         self.ticks = BarrierTicks(config.pipeline_dir / TICKS_FILE, config.idle_barrier_s)
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
+        self.vnode_records = RecordsPerVnode()  # the vnodes' load, for the planner
 
     # -- set-up ------------------------------------------------------------------------------
     @property
@@ -320,6 +322,7 @@ class PipelineRunner:
         self._check_reports(plan, stats)
         malformed = [r["text"] for r in results if r["kind"] == "malformed"]
         first = self.pipeline.fragments[0].name
+        self.vnode_records.epoch((f.name for f in self.pipeline.fragments), stats)
         report = EpochReport(
             pipeline=self.pipeline.name,
             epoch=epoch,
@@ -351,6 +354,7 @@ class PipelineRunner:
             },
             mapping_versions={n: p.version for n, p in plan.placements.items()},
             malformed_samples=malformed[:5],
+            records_per_vnode=self.vnode_records.report(),
         )
         with cycle_collection_paused():  # the steps the epoch moved on, and their report
             self.executor.committed(epoch, stats)

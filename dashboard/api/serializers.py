@@ -36,6 +36,7 @@ from workers.rescale.protocol import (
     GRANULARITY_MINIMUMS,
     GRANULARITY_OPTIONAL,
     GRANULARITY_TYPES,
+    HOT_VNODES_ORDERS,
     PARALLEL_UNIT_MAX,
     PRESETS,
     REASON_MAX_CHARS,
@@ -77,7 +78,17 @@ def _granularity_property(name: str) -> dict[str, Any]:
 GRANULARITY_OBJECT: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {name: _granularity_property(name) for name in GRANULARITY_TYPES},
+    "properties": {
+        **{name: _granularity_property(name) for name in GRANULARITY_TYPES},
+        "hot_vnodes": {
+            "type": "string",
+            "enum": list(HOT_VNODES_ORDERS),
+            "nullable": True,
+            "description": "Order the moves by the vnodes' measured load (records per epoch, "
+            "then keys, then bytes): first, the hottest first; last, the hottest last; null or "
+            "absent, by vnode.",
+        },
+    },
 }
 
 
@@ -164,6 +175,7 @@ class GranularitySerializer(serializers.Serializer):
     max_bytes_per_step = serializers.IntegerField(allow_null=True)
     steps_in_flight = serializers.IntegerField()
     bytes_per_second = serializers.FloatField(allow_null=True)
+    hot_vnodes = serializers.ChoiceField(choices=list(HOT_VNODES_ORDERS), allow_null=True)
 
 
 class MoveSerializer(serializers.Serializer):

@@ -130,7 +130,8 @@ class Fragment(models.Model):
     # the fragment × PU matrix: which PUs this fragment runs on
     parallel_units = models.ManyToManyField(ParallelUnit, related_name="fragments", blank=True)
     mapping_version = models.PositiveIntegerField(default=0)
-    # latest per-vnode load reported by the runner: {"<vnode>": [keys, bytes]}
+    # latest per-vnode load reported by the runner: {"<vnode>": [keys, bytes, records per epoch]}
+    # (records: the stream's smoothed measure, ``workers.vnode_load``; older rows lack it)
     vnode_load = models.JSONField(default=dict, blank=True)
 
     class Meta:

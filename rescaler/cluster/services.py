@@ -134,7 +134,7 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
         placement_record(epoch=report.epoch, per_pu=report.per_pu)
         for name, vnodes in report.per_vnode.items():
             Fragment.objects.filter(pipeline=pipeline, name=name).update(
-                vnode_load={str(v): list(kb) for v, kb in vnodes.items()}
+                vnode_load=vnode_load_json(vnodes, report.records_per_vnode.get(name, {}))
             )
         if report.epoch % 100 == 0:
             EpochMetric.objects.filter(
@@ -142,6 +142,17 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
             ).delete()
     publish(CLUSTER_GROUP, Event.EPOCH_COMMITTED, epoch_summary(metric))
     return metric
+
+
+def vnode_load_json(
+    state: dict[int, tuple[int, int]], records: dict[int, float]
+) -> dict[str, list[float]]:
+    """``Fragment.vnode_load``: vnode -> [keys, bytes, records per epoch] (the last, the
+    stream's smoothed measure of the vnode's load, the planner's order of hot vnodes)."""
+    return {
+        str(v): [*state.get(v, (0, 0)), records.get(v, 0.0)]
+        for v in sorted(state.keys() | records.keys())
+    }
 
 
 def placement_record(*, epoch: int, per_pu: list[PuLoad]) -> None:

@@ -75,6 +75,7 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
             parallel_units=tuple(numbers),
             mapping=tuple(current or ()) if stateful else (),
             vnode_load={int(v): (kb[0], kb[1]) for v, kb in (load or {}).items()},
+            vnode_records={int(v): kb[2] for v, kb in (load or {}).items() if len(kb) > 2},
             busy_with=busy.get(name),
         )
     return ClusterView(

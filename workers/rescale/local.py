@@ -69,6 +69,9 @@ def cluster_view(pipeline_dir: Path) -> ClusterView:
             else tuple(info.get("parallel_units", [])),
             mapping=placement.mapping if placement else (),
             vnode_load=load,
+            vnode_records={
+                int(v): n for v, n in last.get("records_per_vnode", {}).get(name, {}).items()
+            },
             busy_with=busy.get(name),
         )
     pu_worker = {pu: worker for worker, pus in topology["workers"].items() for pu in pus}

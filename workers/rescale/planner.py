@@ -233,7 +233,10 @@ def split_steps(moves: list[Move], granularity: Granularity, first_step: int = 1
     groups: dict[tuple[str, int, int], list[Move]] = defaultdict(list)
     for move in moves:
         groups[move.fragment, move.source_pu, move.target_pu].append(move)
-    per_group = [_chunks(groups[pair], granularity) for pair in sorted(groups)]
+    # ordered by load (``order_by_load``), the pairs go in the order of their first move, the
+    # hottest's (or the coldest's) first; otherwise by pair
+    pairs = list(groups) if granularity.hot_vnodes is not None else sorted(groups)
+    per_group = [_chunks(groups[pair], granularity) for pair in pairs]
     batches: list[list[Move]] = []
     # round i takes the i-th chunk of every group that has one; a group leaves the rounds when
     # it runs out (each chunk visited once, however uneven the groups)
@@ -261,6 +264,24 @@ def split_steps(moves: list[Move], granularity: Granularity, first_step: int = 1
             steps.append(_step(number, batch))
         number += 1
     return steps
+
+
+def order_by_load(
+    moves: list[Move], fragments: dict[str, FragmentView], hot_vnodes: str | None
+) -> list[Move]:
+    """The moves by their vnodes' load (``Granularity.hot_vnodes``): records per epoch as the
+    stream measured them, then keys, then bytes; ``"first"`` the hottest first, ``"last"`` the
+    hottest last, None as given (the placement's order, by vnode). Ties keep the given order."""
+    if hot_vnodes is None:
+        return moves
+
+    def load(move: Move) -> tuple[float, int, int]:
+        records = fragments[move.fragment].vnode_records.get(move.vnode, 0.0)
+        return (records, move.keys, move.bytes)
+
+    if hot_vnodes == "first":
+        return sorted(moves, key=lambda m: tuple(-x for x in load(m)))
+    return sorted(moves, key=load)
 
 
 def _key_range_cuts(moves: list[Move], granularity: Granularity) -> dict[tuple[str, int], int]:
@@ -363,6 +384,7 @@ def _plan_request(
         for name, change in request.changes.items()
     }
     moves = [m for plan in fragments.values() for m in plan.moves]
+    moves = order_by_load(moves, cluster.fragments, request.granularity.hot_vnodes)
     steps = split_steps(moves, request.granularity)
     estimate = estimate_seconds(
         steps, request.granularity, bytes_per_s=bytes_per_s, epoch_s=epoch_s

@@ -27,6 +27,8 @@ class FragmentView:
     mapping: tuple[int, ...] = ()  # vnode -> PU
     vnode_load: dict[int, tuple[int, int]] = field(default_factory=dict)  # vnode -> (keys, bytes)
     busy_with: str | None = None  # the id of the operation in progress on it
+    # vnode -> records per epoch as the stream measured them (``workers.vnode_load``)
+    vnode_records: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

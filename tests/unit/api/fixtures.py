@@ -116,9 +116,10 @@ def request_body(**change: Any) -> dict[str, Any]:
     return {"changes": {FRAGMENT: change}, "granularity": {"vnodes_per_step": 2}}
 
 
-def skew_the_load(vnodes: int = 16) -> None:
+def skew_the_load(vnodes: int = 16, records: dict[int, float] | None = None) -> None:
     """A new epoch whose per-vnode load differs from what a plan made before it saw (the mapping
-    does not move): vnode v holds 1000 * (v + 1) keys of 50,000 * (v + 1) bytes."""
+    does not move): vnode v holds 1000 * (v + 1) keys of 50,000 * (v + 1) bytes, and receives
+    ``records`` per epoch (the stream's measure)."""
     cluster_services.epoch_record(
         report=EpochReport(
             pipeline=PIPELINE,
@@ -131,5 +132,6 @@ def skew_the_load(vnodes: int = 16) -> None:
             per_pu=[PuLoad(FRAGMENT, pu, rows=5, keys=1, bytes=1) for pu in (0, 1)],
             per_vnode={FRAGMENT: {v: (1000 * (v + 1), 50_000 * (v + 1)) for v in range(vnodes)}},
             mapping_versions={FRAGMENT: 1},
+            records_per_vnode={FRAGMENT: records or {}},
         )
     )

@@ -326,3 +326,31 @@ def test_a_key_cap_cuts_hot_vnodes_into_key_ranges_shown_by_the_dry_run_and_the_
     html = page.get(f"/operations/{op['operation_id']}/").content.decode()
     assert f"{len(hot)} hot vnodes cut by key: 0 of {len(cut)} key ranges moved" in html
     assert f"{hot[0]}, key range 1/{rows[0]['key_range_count']}" in html
+
+
+def test_hot_vnodes_first_moves_the_vnodes_the_stream_measured_hottest_first(
+    operator_client: APIClient, cluster: Pipeline
+) -> None:
+    """The runner's measured records per epoch reach the planner through ``Fragment.vnode_load``
+    (keys grow with the vnode here, records do not: the order follows the records)."""
+    records = {3: 700.0, 8: 900.0, 14: 5.0}
+    skew_the_load(records=records)
+    stored = Fragment.objects.get(name=FRAGMENT).vnode_load
+    assert stored["8"] == [9000, 450_000, 900.0] and stored["0"] == [1000, 50_000, 0.0]
+    body = {
+        "changes": {FRAGMENT: {"added_parallel_units": [2, 3]}},
+        "granularity": {"vnodes_per_step": 1, "steps_in_flight": 2, "hot_vnodes": "first"},
+    }
+    shown = dry_run(operator_client, body)
+    assert shown["granularity"]["hot_vnodes"] == "first"
+    response = start(operator_client, body, shown["plan_id"])
+    assert response.status_code == 202, response.content
+    op = response.json()
+    order = [s["vnodes"][0] for s in op["steps"]]
+    moved = set(order)
+    measured = [v for v in sorted(records, key=records.__getitem__, reverse=True) if v in moved]
+    assert measured and order[0] == measured[0]
+    assert op["granularity"]["hot_vnodes"] == "first"
+    body["granularity"]["hot_vnodes"] = "hottest"
+    refused = operator_client.post(URL, {**body, "dry_run": True}, format="json")
+    assert refused.status_code == 400 and "hot_vnodes" in refused.json()["detail"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -161,6 +162,9 @@ def test_partial_rows_fold_to_the_records_state_and_outputs(
     assert _by_key(folded_out) == _by_key(plain_out), "the same outputs, with the key's last seq"
     assert folded_stat["records"] == plain_stat["records"] == records.num_rows
     assert folded_stat["source_rows"] == plain_stat["source_rows"]
+    # the vnodes' measured load (the planner's hot vnodes): records, however they arrived
+    per_vnode = Counter(str(v) for v in records["vnode"].to_pylist())
+    assert folded_stat["vnode_records"] == plain_stat["vnode_records"] == dict(per_vnode)
 
 
 def test_held_partial_rows_replay_with_the_records_of_a_later_epoch(tmp_path: Path) -> None:
@@ -187,6 +191,8 @@ def test_held_partial_rows_replay_with_the_records_of_a_later_epoch(tmp_path: Pa
     in_transit = sum(1 for k in keys[:120] if vnode_of(k, VNODES) == moving)
     assert stat["held"] == {str(moving): in_transit}, "held counts are records, not partial rows"
     assert stat["records"] == 120 - in_transit
+    # a vnode in transit still receives its records: its load counts the held ones
+    assert stat["vnode_records"] == dict(Counter(str(vnode_of(k, VNODES)) for k in keys[:120]))
     replay = SlotActions(replay_files=(str(hold),), replay_vnodes=(moving,))
     _, stat = _run(_spec(root, op, 1, replay), second)  # record rows meet held partial rows
     assert stat["records"] == 80 + in_transit

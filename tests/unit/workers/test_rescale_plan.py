@@ -272,3 +272,69 @@ def test_an_absurd_cap_cuts_the_hottest_vnodes_first_within_a_bound() -> None:
     whole = [s.vnodes[0] for s in steps if s.key_range is None]
     assert whole and min(load[v][0] for v in cut) > max(load[v][0] for v in whole), "hottest"
     assert sorted(v for s in steps for v in s.completes_vnodes) == sorted(m.vnode for m in moves)
+
+
+def _hot_cluster(records: dict[int, float]) -> tuple[ClusterView, dict[int, tuple[int, int]]]:
+    """16 vnodes on PUs 0 and 1 (two PUs added), keys growing with the vnode, and the measured
+    records per epoch given: the order by load must follow the records, not the keys."""
+    load = {v: (100 + v, 1000 + v) for v in range(16)}
+    p = VnodeMapping.initial("f", 16, [0, 1])
+    frag = FragmentView("f", True, p.parallel_units, p.mapping, load, vnode_records=records)
+    return _cluster(frag), load
+
+
+@pytest.mark.parametrize("order", ["first", "last"])
+def test_hot_vnodes_orders_the_steps_by_measured_records_then_keys(order: str) -> None:
+    records = {3: 900.0, 12: 500.0, 6: 40.0}  # the rest measured nothing: ordered by keys
+    cluster, load = _hot_cluster(records)
+    body = {
+        "changes": {"f": {"added_parallel_units": [2, 3]}},
+        "granularity": {"vnodes_per_step": 1, "steps_in_flight": 2, "hot_vnodes": order},
+    }
+    plan = plan_request(OperationRequest.parse(body), cluster)
+    moved = [s.vnodes[0] for s in plan.steps]
+    assert sorted(moved) == sorted(m.vnode for m in plan.fragments["f"].moves)
+
+    def weight(v: int) -> tuple[float, int]:
+        return (records.get(v, 0.0), load[v][0])
+
+    hot = sorted(moved, key=weight, reverse=True)
+    if order == "last":
+        hot = hot[::-1]
+    # steps alternate between the (source, target) pairs, round by round, each pair's moves in
+    # load order, and the pairs in the order of their first move: the first step is the
+    # hottest (coldest) of all, and within a pair the order is exactly the load's
+    assert moved[0] == hot[0]
+    for pair in {(s.source_pu, s.target_pu) for s in plan.steps}:
+        mine = [s.vnodes[0] for s in plan.steps if (s.source_pu, s.target_pu) == pair]
+        assert mine == [v for v in hot if v in mine]
+    # the same request without the order: the placement's (by pair, then by vnode)
+    del body["granularity"]["hot_vnodes"]  # type: ignore[attr-defined]
+    plain = [s.vnodes[0] for s in plan_request(OperationRequest.parse(body), cluster).steps]
+    assert sorted(plain) == sorted(moved) and plain != moved
+
+
+def test_hot_vnodes_first_cuts_hot_vnodes_into_ranges_kept_in_order() -> None:
+    records = {v: float(v) for v in range(16)}
+    cluster, _ = _hot_cluster(records)
+    body = {
+        "changes": {"f": {"added_parallel_units": [2, 3]}},
+        "granularity": {"max_keys_per_step": 60, "hot_vnodes": "first"},
+    }
+    steps = plan_request(OperationRequest.parse(body), cluster).steps
+    assert all(s.key_range is not None and s.key_range.count == 2 for s in steps)
+    for first, second in zip(steps[::2], steps[1::2], strict=True):  # a vnode's ranges in order
+        assert first.vnodes == second.vnodes
+        assert (first.key_range.index, second.key_range.index) == (0, 1)  # type: ignore[union-attr]
+    order = [s.vnodes[0] for s in steps[::2]]
+    assert records[order[0]] == max(records[v] for v in order)
+
+
+@pytest.mark.parametrize("value", ["hottest", "", 1, True, ["first"], {"first": 1}])
+def test_an_unknown_hot_vnodes_order_is_refused(value: object) -> None:
+    body = {"changes": {"f": {"added_parallel_units": [1]}}, "granularity": {"hot_vnodes": value}}
+    with pytest.raises(errors.MalformedRequest, match="hot_vnodes must be one of"):
+        OperationRequest.parse(body)
+    for ok in ("first", "last", None):
+        body["granularity"] = {"hot_vnodes": ok}
+        assert OperationRequest.parse(body).granularity.hot_vnodes == ok

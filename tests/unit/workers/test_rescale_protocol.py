@@ -67,7 +67,13 @@ def make_plan(sim: SimRunner, change: str, request_extra: dict[str, Any]):
         worker_alive={"w": True},
         fragments={
             FRAGMENT: FragmentView(
-                FRAGMENT, True, placement.parallel_units, placement.mapping, load
+                FRAGMENT,
+                True,
+                placement.parallel_units,
+                placement.mapping,
+                load,
+                # a measured load in neither the vnodes' nor their keys' order
+                vnode_records={v: float(k * (v * 7 % 5 + 1)) for v, (k, _) in load.items()},
             )
         },
     )
@@ -241,10 +247,16 @@ ACTIONS = st.sampled_from(
     in_flight=st.integers(1, 4),
     # a cap below a vnode's keys (about 7 here) cuts it into key ranges
     max_keys=st.none() | st.integers(2, 8),
+    hot_vnodes=st.sampled_from([None, "first", "last"]),
     script=st.lists(ACTIONS, max_size=30),
 )
 def test_any_interleaving_keeps_every_invariant(
-    change: str, vnodes_per_step: int, in_flight: int, max_keys: int | None, script: list[str]
+    change: str,
+    vnodes_per_step: int,
+    in_flight: int,
+    max_keys: int | None,
+    hot_vnodes: str | None,
+    script: list[str],
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix="rescale-model-"))
     try:
@@ -255,6 +267,7 @@ def test_any_interleaving_keeps_every_invariant(
             "vnodes_per_step": vnodes_per_step,
             "steps_in_flight": in_flight,
             "max_keys_per_step": max_keys,
+            "hot_vnodes": hot_vnodes,  # the steps in any order the planner issues them
         }
         plan = make_plan(h.sim, change, {"granularity": granularity})
         orch = Orchestrator(Channel(h.sim), "op1", plan)

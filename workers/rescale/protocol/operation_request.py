@@ -52,6 +52,8 @@ GRANULARITY_TYPES: dict[str, type | tuple[type, ...]] = {
     "steps_in_flight": int,
     "bytes_per_second": (int, float),
 }
+# the order of a live operation's steps by the vnodes' measured load (``Granularity.hot_vnodes``)
+HOT_VNODES_ORDERS = ("first", "last")
 # a PU number is stored in an integer column (``ParallelUnit.number``): the parser refuses what
 # the database could not compare, rather than letting the query fail
 PARALLEL_UNIT_MAX = (1 << 31) - 1
@@ -68,6 +70,9 @@ class Granularity:
 
     ``vnodes_per_step`` 1 is *fluid*: flat latency, longest total time; a step as large as the
     whole move is *all at once*: fastest, with a spike. Keys and bytes caps cut a step earlier.
+    ``hot_vnodes`` orders the moves by the vnodes' measured load (records per epoch, then keys
+    and bytes): ``"first"`` moves the hottest first, ``"last"`` last; None keeps the placement's
+    order (by vnode).
     """
 
     vnodes_per_step: int = 1
@@ -75,8 +80,14 @@ class Granularity:
     max_bytes_per_step: int | None = None
     steps_in_flight: int = 1
     bytes_per_second: float | None = None
+    hot_vnodes: str | None = None
 
     def __post_init__(self) -> None:
+        if self.hot_vnodes is not None and self.hot_vnodes not in HOT_VNODES_ORDERS:
+            raise errors.MalformedRequest(
+                f"granularity.hot_vnodes must be one of {list(HOT_VNODES_ORDERS)} or null, "
+                f"not {self.hot_vnodes!r}"
+            )
         for name, least in GRANULARITY_MINIMUMS.items():
             value = getattr(self, name)
             if value is None and name in GRANULARITY_OPTIONAL:
@@ -103,14 +114,15 @@ class Granularity:
             return PRESETS[data]
         if not isinstance(data, dict):
             raise errors.MalformedRequest("granularity must be an object or a preset name")
-        unknown = set(data) - set(GRANULARITY_TYPES)
+        allowed = {*GRANULARITY_TYPES, "hot_vnodes"}
+        unknown = set(data) - allowed
         if unknown:
             raise errors.MalformedRequest(
-                f"unknown granularity field(s) {sorted(unknown)}; allowed: {sorted(GRANULARITY_TYPES)}"
+                f"unknown granularity field(s) {sorted(unknown)}; allowed: {sorted(allowed)}"
             )
         for name, value in data.items():
-            if value is None and name in GRANULARITY_OPTIONAL:
-                continue
+            if name == "hot_vnodes" or (value is None and name in GRANULARITY_OPTIONAL):
+                continue  # hot_vnodes: checked by the constructor, a str or None
             if isinstance(value, bool) or not isinstance(value, GRANULARITY_TYPES[name]):
                 raise errors.MalformedRequest(f"granularity.{name} must be a number, not {value!r}")
         return cls(**data)
