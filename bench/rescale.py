@@ -12,9 +12,11 @@ worker, store or disk cache is shared between strategies):
   keys by default): each vnode moves key range by key range, only the range in flight held
   (not among the defaults; its goal compares its hottest vnode's held records per epoch with
   fluid's in the same round);
-* ``fluid_hot_first``, ``fluid_hot_last`` — fluid with its steps ordered by the vnodes'
-  measured load (``granularity.hot_vnodes``: the hottest first, or last; not among the
-  defaults: Meces' question, which order keeps latency lower, is theirs to answer);
+* ``fluid_hot_first``, ``fluid_hot_last``, ``fluid_by_vnode`` and the same of ``batched`` —
+  fluid or batched with the steps ordered by the vnodes' measured load
+  (``granularity.hot_vnodes``: the hottest first, as plain fluid and batched do by default,
+  or last) or by vnode (null); not among the defaults: they answer Meces' question, which order
+  keeps latency lower;
 * ``batched``     — live, ``--batch-vnodes`` vnodes per step, ``--batched-in-flight`` in flight;
 * ``all_at_once`` — live, every vnode of a (source, target) pair in one step, all in flight;
 * ``stop_start``  — the runner drains at a barrier, snapshots into recovery partitions and
@@ -72,7 +74,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python bench/rescale.py` from anywhere
@@ -88,7 +90,14 @@ PIPELINE = "wordcount"
 # the same records and counts with 1 KB states (--value-bytes): bench.processors.PaddedCount
 PADDED_PIPELINE = "bench.processors:build_padded"
 
-LIVE = ("fluid", "fluid_cut", "fluid_hot_first", "fluid_hot_last", "batched", "all_at_once")
+# fluid and batched with their steps in each order of granularity.hot_vnodes: the hottest
+# vnodes first (the default, as plain fluid and batched), last, or by vnode (null)
+HOT_ORDERED: dict[str, tuple[str, str | None]] = {
+    f"{base}_{name}": (base, order)
+    for base in ("fluid", "batched")
+    for name, order in (("hot_first", "first"), ("hot_last", "last"), ("by_vnode", None))
+}
+LIVE = ("fluid", "fluid_cut", "batched", "all_at_once", *HOT_ORDERED)
 RUNNER_STRATEGIES = (*LIVE, "stop_start")
 SPARK_STRATEGIES = ("spark_tws", "spark_native")
 STRATEGIES = (*RUNNER_STRATEGIES, *SPARK_STRATEGIES)
@@ -99,8 +108,10 @@ DEFAULT_STRATEGIES = ("fluid", "batched", "all_at_once", "stop_start", "spark_na
 LABELS = {
     "fluid": "fluid (live)",
     "fluid_cut": "fluid, key-capped (live)",
-    "fluid_hot_first": "fluid, hottest first (live)",
-    "fluid_hot_last": "fluid, hottest last (live)",
+    **{
+        name: f"{base}, {f'hottest {order}' if order else 'by vnode'} (live)"
+        for name, (base, order) in HOT_ORDERED.items()
+    },
     "batched": "batched (live)",
     "all_at_once": "all-at-once (live)",
     "stop_start": "stop-start",
@@ -155,12 +166,9 @@ class Params:
     def granularity(self, strategy: str) -> dict[str, Any] | str:
         if strategy == "fluid":
             return {"vnodes_per_step": 1, "steps_in_flight": self.fluid_in_flight}
-        if strategy in ("fluid_hot_first", "fluid_hot_last"):
-            return {
-                "vnodes_per_step": 1,
-                "steps_in_flight": self.fluid_in_flight,
-                "hot_vnodes": strategy.removeprefix("fluid_hot_"),
-            }
+        if strategy in HOT_ORDERED:
+            base, order = HOT_ORDERED[strategy]
+            return {**cast(dict[str, Any], self.granularity(base)), "hot_vnodes": order}
         if strategy == "fluid_cut":
             return {
                 "vnodes_per_step": 1,

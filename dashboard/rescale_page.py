@@ -13,7 +13,8 @@ from django import forms
 from dashboard.api.errors import field_of
 from dashboard.format import count, size, vnode_ranges
 from workers.rescale.errors import RescaleError
-from workers.rescale.protocol import REASON_MAX_CHARS
+from workers.rescale.protocol import PRESETS as GRANULARITY_PRESETS
+from workers.rescale.protocol import REASON_MAX_CHARS, Granularity
 
 PRESETS = (
     ("fluid", "fluid — one vnode per step: flattest latency, longest"),
@@ -27,6 +28,12 @@ CUSTOM = (
     "max_keys_per_step",
     "max_bytes_per_step",
     "bytes_per_second",
+)
+# ``granularity.hot_vnodes``: the order of the moves by the vnodes' measured load ("" is null)
+HOT_VNODES = (
+    ("first", "hottest vnodes first — their load leaves its PU soonest"),
+    ("last", "hottest vnodes last"),
+    ("", "by vnode number"),
 )
 # the API's field of a refusal -> the form's field that shows it
 FORM_FIELD = {
@@ -65,6 +72,13 @@ class RescaleForm(forms.Form):
         widget=forms.RadioSelect,
     )
     preset = forms.ChoiceField(label="Granularity (live)", choices=PRESETS, initial="batched")
+    hot_vnodes = forms.ChoiceField(
+        label="Order of moves",
+        choices=HOT_VNODES,
+        initial=Granularity().hot_vnodes,
+        required=False,
+        help_text="By each vnode's records per epoch, as the stream measured them.",
+    )
     vnodes_per_step = forms.IntegerField(label="vnodes per step", required=False, initial=4)
     steps_in_flight = forms.IntegerField(label="steps in flight", required=False, initial=2)
     max_keys_per_step = forms.IntegerField(label="max keys per step", required=False)
@@ -134,6 +148,11 @@ class RescaleForm(forms.Form):
         granularity: Any = data["preset"]
         if granularity == "custom":
             granularity = {k: data[k] for k in CUSTOM if data.get(k) is not None}
+        order = data.get("hot_vnodes") or None
+        if order != Granularity().hot_vnodes:  # a preset is a name: sent as its figures
+            if isinstance(granularity, str):
+                granularity = GRANULARITY_PRESETS[granularity].to_json()
+            granularity["hot_vnodes"] = order
         return {
             "changes": {
                 data["fragment"]: {
@@ -167,6 +186,16 @@ class PlanFragment:
 def _skew(balance: dict[str, Any]) -> str:
     value = balance.get("max_bytes_over_mean")
     return "–" if value is None else f"{value:.2f}"
+
+
+def _order_text(granularity: Any) -> str:
+    """In what order the steps go (``granularity.hot_vnodes``), as the preview says it."""
+    order = granularity.get("hot_vnodes") if isinstance(granularity, dict) else None
+    if order == "first":
+        return ", the hottest vnodes first"
+    if order == "last":
+        return ", the hottest vnodes last"
+    return ", by vnode number"
 
 
 def plan_view(
@@ -217,8 +246,11 @@ def plan_view(
             )
         )
     steps = int(plan.get("steps_total") or 0)
+    live = plan.get("strategy") == "live"
     estimate = (
-        f"{count(steps)} steps" if plan.get("strategy") == "live" else "one barrier (stop-start)"
+        f"{count(steps)} steps{_order_text(plan.get('granularity'))}"
+        if live
+        else "one barrier (stop-start)"
     ) + f"; estimated duration {float(plan.get('estimated_duration_s') or 0):.1f} s."
     return {
         "fragments": fragments,

@@ -84,9 +84,10 @@ GRANULARITY_OBJECT: dict[str, Any] = {
             "type": "string",
             "enum": list(HOT_VNODES_ORDERS),
             "nullable": True,
+            "default": Granularity().hot_vnodes,
             "description": "Order the moves by the vnodes' measured load (records per epoch, "
-            "then keys, then bytes): first, the hottest first; last, the hottest last; null or "
-            "absent, by vnode.",
+            "then keys, then bytes): first (the default), the hottest first; last, the hottest "
+            "last; null, by vnode.",
         },
     },
 }

@@ -142,3 +142,36 @@ def test_the_hot_vnode_is_judged_by_its_held_records_per_epoch_against_the_cap_s
     s_cut = rescale.summarize("fluid_cut", cut, p)
     g = rescale.goals("fluid_cut", s_cut, {"fluid": s_whole})["hot_vnode_held_le_cap_share"]
     assert g["value"] == pytest.approx(0.45) and g["met"] is False
+
+
+def test_the_moving_load_is_timed_by_each_step_s_acquire_weighted_by_its_held_records() -> None:
+    """``load moved, mean s``: each step's records held per epoch (its vnodes' load) weighs the
+    time its acquire epoch committed; half the load had moved when the weights passed half."""
+
+    def step(collect: int, acquire: int | None, held: dict[str, int]) -> dict[str, Any]:
+        per_vnode = {v: {"hold_queue": n} for v, n in held.items()}
+        return {"collect_epoch": collect, "acquire_epoch": acquire, "per_vnode": per_vnode}
+
+    commit = {1: 101.0, 2: 102.0, 3: 103.0, 5: 105.0}
+    steps = [
+        step(1, 2, {"7": 300}),  # 300 records per epoch, moved at 2 s
+        step(2, 5, {"3": 60, "4": 60}),  # held 3 epochs: 40 per epoch, moved at 5 s
+        step(1, 3, {"9": 0}),  # nothing held: no weight
+        step(3, None, {"1": 500}),  # not acquired (returned): not moved
+    ]
+    moved = rescale._load_moved(steps, commit, t0=100.0)
+    assert moved["load_moved_mean_s"] == pytest.approx((300 * 2 + 40 * 5) / 340, abs=1e-3)
+    assert moved["load_half_moved_s"] == 2.0
+    # the hottest last: the same load moves later
+    late = rescale._load_moved([step(1, 5, {"7": 1200}), step(1, 2, {"3": 120})], commit, 100.0)
+    assert late["load_moved_mean_s"] > moved["load_moved_mean_s"]
+    assert rescale._load_moved([], commit, 100.0) == {
+        "load_moved_mean_s": None,
+        "load_half_moved_s": None,
+    }
+
+
+def test_the_hot_orders_are_fluid_and_batched_with_hot_vnodes_set() -> None:
+    assert P.granularity("fluid_hot_last") == {**P.granularity("fluid"), "hot_vnodes": "last"}
+    assert P.granularity("batched_by_vnode") == {**P.granularity("batched"), "hot_vnodes": None}
+    assert rescale.request_body("fluid_hot_first", P)["granularity"]["hot_vnodes"] == "first"

@@ -250,3 +250,36 @@ def test_the_key_finder_answers_on_the_page(signed_in: Client) -> None:
     assert '<input type="hidden" name="metric" value="keys">' in html, "the page's view is kept"
     unknown = signed_in.get("/", {"kf": "nope", "key": "x"}).content.decode()
     assert "unknown_fragment: no fragment &#x27;nope&#x27;" in unknown
+
+
+@pytest.mark.parametrize(
+    ("order", "said", "stored"),
+    [
+        ("first", "the hottest vnodes first", "first"),
+        ("last", "the hottest vnodes last", "last"),
+        ("", "by vnode number", None),
+    ],
+)
+def test_the_rescale_form_orders_the_moves_by_measured_load(
+    signed_in: Client, order: str, said: str, stored: str | None
+) -> None:
+    form = {
+        "fragment": "word_count",
+        "target": "4",
+        "strategy": "live",
+        "preset": "batched",
+        "hot_vnodes": order,
+        "reason": "hot keys",
+        "action": "preview",
+    }
+    page = signed_in.post("/rescale/", form).content.decode()
+    assert f"2 steps, {said}; estimated duration" in page
+    plan_id = re.search(r'name="plan_id" value="([0-9a-f]+)"', page)
+    assert plan_id is not None
+    started = signed_in.post(
+        "/rescale/",
+        {**form, "target": "", "add": ["2", "3"], "plan_id": plan_id[1], "action": "start"},
+    )
+    assert started.status_code == 302
+    granularity = RescaleOperation.objects.get().granularity
+    assert granularity["hot_vnodes"] == stored and granularity["vnodes_per_step"] == 8

@@ -247,7 +247,9 @@ class LiveProtocol:
                         seal=tuple(sorted(a.get("seal", []))),
                         unseal=tuple(sorted(a.get("unseal", []))),
                         drop=tuple(sorted(a.get("drop", []))),
-                        ingest=tuple(a.get("ingest", [])),
+                        # by vnode, whatever the steps' order (``hot_vnodes``): a new PU's
+                        # store then appends them (``_replace_vnode``) instead of searching
+                        ingest=tuple(sorted(a.get("ingest", []))),
                         replay_files=tuple(dict.fromkeys(a.get("replay_files", []))),
                         replay_vnodes=tuple(sorted(a.get("replay_vnodes", []))),
                         hold_path=a.get("hold_path"),

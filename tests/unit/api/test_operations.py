@@ -299,10 +299,13 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     viewer_client: APIClient, operations: list[RescaleOperation]
 ) -> None:
     op = operations[2]
+    moving = RescaleStep.objects.get(operation=op, step=1).vnodes[0]  # the hottest: most bytes
     RescaleStep.objects.filter(operation=op, step=1).update(
         phase="collecting",
         hold_queue=7,
-        per_vnode={"8": {"keys": 10, "bytes": 108, "hold_queue": 7, "hold_bytes": 350}},
+        per_vnode={
+            str(moving): {"keys": 10, "bytes": 100 + moving, "hold_queue": 7, "hold_bytes": 350}
+        },
     )
     audit_record(actor_name="runner", action="step.collecting",
                  obj=("step", f"{op.operation_id}/1"))  # fmt: skip
@@ -315,9 +318,9 @@ def test_detail_has_plan_steps_vnode_phases_counters_and_events(
     assert data["plan"]["fragments"]["word_count"]["kind"] == "scale_in"
     assert data["steps"][0]["phase"] == "collecting" and data["steps"][0]["hold_queue"] == 7
     vnodes = {v["vnode"]: v for v in data["vnodes"]}
-    assert vnodes[8] == {
-        "fragment": "word_count", "vnode": 8, "step": 1, "routing": "hold_queue", "keys": 10,
-        "bytes": 108, "hold_queue": 7, "hold_bytes": 350, "key_range_index": None,
+    assert vnodes[moving] == {
+        "fragment": "word_count", "vnode": moving, "step": 1, "routing": "hold_queue", "keys": 10,
+        "bytes": 100 + moving, "hold_queue": 7, "hold_bytes": 350, "key_range_index": None,
         "key_range_count": None,
     }  # fmt: skip
     assert (data["steps"][0]["source_pu"], data["steps"][0]["target_pu"]) == (1, 0)

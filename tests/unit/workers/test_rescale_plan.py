@@ -308,10 +308,18 @@ def test_hot_vnodes_orders_the_steps_by_measured_records_then_keys(order: str) -
     for pair in {(s.source_pu, s.target_pu) for s in plan.steps}:
         mine = [s.vnodes[0] for s in plan.steps if (s.source_pu, s.target_pu) == pair]
         assert mine == [v for v in hot if v in mine]
-    # the same request without the order: the placement's (by pair, then by vnode)
+    # hot_vnodes null: the placement's order (each pair's moves by vnode)
+    body["granularity"]["hot_vnodes"] = None  # type: ignore[index]
+    plain = plan_request(OperationRequest.parse(body), cluster).steps
+    assert sorted(s.vnodes[0] for s in plain) == sorted(moved)
+    assert [s.vnodes[0] for s in plain] != moved
+    for pair in {(s.source_pu, s.target_pu) for s in plain}:
+        mine = [s.vnodes[0] for s in plain if (s.source_pu, s.target_pu) == pair]
+        assert mine == sorted(mine)
+    # absent: the hottest first, the default
     del body["granularity"]["hot_vnodes"]  # type: ignore[attr-defined]
-    plain = [s.vnodes[0] for s in plan_request(OperationRequest.parse(body), cluster).steps]
-    assert sorted(plain) == sorted(moved) and plain != moved
+    default = [s.vnodes[0] for s in plan_request(OperationRequest.parse(body), cluster).steps]
+    assert (default == moved) == (order == "first")
 
 
 def test_hot_vnodes_first_cuts_hot_vnodes_into_ranges_kept_in_order() -> None:

@@ -156,7 +156,10 @@ def old_split_steps(
     groups: dict[tuple[str, int, int], list[Move]] = defaultdict(list)
     for move in moves:
         groups[(move.fragment, move.source_pu, move.target_pu)].append(move)
-    per_group = [old_chunks(group, granularity) for _, group in sorted(groups.items())]
+    # steps ordered by load (hot_vnodes): the moves come in that order, and the pairs go in the
+    # order of their first move
+    pairs = list(groups.items()) if granularity.hot_vnodes is not None else sorted(groups.items())
+    per_group = [old_chunks(group, granularity) for _, group in pairs]
     # which vnodes are cut: those over a cap, hottest first, while the ranges added stay within
     # max(moves, MAX_KEY_RANGES); at most MAX_KEY_RANGES ranges each
     wanted = {}
@@ -206,6 +209,17 @@ def old_split_steps(
     return ordered
 
 
+def old_order(moves: list[Move], views: dict[str, FragmentView], hot: str | None) -> list[Move]:
+    """The moves by measured records per epoch, then keys, then bytes (stable)."""
+    if hot is None:
+        return moves
+    return sorted(
+        moves,
+        key=lambda m: (views[m.fragment].vnode_records.get(m.vnode, 0.0), m.keys, m.bytes),
+        reverse=hot == "first",
+    )
+
+
 # -- random inputs ----------------------------------------------------------------------------------
 @st.composite
 def cases(draw: st.DrawFn, max_units: int = 10, max_vnodes: int = 160) -> dict:
@@ -233,6 +247,7 @@ def cases(draw: st.DrawFn, max_units: int = 10, max_vnodes: int = 160) -> dict:
         max_keys_per_step=draw(st.none() | st.integers(1, 3000)),
         max_bytes_per_step=draw(st.none() | st.integers(1, 2 * 10**6)),
         steps_in_flight=draw(st.integers(1, 4)),
+        hot_vnodes=draw(st.sampled_from([None, "first", "last"])),
     )
     return {
         "view": FragmentView("f", True, tuple(sorted(units)), mapping, load),
@@ -279,8 +294,11 @@ def test_a_whole_request_plans_as_before_at_two_fragments() -> None:
     put together the same way."""
     units = tuple(range(16))
     load = {v: (v % 7, (v * 7919) % 1000) for v in range(512)}
+    records = {v: float(v * 31 % 11) for v in range(0, 512, 3)}  # ties, gaps, unmeasured ones
     fragments = {
-        name: FragmentView(name, True, units, tuple(v * 16 // 512 for v in range(512)), load)
+        name: FragmentView(
+            name, True, units, tuple(v * 16 // 512 for v in range(512)), load, None, records
+        )
         for name in ("a", "b")
     }
     cluster = ClusterView(
@@ -289,13 +307,16 @@ def test_a_whole_request_plans_as_before_at_two_fragments() -> None:
         fragments=fragments,
         worker_status={"w5": "cordoned"},
     )
-    for weighted in (False, True):
+    for weighted, hot in ((False, None), (True, None), (False, "first"), (True, "last")):
+        granularity = Granularity(
+            vnodes_per_step=3, max_keys_per_step=10, steps_in_flight=4, hot_vnodes=hot
+        )
         request = OperationRequest(
             {
                 "a": FragmentChange(tuple(range(16, 32))),
                 "b": FragmentChange((16, 17), (0, 1, 2)),
             },
-            granularity=Granularity(vnodes_per_step=3, max_keys_per_step=10, steps_in_flight=4),
+            granularity=granularity,
             weighted=weighted,
         )
         plan = plan_request(request, cluster)
@@ -305,7 +326,7 @@ def test_a_whole_request_plans_as_before_at_two_fragments() -> None:
             for name, change in request.changes.items()
         }
         assert plan.fragments == expected
-        moves = [m for f in expected.values() for m in f.moves]
+        moves = old_order([m for f in expected.values() for m in f.moves], fragments, hot)
         steps = old_split_steps(moves, request.granularity)
         assert list(plan.steps) == steps
         assert plan.estimate_s == estimate_seconds(steps, request.granularity)
