@@ -71,9 +71,9 @@ class Granularity:
     ``vnodes_per_step`` 1 is *fluid*: flat latency, longest total time; a step as large as the
     whole move is *all at once*: fastest, with a spike. Keys and bytes caps cut a step earlier.
     ``hot_vnodes`` orders the moves by the vnodes' measured load (records per epoch, then keys
-    and bytes): ``"first"`` (the default: the moving load reaches its new PUs soonest, at no
-    cost in latency measured, ``bench/results/rescale_hot_order*.json``) moves the hottest
-    first, ``"last"`` last; None keeps the placement's order (by vnode).
+    and bytes): ``"first"`` (the default: the moving load reaches its new PUs soonest, and no
+    order was measurably kinder to the keys that stay, ``bench/results/rescale_hot_order*``)
+    moves the hottest first, ``"last"`` last; None keeps the placement's order (by vnode).
     """
 
     vnodes_per_step: int = 1
