@@ -42,6 +42,7 @@ from workers.state import (
     VnodeExport,
     VnodeStats,
     apply_stats_delta,
+    binary_array,
     check_epoch,
     check_vnodes,
     forget_range_seals,
@@ -260,7 +261,7 @@ class LmdbStore(StateStore):
         with e.txn(db=e.dbs["entries"]) as txn:
             cursor = txn.cursor()
             if not cursor.set_range(start):
-                return pa.array([], pa.binary()), pa.array([], pa.binary())
+                return binary_array([]), binary_array([])
             # the cursor's own iterator, in C, for exactly the rows wanted: no Python step per
             # row (one key more, to show the vnode ends where its stats say)
             found = list(itertools.islice(cursor.iternext(values=False), keys + 1))
@@ -269,7 +270,7 @@ class LmdbStore(StateStore):
             cursor = txn.cursor()
             cursor.set_range(start)
             values = list(itertools.islice(cursor.iternext(keys=False), len(found[:keys])))
-            return pa.array(found[:keys], pa.binary()), pa.array(values, pa.binary())
+            return binary_array(found[:keys]), binary_array(values)
 
     def vnode_stats(self) -> dict[int, VnodeStats]:
         e = self._env()

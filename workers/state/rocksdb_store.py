@@ -52,6 +52,7 @@ from workers.state import (
     VnodeExport,
     VnodeStats,
     apply_stats_delta,
+    binary_array,
     check_epoch,
     check_vnodes,
     forget_range_seals,
@@ -232,7 +233,7 @@ class RocksStore(StateStore):
         found, values = columns
         if len(found) > keys:
             raise StateStoreError(f"{self.path}: vnode {vnode} holds more than {keys} keys")
-        return pa.array(found, pa.binary()), pa.array(values, pa.binary())
+        return binary_array(found), binary_array(values)
 
     def vnode_stats(self) -> dict[int, VnodeStats]:
         return {
