@@ -526,10 +526,11 @@ def run_task(
     event_ms = [max_event_ms(t, spec.event_time) for t in arrived]
 
     n_records = partials.records_in(records)
-    # the vnodes' load, records per vnode as they arrived here (the planner's "hot vnodes")
-    vnode_records: dict[str, int] = {}
-    for t in arrived:
-        for vnode, n in partials.records_per_vnode(t).items():
+    # the vnodes' load, records per vnode as they arrived here (the planner's "hot vnodes"):
+    # the applied ones counted here, the held ones already by _write_held
+    vnode_records = dict(held_counts)
+    if records is not None and records.num_rows:
+        for vnode, n in partials.records_per_vnode(records).items():
             vnode_records[str(vnode)] = vnode_records.get(str(vnode), 0) + n
     store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
     try:

@@ -279,9 +279,8 @@ def order_by_load(
         records = fragments[move.fragment].vnode_records.get(move.vnode, 0.0)
         return (records, move.keys, move.bytes)
 
-    if hot_vnodes == "first":
-        return sorted(moves, key=lambda m: tuple(-x for x in load(m)))
-    return sorted(moves, key=load)
+    # a reversed sort is still stable: ties keep the given order either way
+    return sorted(moves, key=load, reverse=hot_vnodes == "first")
 
 
 def _key_range_cuts(moves: list[Move], granularity: Granularity) -> dict[tuple[str, int], int]:
