@@ -3,7 +3,9 @@ same slots: run as a child process (one JVM, ``local[2]``, the runner's own ``bu
 Six background tasks (``run_tasks``, as an export or a snapshot write) of a second each start;
 once two of them run, a job of four half-second tasks is submitted from another thread, as the
 streaming query submits an epoch's. ``python -m tests.integration.workers.scheduling [fifo]``
-prints the tasks as JSON, ordered by when they started: ``[kind, index]`` pairs."""
+prints the tasks as JSON, ordered by when they started: ``[kind, index]`` pairs.
+``python -m tests.integration.workers.scheduling workers`` prints the Python worker processes
+(pids) that ran an epoch-like ``mapInArrow`` job and then background tasks, as JSON."""
 
 from __future__ import annotations
 
@@ -71,5 +73,37 @@ def order(fifo: bool) -> list[list[Any]]:
     return [[kind, index] for kind, index, _ in tasks]
 
 
+def _pids(batches: Any) -> Any:
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([os.getpid()] * batch.num_rows, pa.int64())], names=["pid"]
+        )
+
+
+def _background_pid(_: int) -> int:
+    return os.getpid()
+
+
+def workers() -> dict[str, list[int]]:
+    """The Python processes of an epoch's job (``mapInArrow``, as ``workers.job`` runs a PU's
+    task) and of the background tasks run after it."""
+    from workers.config import RunnerConfig
+    from workers.job import build_spark
+    from workers.spark_tasks import run_tasks
+
+    state = Path(tempfile.mkdtemp())
+    config = RunnerConfig(pipeline="wordcount", spark_ui=False, state_dir=state, sink="files")
+    spark = build_spark(config, "scheduling")
+    epoch = spark.range(0, 4, 1, 2).mapInArrow(_pids, "pid long").collect()
+    background = run_tasks(spark, [0, 1], _background_pid, "background")
+    spark.stop()
+    return {"epoch": sorted({row.pid for row in epoch}), "background": sorted(background)}
+
+
 if __name__ == "__main__":
-    print(json.dumps(order(fifo=sys.argv[1:] == ["fifo"])))
+    if sys.argv[1:] == ["workers"]:
+        print(json.dumps(workers()))
+    else:
+        print(json.dumps(order(fifo=sys.argv[1:] == ["fifo"])))

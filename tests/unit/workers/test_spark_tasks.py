@@ -3,13 +3,15 @@ the work handed to the executors beside them in ``background``."""
 
 from __future__ import annotations
 
+import pickle
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from workers.spark_tasks import BACKGROUND_POOL, POOLS_XML, scheduler_conf
+from workers.spark_tasks import BACKGROUND_POOL, POOLS_XML, _each_task, run_tasks, scheduler_conf
 
 
 def test_the_allocation_file_puts_the_epochs_first(tmp_path: Path) -> None:
@@ -37,3 +39,15 @@ def test_a_state_directory_that_cannot_be_written_takes_the_temporary_one(
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     conf = scheduler_conf(blocked / "pipeline")
     assert Path(conf["spark.scheduler.allocation.file"]) == tmp_path / "tmp" / "fairscheduler.xml"
+
+
+def test_each_task_runs_the_task_its_row_names_and_returns_it_pickled_with_its_index() -> None:
+    run = _each_task(["a", "b", "c"], str.upper)
+    batches = [pa.RecordBatch.from_arrays([pa.array([2, 0], pa.int64())], names=["id"])]
+    (out,) = list(run(iter(batches)))
+    assert out.schema.names == ["result"] and out.schema.field(0).type == pa.binary()
+    assert [pickle.loads(r) for r in out.column(0).to_pylist()] == [(2, "C"), (0, "A")]
+
+
+def test_without_spark_the_tasks_run_here_in_order() -> None:
+    assert run_tasks(None, [1, 2, 3], lambda n: n * 10, "here") == [10, 20, 30]

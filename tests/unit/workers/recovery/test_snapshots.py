@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from workers.layout import store_path
@@ -36,15 +37,24 @@ from workers.state.base import COLUMNAR, Update, encode_key
 VNODES = 64
 
 
-class _Rdd:
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
+class _Frame:
+    """``spark.range(...)`` and the ``mapInArrow`` over it that ``run_tasks`` collects: each
+    row a partition of its own, run here in order."""
 
-    def map(self, fn: Any) -> _Rdd:
-        return _Rdd([fn(i) for i in self.items])
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.rows: list[dict[str, Any]] = []
 
-    def collect(self) -> list[Any]:
-        return self.items
+    def mapInArrow(self, fn: Any, schema: str) -> _Frame:
+        done = _Frame(self.ids)
+        for i in self.ids:
+            batch = pa.RecordBatch.from_arrays([pa.array([i], pa.int64())], names=["id"])
+            for out in fn(iter([batch])):
+                done.rows.extend(out.to_pylist())
+        return done
+
+    def collect(self) -> list[dict[str, Any]]:
+        return self.rows
 
 
 class _Context:
@@ -60,17 +70,18 @@ class _Context:
     def setLocalProperty(self, key: str, value: str | None) -> None:
         self._local[key] = value
 
-    def parallelize(self, items: list[Any], slices: int) -> _Rdd:
-        self.jobs.append((self._description, slices))
-        self.pools.append(self._local.get(POOL_PROPERTY))
-        return _Rdd(list(items))
-
 
 class InProcessSpark:
     """Runs each "task" in this process, in order; records every job's description and size."""
 
     def __init__(self) -> None:
         self.sparkContext = _Context()
+
+    def range(self, start: int, end: int, step: int, slices: int) -> _Frame:
+        context = self.sparkContext
+        context.jobs.append((context._description, slices))
+        context.pools.append(context._local.get(POOL_PROPERTY))
+        return _Frame(list(range(start, end, step)))
 
 
 def _fill(
