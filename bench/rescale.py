@@ -599,6 +599,9 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     else:
         op_lat = [e["duration_s"] for e in during]
     p99 = common.percentile(steady_lat, 99) or 0.0
+    # the steady state at the new size: on a machine whose cores the operation does not add
+    # (this one), more PUs than task slots make every epoch after a scale-out slower
+    after_p50 = common.percentile([e["duration_s"] for e in after], 50) or 0.0
     p50_gap = common.percentile(steady_gaps, 50) or 0.0
     p99_gap = common.percentile(steady_gaps, 99) or 0.0
     longest = max(gaps_during, default=0.0)
@@ -616,7 +619,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         },
         "after": {
             "epochs": len(after),
-            "p50_latency_s": _r(common.percentile([e["duration_s"] for e in after], 50)),
+            "p50_latency_s": _r(after_p50) if after else None,
         },
         "epochs_during": len(during),
         "downtime": {
@@ -639,6 +642,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
             "p99_over_steady_p99": _r((common.percentile(op_lat, 99) or 0) / p99, 2)
             if p99
             else None,
+            "max_over_after_p50": _r(max(op_lat) / after_p50, 2) if op_lat and after_p50 else None,
         },
         "total_s": _r(total_s),
         "operation_window": {"start": t0, "end": t1},
@@ -917,6 +921,7 @@ FIGURES: common.Figures = {
     "steady_p99_gap_s": _read("steady", "p99_gap_s"),
     "non_moving_max_over_steady_p99": _read("non_moving", "max_over_steady_p99"),
     "non_moving_p99_over_steady_p99": _read("non_moving", "p99_over_steady_p99"),
+    "non_moving_max_over_after_p50": _read("non_moving", "max_over_after_p50"),
     "moving_extra_epochs_max": _read("moving", "extra_epochs_max"),
     "moving_extra_s_max": _read("moving", "extra_s_max"),
     "total_s": _read("total_s"),
@@ -966,6 +971,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         "stopped s",
         "non-moving max/p99",
         "non-moving p99/p99",
+        "non-moving max/after p50",
         "moving extra epochs",
         "moving extra s",
         "total s",
@@ -982,7 +988,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     for name, r in results.items():
         h = r["headline"]
         if h["total_s"] is None:  # not one run gave numbers
-            rows.append([LABELS[name], "failed", *[""] * 15, common.first_error(r["runs"])])
+            rows.append([LABELS[name], "failed", *[""] * 16, common.first_error(r["runs"])])
             continue
         rows.append(
             [
@@ -993,6 +999,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 common.fmt_spread(h["stopped_s"], ".2f"),
                 common.fmt_spread(h["non_moving_max_over_steady_p99"], ".2f", "x"),
                 common.fmt_spread(h["non_moving_p99_over_steady_p99"], ".2f", "x"),
+                common.fmt_spread(h["non_moving_max_over_after_p50"], ".2f", "x"),
                 common.fmt_spread(h["moving_extra_epochs_max"], "g"),
                 common.fmt_spread(h["moving_extra_s_max"], ".2f"),
                 common.fmt_spread(h["total_s"], ".1f"),
@@ -1018,7 +1025,9 @@ LEGEND = (
     "repartition + restart; stop-start: its barrier; live: no such phase). non-moving max/p99, "
     "p99/p99: max and p99 latency of the epochs that ran during the operation (the runner's "
     "foreachBatch duration; Spark: the first batch after the restart counted from the last "
-    "commit before the stop) over the steady p99. moving extra epochs/s: max over steps of "
+    "commit before the stop) over the steady p99. non-moving max/after p50: the same max over "
+    "the median epoch after the operation, at the new size (more PUs than this machine's two "
+    "task slots make each epoch after a scale-out slower, whatever the operation did). moving extra epochs/s: max over steps of "
     "acquire_epoch - collect_epoch, and of the commit of the acquire epoch minus the commit of "
     "the collect epoch (stop-start and Spark: every key waits the downtime). total s: request to "
     "completed (Spark: last commit before the stop to the first commit after the restart); "

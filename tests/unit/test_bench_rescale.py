@@ -61,6 +61,20 @@ def test_downtime_is_the_longest_gap_during_the_operation_minus_the_steady_p99_g
     assert s["downtime"]["downtime_s"] == pytest.approx(0.8, abs=0.01)
 
 
+def test_non_moving_latency_is_also_read_against_the_steady_state_at_the_new_size() -> None:
+    # 0.5 s epochs before, 1.5 s during the operation, 0.75 s after it (more PUs than slots)
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.5, 9.0, 10.0, 11.0, 12.0]
+    run = _live_run(commits, before=6, t0=6.1, t1=9.1)
+    for epoch in run["epochs"][6:8]:
+        epoch["duration_s"] = 1.5
+    for epoch in run["epochs"][8:]:
+        epoch["duration_s"] = 0.75
+    s = rescale.summarize("fluid", run, P)
+    assert s["non_moving"]["max_over_steady_p99"] == pytest.approx(3.0)
+    assert s["after"] == {"epochs": 3, "p50_latency_s": 0.75}
+    assert s["non_moving"]["max_over_after_p50"] == pytest.approx(2.0)
+
+
 def test_no_downtime_when_no_gap_exceeds_the_steady_p99_gap() -> None:
     commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
     s = rescale.summarize("fluid", _live_run(commits, before=6, t0=6.5, t1=7.5), P)
