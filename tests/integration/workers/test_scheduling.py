@@ -28,11 +28,6 @@ def child(*args: str) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def order(*args: str) -> list[list[Any]]:
-    """Tasks as they started."""
-    return child(*args)
-
-
 def background_before(tasks: list[list[Any]], which: int) -> int:
     """How many background tasks started before the epoch's task that started ``which``-th."""
     epochs = [i for i, (kind, _) in enumerate(tasks) if kind == "epoch"]
@@ -40,11 +35,11 @@ def background_before(tasks: list[list[Any]], which: int) -> int:
 
 
 def test_an_epoch_s_tasks_take_the_slots_before_the_background_job_s_next_ones() -> None:
-    fair = order()
+    fair = child()  # the tasks, as they started
     assert len(fair) == 10
     # the two background tasks that held the slots when the epoch came, and no other
     assert background_before(fair, -1) == 2, fair
-    fifo = order("fifo")  # the control: Spark's default order makes the epoch wait for all six
+    fifo = child("fifo")  # the control: Spark's default order makes the epoch wait for all six
     assert background_before(fifo, 0) == 6, fifo
 
 
