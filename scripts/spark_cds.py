@@ -1,8 +1,8 @@
 """Build (once) a class-data-sharing archive of the classes a Spark driver loads, and print its path.
 
 The test suite starts a Spark JVM a hundred times or more (every runner, restart and reference
-job), and on two cores a good third of each start is the JVM loading and verifying the same ten
-thousand classes from Spark's jars. JDK 17's dynamic CDS archive keeps them parsed and verified in
+job), and on two cores much of each start is the JVM loading and verifying the same ten thousand
+classes from Spark's jars. JDK 17's dynamic CDS archive keeps them parsed and verified in
 a file the JVM maps at start (``-XX:SharedArchiveFile``): about 10 s off a 34 s runner life here.
 
     python scripts/spark_cds.py JVM_OPTIONS...   # prints var/cds/spark-<key>.jsa, or exits 1
@@ -89,8 +89,7 @@ def dump(archive: Path, jvm_options: list[str]) -> None:
     partial.replace(archive)
 
 
-def main(argv: list[str]) -> int:
-    jvm_options = argv
+def main(jvm_options: list[str]) -> int:
     try:
         archive = CDS_DIR / f"spark-{archive_key(jvm_options)}.jsa"
         if not archive.exists():
