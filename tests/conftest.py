@@ -17,6 +17,27 @@ settings.register_profile(
 settings.load_profile("rescaler")
 
 
+def _cost_class(item: pytest.Item) -> int:
+    """0: starts Spark (a minute or more a test), 1: other real-service tests, 2: unit tests."""
+    path = item.path.as_posix()
+    if "/tests/unit/" in path:
+        return 2
+    if item.get_closest_marker("spark") or "/tests/integration/workers/" in path:
+        return 0
+    return 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest tests first: pytest-xdist (``scripts/test``: ``--dist loadfile
+    --no-loadscope-reorder``) hands files out in this order, so the many short unit-test files
+    come last and fill whichever worker frees up first, instead of a worker waiting alone on a
+    Spark test at the end. A file keeps its tests together, in their order."""
+    by_file: dict[Path, int] = {}
+    for item in items:
+        by_file[item.path] = min(by_file.get(item.path, 2), _cost_class(item))
+    items.sort(key=lambda item: by_file[item.path])
+
+
 @pytest.fixture
 def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Iterator[object]:
     """The real stack's processes for one test (tests/integration/stack.py), all stopped after."""

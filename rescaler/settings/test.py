@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from .base import *
 from .env import env_str, redis_url_with_db
 
@@ -22,8 +24,12 @@ RESCALER_THROTTLE_BAD_TOKENS = None
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Tests use their own Redis database (1 unless TEST_REDIS_URL says otherwise), so a running
-# scripts/dev (database 0) neither consumes test tasks nor sees test websocket events.
-REDIS_URL = env_str("TEST_REDIS_URL", redis_url_with_db(REDIS_URL, 1))
+# scripts/dev (database 0) neither consumes test tasks nor sees test websocket events; under
+# pytest-xdist, worker gwN uses database 1 + N, so that no test sees another's websocket events
+# (pytest-django gives each worker its own test database the same way). The processes a test
+# starts are given its TEST_REDIS_URL.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+REDIS_URL = env_str("TEST_REDIS_URL", redis_url_with_db(REDIS_URL, 1 + int(_XDIST_WORKER[2:])))
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = False  # tests that want eager execution override it
