@@ -221,6 +221,20 @@ class PeakRssSampler:
         self.stop()
 
 
+# -- the machine's CPU ------------------------------------------------------------------------------
+def busy_cpu_s() -> float:
+    """CPU-seconds the machine's cores have spent busy since boot, summed over cores (user, nice,
+    system, interrupts and steal; not idle or I/O wait). A benchmark runs alone, so the change
+    between two readings is its own processes' CPU, the JVM's compiler and collector threads
+    and the Python workers included, which a process-tree reading would miss for workers that
+    ended between the readings."""
+    t = psutil.cpu_times()
+    return float(
+        t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+        + getattr(t, "steal", 0.0)
+    )  # fmt: skip
+
+
 # -- statistics, tables, files -------------------------------------------------------------------
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0..100) with linear interpolation, as numpy's default does."""

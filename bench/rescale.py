@@ -76,6 +76,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as `python bench/rescale.py` from anywhere
     sys.path.insert(0, str(ROOT))
@@ -248,6 +250,8 @@ class EpochLog:
             "end_offset": report.source_offset.get("offset"),
             # the machine may be shared: the load beside each epoch explains outliers
             "load1": round(os.getloadavg()[0], 2),
+            # the machine's busy CPU-seconds so far: the CPU profile of the operation's epochs
+            "busy_cpu_s": round(common.busy_cpu_s(), 3),
         }
         timings = getattr(self.runner, "last_timings", None)
         if timings is not None:  # where the epoch's time went on the driver (the profile)
@@ -565,6 +569,70 @@ def _union_s(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def _cpu_window(epochs: list[dict[str, Any]], span: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Wall time, busy CPU-seconds and rows from the commit before ``span``'s first epoch to its
+    last epoch's commit (``span``: consecutive epochs of ``epochs``)."""
+    first = next(i for i, e in enumerate(epochs) if e["epoch"] == span[0]["epoch"])
+    if first == 0 or any("busy_cpu_s" not in e for e in (epochs[first - 1], *span)):
+        return None
+    start, end = epochs[first - 1], span[-1]
+    wall = end["committed_at"] - start["committed_at"]
+    cpu = end["busy_cpu_s"] - start["busy_cpu_s"]
+    return {"wall_s": wall, "cpu_s": cpu, "rows": sum(e["rows"] for e in span)}
+
+
+def cpu_profile(
+    epochs: list[dict[str, Any]], steady: list[dict[str, Any]], during: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Where the operation's epochs' time went in CPU: the profile behind the latency goals.
+
+    The machine's busy CPU-seconds (``busy_cpu_s``, read at each commit) over the steady epochs
+    give the stream's CPU per row and how many of the cores it keeps busy; over the epochs that
+    ran during the operation, the CPU beyond what the stream needs for their rows is the
+    operation's own (exports, ingests, replays, barriers). An epoch cannot commit sooner after
+    the previous one than its busy CPU-seconds over the cores: ``slowest.cpu_floor_s`` is that
+    bound for the operation's slowest epoch, so a slowest gap close to it was spent computing,
+    not waiting, and only less CPU (or the same spread over more epochs) can shorten it."""
+    cores = psutil.cpu_count() or 1
+    if not steady or not during:
+        return None
+    base, op = _cpu_window(epochs, steady), _cpu_window(epochs, during)
+    if base is None or op is None or not base["rows"] or base["wall_s"] <= 0:
+        return None
+    cpu_per_row, wall_per_row = base["cpu_s"] / base["rows"], base["wall_s"] / base["rows"]
+    gaps = dict((e["epoch"], g) for e, g in _gaps(epochs))
+    slowest = max(during, key=lambda e: gaps.get(e["epoch"], 0.0))
+    one = _cpu_window(epochs, [slowest])
+    out: dict[str, Any] = {
+        "cores": cores,
+        "steady": {
+            "cores_busy": _r(base["cpu_s"] / base["wall_s"], 2),
+            "cpu_s_per_100k_rows": _r(cpu_per_row * 100_000, 3),
+            "wall_s_per_100k_rows": _r(wall_per_row * 100_000, 3),
+        },
+        "during": {
+            "epochs": len(during),
+            "wall_s": _r(op["wall_s"]),
+            "cpu_s": _r(op["cpu_s"]),
+            "rows": op["rows"],
+            "cores_busy": _r(op["cpu_s"] / op["wall_s"], 2) if op["wall_s"] > 0 else None,
+            # beyond what the stream's steady state spends on the same rows
+            "extra_cpu_s": _r(op["cpu_s"] - op["rows"] * cpu_per_row),
+            "extra_wall_s": _r(op["wall_s"] - op["rows"] * wall_per_row),
+        },
+    }
+    if one is not None:
+        out["slowest"] = {
+            "epoch": slowest["epoch"],
+            "gap_s": _r(one["wall_s"]),
+            "cpu_s": _r(one["cpu_s"]),
+            "extra_cpu_s": _r(one["cpu_s"] - one["rows"] * cpu_per_row),
+            "cpu_floor_s": _r(one["cpu_s"] / cores),
+            "cores_busy": _r(one["cpu_s"] / one["wall_s"], 2) if one["wall_s"] > 0 else None,
+        }
+    return out
+
+
 def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
     """Downtime, latency ratios, moving keys' delay, duration and rate of one strategy's run."""
     epochs = sorted(r["epochs"], key=lambda e: e["epoch"])
@@ -647,6 +715,8 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "total_s": _r(total_s),
         "operation_window": {"start": t0, "end": t1},
     }
+    if not spark:
+        out["cpu"] = cpu_profile(epochs, steady, during)
     keys_at_start = before[-1].get("keys") if before else None
     if strategy == "fluid_cut" and keys_at_start:
         # the share of a vnode's keys a key range holds at most, by the cap
@@ -932,6 +1002,11 @@ FIGURES: common.Figures = {
     "mb_per_s_transfer": _read("keys", "mb_per_s_transfer"),
     "hot_vnode_held_per_epoch": _read("moving", "hot_vnode_held_per_epoch"),
     "load_moved_mean_s": _read("moving", "load_moved_mean_s"),
+    "steady_cores_busy": _read("cpu", "steady", "cores_busy"),
+    "during_cores_busy": _read("cpu", "during", "cores_busy"),
+    "extra_cpu_s": _read("cpu", "during", "extra_cpu_s"),
+    "slowest_gap_s": _read("cpu", "slowest", "gap_s"),
+    "slowest_cpu_floor_s": _read("cpu", "slowest", "cpu_floor_s"),
 }
 
 
@@ -982,13 +1057,18 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         "MB/s transfer",
         "hot vnode held/epoch",
         "load moved, mean s",
+        "cores busy steady",
+        "cores busy during",
+        "extra CPU s",
+        "slowest gap s",
+        "its CPU floor s",
         "exact",
     ]
     rows = []
     for name, r in results.items():
         h = r["headline"]
         if h["total_s"] is None:  # not one run gave numbers
-            rows.append([LABELS[name], "failed", *[""] * 16, common.first_error(r["runs"])])
+            rows.append([LABELS[name], "failed", *[""] * 21, common.first_error(r["runs"])])
             continue
         rows.append(
             [
@@ -1010,6 +1090,11 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                 common.fmt_spread(h["mb_per_s_transfer"], ".1f"),
                 common.fmt_spread(h["hot_vnode_held_per_epoch"], ".0f"),
                 common.fmt_spread(h["load_moved_mean_s"], ".1f"),
+                common.fmt_spread(h["steady_cores_busy"], ".2f"),
+                common.fmt_spread(h["during_cores_busy"], ".2f"),
+                common.fmt_spread(h["extra_cpu_s"], ".2f"),
+                common.fmt_spread(h["slowest_gap_s"], ".2f"),
+                common.fmt_spread(h["slowest_cpu_floor_s"], ".2f"),
                 common.exact_cell(r["runs"]),
             ]
         )
@@ -1042,7 +1127,13 @@ LEGEND = (
     "the vnode fluid held most in the same round). load moved, mean s: the moving records' "
     "load (each step's records per epoch held) weighted mean of the times, since the request, "
     "at which it reached its new PU (the commit of the step's acquire epoch); moving the "
-    "hottest vnodes first lowers it. "
+    "hottest vnodes first lowers it. cores busy steady, during: the machine's busy "
+    "CPU-seconds per second over the steady epochs and over the epochs that ran during the "
+    "operation (runs alone: the benchmark's own). extra CPU s: those epochs' busy CPU beyond "
+    "what the steady state spends on as many rows (the operation's exports, ingests, replays "
+    "and barriers). slowest gap s, its CPU floor s: the operation's longest commit-to-commit "
+    "gap, and its busy CPU-seconds over the cores, the least time that CPU takes on this "
+    "machine. "
     "exact: every key equals the oracle after a few more epochs, in every "
     "run. Each figure: median [min, max] over the interleaved runs; the plot shows the run "
     "with the median total s; goals: runs that met each, met only if all did."

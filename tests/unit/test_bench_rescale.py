@@ -189,3 +189,30 @@ def test_the_hot_orders_are_fluid_and_batched_with_hot_vnodes_set() -> None:
     assert P.granularity("fluid_hot_last") == {**P.granularity("fluid"), "hot_vnodes": "last"}
     assert P.granularity("batched_by_vnode") == {**P.granularity("batched"), "hot_vnodes": None}
     assert rescale.request_body("fluid_hot_first", P)["granularity"]["hot_vnodes"] == "first"
+
+
+def test_the_cpu_profile_separates_the_operation_s_cpu_from_the_stream_s() -> None:
+    # 1 s epochs of 10 rows using 1.5 CPU-s each before the operation; during it, two epochs of
+    # 2 s and 1.5 s using 4 and 2.5 CPU-s: 6.5 CPU-s, of which 3.5 beyond the stream's 3
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 9.5, 10.5]
+    busy = [1.5, 3.0, 4.5, 6.0, 7.5, 9.0, 13.0, 15.5, 17.0]
+    run = _live_run(commits, before=6, t0=6.1, t1=9.4)
+    for epoch, cpu in zip(run["epochs"], busy, strict=True):
+        epoch["busy_cpu_s"] = cpu
+    cpu = rescale.summarize("all_at_once", run, P)["cpu"]
+    cores = cpu["cores"]
+    assert cpu["steady"]["cores_busy"] == pytest.approx(1.5)
+    assert cpu["steady"]["cpu_s_per_100k_rows"] == pytest.approx(15_000)
+    assert cpu["during"]["epochs"] == 2
+    assert cpu["during"]["cpu_s"] == pytest.approx(6.5)
+    assert cpu["during"]["extra_cpu_s"] == pytest.approx(3.5)
+    assert cpu["during"]["extra_wall_s"] == pytest.approx(1.5)
+    assert cpu["slowest"]["epoch"] == 7 and cpu["slowest"]["gap_s"] == pytest.approx(2.0)
+    assert cpu["slowest"]["extra_cpu_s"] == pytest.approx(2.5)
+    assert cpu["slowest"]["cpu_floor_s"] == pytest.approx(4.0 / cores, abs=1e-3)
+
+
+def test_runs_recorded_without_cpu_readings_have_no_cpu_profile() -> None:
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 9.0]
+    s = rescale.summarize("fluid", _live_run(commits, before=6, t0=6.5, t1=8.5), P)
+    assert s["cpu"] is None
