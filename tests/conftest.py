@@ -1,8 +1,10 @@
 """Settings every test under tests/ shares."""
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -27,11 +29,39 @@ def _cost_class(item: pytest.Item) -> int:
     return 1
 
 
+#: pytest-xdist's schedulers that hand out whole files (or classes, or groups): they keep one
+#: test per node id, so the cases a plugin collects under one id (schemathesis's operations)
+#: would all but one go unrun
+SCOPE_SCHEDULERS = frozenset({"loadscope", "loadfile", "loadgroup"})
+
+
+def unrunnable_duplicates(nodeids: list[str], dist: str) -> list[str]:
+    """The node ids collected more than once, when ``dist`` would run only one of each."""
+    if dist not in SCOPE_SCHEDULERS:
+        return []
+    return sorted(n for n, times in Counter(nodeids).items() if times > 1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """On pytest-xdist's controller, once a worker has collected: refuse a scheduler that would
+    leave tests unrun (the workers cannot tell: xdist clears ``--dist`` in them)."""
+    dist = node.config.getoption("dist", "no")
+    duplicates = unrunnable_duplicates(ids, dist)
+    if duplicates:
+        pytest.exit(
+            f"--dist {dist} would run one test of each of these node ids, which name several: "
+            f"{', '.join(duplicates)}; use --dist load (as scripts/test does)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest tests first: pytest-xdist (``scripts/test``: ``--dist loadfile
-    --no-loadscope-reorder``) hands files out in this order, so the many short unit-test files
-    come last and fill whichever worker frees up first, instead of a worker waiting alone on a
-    Spark test at the end. A file keeps its tests together, in their order."""
+    """Longest tests first: pytest-xdist (``scripts/test``: ``-n 2 --dist load``) deals the
+    first tests out in turn and then one to whichever worker frees up, so the Spark tests are
+    shared between the workers from the start and the many short unit tests come last, filling
+    whichever worker frees up first instead of a worker waiting alone on a Spark test at the
+    end. A file keeps its tests together, in their order."""
     by_file: dict[Path, int] = {}
     for item in items:
         by_file[item.path] = min(by_file.get(item.path, 2), _cost_class(item))
