@@ -57,11 +57,11 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest tests first: pytest-xdist (``scripts/test``: ``-n 2 --dist load``) deals the
-    first tests out in turn and then one to whichever worker frees up, so the Spark tests are
-    shared between the workers from the start and the many short unit tests come last, filling
-    whichever worker frees up first instead of a worker waiting alone on a Spark test at the
-    end. A file keeps its tests together, in their order."""
+    """Longest tests first: pytest-xdist (``scripts/test``: ``-n 2 --dist load
+    --maxschedchunk 1``) hands the next test to whichever worker is down to one queued, so the
+    Spark tests are shared between the workers from the start and the many short unit tests
+    come last, filling whichever worker frees up first instead of a worker waiting alone on a
+    Spark test at the end. A file keeps its tests together, in their order."""
     by_file: dict[Path, int] = {}
     for item in items:
         by_file[item.path] = min(by_file.get(item.path, 2), _cost_class(item))
