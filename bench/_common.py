@@ -235,6 +235,56 @@ def busy_cpu_s() -> float:
     )  # fmt: skip
 
 
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_role(name: str) -> str:
+    """A JVM thread's share of the CPU profile, by the name the JVM gives it."""
+    if "CompilerThre" in name:
+        return "jvm_jit"
+    if name.startswith(("GC Thread", "G1 ", "VM Thread", "VM Periodic")):
+        return "jvm_gc"
+    if name.startswith("Executor task"):
+        return "jvm_tasks"
+    return "jvm_other"
+
+
+def _proc_cpu_s(stat: str) -> float:
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
+def cpu_s_by_role(root_pid: int | None = None) -> dict[str, float]:
+    """CPU-seconds so far of a process tree by role: the root's Python (``driver``), each JVM's
+    threads by kind (``jvm_jit``: the compilers; ``jvm_gc``; ``jvm_tasks``: Spark's executor task
+    threads; ``jvm_other``), and the Python processes under it (``python_workers``). Threads and
+    processes that ended are not counted: compare readings over short windows."""
+    root = psutil.Process(root_pid if root_pid is not None else os.getpid())
+    out: dict[str, float] = {}
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return out
+    for proc in procs:
+        try:
+            role = _role(proc, root.pid)
+            if role == "jvm":
+                for task in Path(f"/proc/{proc.pid}/task").iterdir():
+                    name = (task / "comm").read_text().strip()
+                    kind = _thread_role(name)
+                    out[kind] = out.get(kind, 0.0) + _proc_cpu_s((task / "stat").read_text())
+                continue
+            times = proc.cpu_times()
+            cpu = times.user + times.system
+        except (psutil.Error, OSError):
+            continue  # ended between listing and reading
+        if role == "driver":
+            out["driver"] = out.get("driver", 0.0) + cpu
+        elif role == "python_workers":
+            out["python_workers"] = out.get("python_workers", 0.0) + cpu
+    return out
+
+
 # -- statistics, tables, files -------------------------------------------------------------------
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0..100) with linear interpolation, as numpy's default does."""

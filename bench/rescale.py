@@ -252,6 +252,8 @@ class EpochLog:
             "load1": round(os.getloadavg()[0], 2),
             # the machine's busy CPU-seconds so far: the CPU profile of the operation's epochs
             "busy_cpu_s": round(common.busy_cpu_s(), 3),
+            # and the runner's own CPU so far by role (its JVM's threads by kind)
+            "cpu_s_by_role": {k: round(v, 3) for k, v in common.cpu_s_by_role().items()},
         }
         timings = getattr(self.runner, "last_timings", None)
         if timings is not None:  # where the epoch's time went on the driver (the profile)
@@ -581,8 +583,23 @@ def _cpu_window(epochs: list[dict[str, Any]], span: list[dict[str, Any]]) -> dic
     return {"wall_s": wall, "cpu_s": cpu, "rows": sum(e["rows"] for e in span)}
 
 
+def _roles_window(
+    epochs: list[dict[str, Any]], span: list[dict[str, Any]]
+) -> dict[str, float] | None:
+    """CPU-seconds by role from the commit before ``span`` to its last commit."""
+    first = next(i for i, e in enumerate(epochs) if e["epoch"] == span[0]["epoch"])
+    if first == 0 or any("cpu_s_by_role" not in e for e in (epochs[first - 1], *span)):
+        return None
+    start, end = epochs[first - 1]["cpu_s_by_role"], span[-1]["cpu_s_by_role"]
+    # a role whose reading went down lost a process or thread in between: count from zero
+    return {k: v - start.get(k, 0.0) if v >= start.get(k, 0.0) else v for k, v in end.items()}
+
+
 def cpu_profile(
-    epochs: list[dict[str, Any]], steady: list[dict[str, Any]], during: list[dict[str, Any]]
+    epochs: list[dict[str, Any]],
+    steady: list[dict[str, Any]],
+    during: list[dict[str, Any]],
+    after: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """Where the operation's epochs' time went in CPU: the profile behind the latency goals.
 
@@ -592,7 +609,9 @@ def cpu_profile(
     operation's own (exports, ingests, replays, barriers). An epoch cannot commit sooner after
     the previous one than its busy CPU-seconds over the cores: ``slowest.cpu_floor_s`` is that
     bound for the operation's slowest epoch, so a slowest gap close to it was spent computing,
-    not waiting, and only less CPU (or the same spread over more epochs) can shorten it."""
+    not waiting, and only less CPU (or the same spread over more epochs) can shorten it. The
+    epochs ``after`` the operation, at the new size, cost more per row where the new PUs
+    outnumber the cores: the slowest epoch's ``extra_cpu_s_over_after`` leaves that out."""
     cores = psutil.cpu_count() or 1
     if not steady or not during:
         return None
@@ -621,12 +640,32 @@ def cpu_profile(
             "extra_wall_s": _r(op["wall_s"] - op["rows"] * wall_per_row),
         },
     }
+    new_size = _cpu_window(epochs, after) if after else None
+    after_per_row = None
+    if new_size is not None and new_size["rows"] and new_size["wall_s"] > 0:
+        after_per_row = new_size["cpu_s"] / new_size["rows"]
+        out["after"] = {
+            "epochs": len(after or ()),
+            "cores_busy": _r(new_size["cpu_s"] / new_size["wall_s"], 2),
+            "cpu_s_per_100k_rows": _r(after_per_row * 100_000, 3),
+        }
+    roles = _roles_window(epochs, steady), _roles_window(epochs, [slowest])
+    if roles[0] is not None and roles[1] is not None:
+        # CPU-seconds per epoch by role: the steady epochs' mean against the slowest epoch
+        per_epoch = {k: v / len(steady) for k, v in roles[0].items()}
+        out["by_role_s"] = {
+            k: {"steady_per_epoch": _r(per_epoch.get(k, 0.0)), "slowest": _r(roles[1].get(k, 0.0))}
+            for k in sorted(set(per_epoch) | set(roles[1]))
+        }
     if one is not None:
         out["slowest"] = {
             "epoch": slowest["epoch"],
             "gap_s": _r(one["wall_s"]),
             "cpu_s": _r(one["cpu_s"]),
             "extra_cpu_s": _r(one["cpu_s"] - one["rows"] * cpu_per_row),
+            "extra_cpu_s_over_after": _r(one["cpu_s"] - one["rows"] * after_per_row)
+            if after_per_row is not None
+            else None,
             "cpu_floor_s": _r(one["cpu_s"] / cores),
             "cores_busy": _r(one["cpu_s"] / one["wall_s"], 2) if one["wall_s"] > 0 else None,
         }
@@ -716,7 +755,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "operation_window": {"start": t0, "end": t1},
     }
     if not spark:
-        out["cpu"] = cpu_profile(epochs, steady, during)
+        out["cpu"] = cpu_profile(epochs, steady, during, after)
     keys_at_start = before[-1].get("keys") if before else None
     if strategy == "fluid_cut" and keys_at_start:
         # the share of a vnode's keys a key range holds at most, by the cap

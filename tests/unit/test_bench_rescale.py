@@ -210,6 +210,27 @@ def test_the_cpu_profile_separates_the_operation_s_cpu_from_the_stream_s() -> No
     assert cpu["slowest"]["epoch"] == 7 and cpu["slowest"]["gap_s"] == pytest.approx(2.0)
     assert cpu["slowest"]["extra_cpu_s"] == pytest.approx(2.5)
     assert cpu["slowest"]["cpu_floor_s"] == pytest.approx(4.0 / cores, abs=1e-3)
+    # the epoch after the operation, at the new size: 1.5 CPU-s for 10 rows, as before it
+    assert cpu["after"]["cpu_s_per_100k_rows"] == pytest.approx(15_000)
+    assert cpu["slowest"]["extra_cpu_s_over_after"] == pytest.approx(2.5)
+
+
+def test_the_slowest_epoch_s_extra_cpu_is_also_read_against_the_new_size() -> None:
+    # after the operation every epoch of 10 rows takes 2 CPU-s (more PUs than cores), not 1.5
+    commits = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 9.5, 10.5, 11.5]
+    busy = [1.5, 3.0, 4.5, 6.0, 7.5, 9.0, 13.0, 15.5, 17.5, 19.5]
+    run = _live_run(commits, before=6, t0=6.1, t1=9.4)
+    for epoch, cpu in zip(run["epochs"], busy, strict=True):
+        epoch["busy_cpu_s"] = cpu
+    for epoch in run["epochs"]:  # the JIT's share: 0.1 CPU-s an epoch, 1 s in epoch 7
+        epoch["cpu_s_by_role"] = {
+            "jvm_jit": epoch["epoch"] * 0.1 + (0.9 if epoch["epoch"] >= 7 else 0)
+        }
+    cpu = rescale.summarize("all_at_once", run, P)["cpu"]
+    assert cpu["by_role_s"] == {"jvm_jit": {"steady_per_epoch": 0.1, "slowest": 1.0}}
+    assert cpu["after"] == {"epochs": 2, "cores_busy": 2.0, "cpu_s_per_100k_rows": 20_000}
+    assert cpu["slowest"]["extra_cpu_s"] == pytest.approx(2.5)
+    assert cpu["slowest"]["extra_cpu_s_over_after"] == pytest.approx(2.0)
 
 
 def test_runs_recorded_without_cpu_readings_have_no_cpu_profile() -> None:
