@@ -1302,6 +1302,8 @@ def parent_main(args: argparse.Namespace) -> int:
             "keys_at_operation": keys_at_operation,
             "parallel_units": f"{PUS_BEFORE} -> {PUS_AFTER}",
             "spark_master": "local[2]",
+            # the driver JVM's options, when set (spark-submit passes them to the JVM it starts)
+            "spark_submit_opts": os.environ.get("SPARK_SUBMIT_OPTS"),
             "trigger": "processingTime 0 (back to back)",
             "granularities": {n: p.granularity(n) for n in LIVE},
             "state_fsync": os.environ.get("RESCALER_STATE_FSYNC", "1 (default)"),
