@@ -41,6 +41,11 @@ Per strategy it reports (the definitions are also in the JSON's ``legend``):
   collect epoch would have been applied at its commit), max over steps;
 * total duration (request to completed), keys moved, keys moved per second (over the total
   duration, and over the export time alone: the union of the steps' collecting→exported spans);
+* the CPU profile (``cpu``, runner strategies): the cores the steady epochs keep busy and their
+  CPU per row, the operation's CPU beyond the stream's for as many rows, and its slowest epoch's
+  gap against its CPU floor (busy CPU-seconds over the cores), by role (the driver's Python, the
+  JVM's compiler, collector and task threads, the Python workers); the driver JVM's options
+  are ``SPARK_SUBMIT_OPTS``, recorded in the report;
 * exact: after the operation the stream runs ``--post-epochs`` more epochs and stops; every key
   of the state is compared with ``workers.oracle`` (and, for the runner, each key must sit on
   the PU its vnode maps to, once).
