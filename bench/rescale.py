@@ -234,7 +234,8 @@ def verify(p: Params, end_offset: int, actual: dict[str, int], dupes: int) -> di
 # -- child: the rescaler's runner ----------------------------------------------------------------
 class EpochLog:
     """The runner's committed epochs, appended from its ``on_epoch`` callback (inside the epoch's
-    ``foreachBatch``, so it only copies a few numbers and logs a line)."""
+    ``foreachBatch``, so it only copies a few numbers, reads the CPU counters and logs a
+    line)."""
 
     def __init__(self, strategy: str) -> None:
         self.strategy = strategy
@@ -257,7 +258,8 @@ class EpochLog:
             "load1": round(os.getloadavg()[0], 2),
             # the machine's busy CPU-seconds so far: the CPU profile of the operation's epochs
             "busy_cpu_s": round(common.busy_cpu_s(), 3),
-            # and the runner's own CPU so far by role (its JVM's threads by kind)
+            # and the runner's own CPU so far by role, its JVM's threads by kind (a few ms of
+            # /proc reads)
             "cpu_s_by_role": {k: round(v, 3) for k, v in common.cpu_s_by_role().items()},
         }
         timings = getattr(self.runner, "last_timings", None)
@@ -576,13 +578,23 @@ def _union_s(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def _cpu_window(epochs: list[dict[str, Any]], span: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Wall time, busy CPU-seconds and rows from the commit before ``span``'s first epoch to its
-    last epoch's commit (``span``: consecutive epochs of ``epochs``)."""
+def _window_ends(
+    epochs: list[dict[str, Any]], span: list[dict[str, Any]], field: str
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The epoch before ``span`` (consecutive epochs of ``epochs``) and its last one, when every
+    one of them carries ``field``."""
     first = next(i for i, e in enumerate(epochs) if e["epoch"] == span[0]["epoch"])
-    if first == 0 or any("busy_cpu_s" not in e for e in (epochs[first - 1], *span)):
+    if first == 0 or any(field not in e for e in (epochs[first - 1], *span)):
         return None
-    start, end = epochs[first - 1], span[-1]
+    return epochs[first - 1], span[-1]
+
+
+def _cpu_window(epochs: list[dict[str, Any]], span: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Wall time, busy CPU-seconds and rows from the commit before ``span`` to its last commit."""
+    ends = _window_ends(epochs, span, "busy_cpu_s")
+    if ends is None:
+        return None
+    start, end = ends
     wall = end["committed_at"] - start["committed_at"]
     cpu = end["busy_cpu_s"] - start["busy_cpu_s"]
     return {"wall_s": wall, "cpu_s": cpu, "rows": sum(e["rows"] for e in span)}
@@ -592,11 +604,12 @@ def _roles_window(
     epochs: list[dict[str, Any]], span: list[dict[str, Any]]
 ) -> dict[str, float] | None:
     """CPU-seconds by role from the commit before ``span`` to its last commit."""
-    first = next(i for i, e in enumerate(epochs) if e["epoch"] == span[0]["epoch"])
-    if first == 0 or any("cpu_s_by_role" not in e for e in (epochs[first - 1], *span)):
+    ends = _window_ends(epochs, span, "cpu_s_by_role")
+    if ends is None:
         return None
-    start, end = epochs[first - 1]["cpu_s_by_role"], span[-1]["cpu_s_by_role"]
-    # a role whose reading went down lost a process or thread in between: count from zero
+    start, end = ends[0]["cpu_s_by_role"], ends[1]["cpu_s_by_role"]
+    # a role whose reading went down lost a process or thread in between: its end reading is
+    # what the window can vouch for
     return {k: v - start.get(k, 0.0) if v >= start.get(k, 0.0) else v for k, v in end.items()}
 
 
