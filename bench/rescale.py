@@ -379,6 +379,7 @@ def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
     return {
         "epochs": rows,
         **outcome,
+        "cores": psutil.cpu_count(),  # of the machine that ran it: the CPU profile's floor
         "progress_log": progress_log(config.pipeline_dir / "control" / "progress.jsonl"),
         "verification": verification,
     }
@@ -618,6 +619,7 @@ def cpu_profile(
     steady: list[dict[str, Any]],
     during: list[dict[str, Any]],
     after: list[dict[str, Any]] | None = None,
+    cores: int | None = None,
 ) -> dict[str, Any] | None:
     """Where the operation's epochs' time went in CPU: the profile behind the latency goals.
 
@@ -629,8 +631,9 @@ def cpu_profile(
     bound for the operation's slowest epoch, so a slowest gap close to it was spent computing,
     not waiting, and only less CPU (or the same spread over more epochs) can shorten it. The
     epochs ``after`` the operation, at the new size, cost more per row where the new PUs
-    outnumber the cores: the slowest epoch's ``extra_cpu_s_over_after`` leaves that out."""
-    cores = psutil.cpu_count() or 1
+    outnumber the cores: the slowest epoch's ``extra_cpu_s_over_after`` leaves that out.
+    ``cores``: the run's machine's (a report from before it was recorded: this machine's)."""
+    cores = cores or psutil.cpu_count() or 1
     if not steady or not during:
         return None
     base, op = _cpu_window(epochs, steady), _cpu_window(epochs, during)
@@ -773,7 +776,7 @@ def summarize(strategy: str, r: dict[str, Any], p: Params) -> dict[str, Any]:
         "operation_window": {"start": t0, "end": t1},
     }
     if not spark:
-        out["cpu"] = cpu_profile(epochs, steady, during, after)
+        out["cpu"] = cpu_profile(epochs, steady, during, after, r.get("cores"))
     keys_at_start = before[-1].get("keys") if before else None
     if strategy == "fluid_cut" and keys_at_start:
         # the share of a vnode's keys a key range holds at most, by the cap

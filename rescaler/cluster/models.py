@@ -17,6 +17,16 @@ from workers.control import WorkerStatus
 WORKER_STATUS_CHOICES = [(s.value, s.value) for s in WorkerStatus]
 
 
+class PipelineQuerySet(models.QuerySet["Pipeline"]):
+    def locked(self) -> PipelineQuerySet:
+        """The rows locked until the transaction ends, FOR NO KEY UPDATE: lockers of a
+        pipeline's row still wait for each other, but not a foreign-key check of a row that
+        references it (KEY SHARE). With FOR UPDATE, a rescale request holding its fragments'
+        rows and checking its operation's foreign key at commit, and an epoch report holding the
+        pipeline's row and updating those fragments, each waited for the other."""
+        return self.select_for_update(no_key=True)
+
+
 class Pipeline(models.Model):
     class Status(models.TextChoices):
         STARTING = "starting"
@@ -31,6 +41,8 @@ class Pipeline(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     spark = models.JSONField(default=dict, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
+
+    objects = PipelineQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

@@ -113,10 +113,7 @@ def mapping_record(*, fragment: Fragment, version: int, mapping: list[int]) -> N
 def epoch_record(*, report: EpochReport) -> EpochMetric:
     """Store an epoch's report (a re-run epoch replaces its row) and tell the dashboard."""
     with transaction.atomic():
-        # FOR NO KEY UPDATE, not FOR UPDATE: a rescale request holding its fragments' rows
-        # checks its operation's foreign key to this row at commit (KEY SHARE), while this
-        # goes on to update those fragments' rows: with FOR UPDATE each waited for the other
-        pipeline = Pipeline.objects.select_for_update(no_key=True).get(name=report.pipeline)
+        pipeline = Pipeline.objects.locked().get(name=report.pipeline)
         metric, _ = EpochMetric.objects.update_or_create(
             pipeline=pipeline,
             epoch=report.epoch,

@@ -387,7 +387,7 @@ def _learn_once(
     the last one recorded. ``after(name)`` builds the event's ``after`` for the pipeline."""
     with transaction.atomic():
         # the pipeline's row serializes two registrations (or a listing) learning at once
-        target = Pipeline.objects.select_for_update(no_key=True).filter(name=pipeline).first()
+        target = Pipeline.objects.locked().filter(name=pipeline).first()
         if target is None:
             return None
         last = _last_event(action, target.name)
@@ -602,7 +602,7 @@ def snapshot_request(*, user: Any, pipeline: str, reason: str) -> RunnerCommand:
     ``snapshot.requested``. Refused when the runner is down: nobody would take it."""
     reason = reason_clean(reason)
     try:
-        target = Pipeline.objects.select_for_update(no_key=True).get(name=pipeline)
+        target = Pipeline.objects.locked().get(name=pipeline)
     except Pipeline.DoesNotExist:
         raise UnknownPipeline(f"no pipeline named {pipeline!r} has registered") from None
     if not runner_alive(target):

@@ -33,7 +33,7 @@ def workers_record(*, pipeline: str, epoch: int, workers: list[WorkerInfo]) -> l
     changes nothing records nothing. Returns the workers of the pipeline.
     """
     try:
-        target = Pipeline.objects.select_for_update(no_key=True).get(name=pipeline)
+        target = Pipeline.objects.locked().get(name=pipeline)
     except Pipeline.DoesNotExist:
         raise PipelineNotFound(f"no pipeline named {pipeline!r} has registered") from None
     now = timezone.now()
