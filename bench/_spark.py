@@ -96,15 +96,26 @@ def start_noop(counted: Any, checkpoint: Path, name: str) -> Any:
 def read_counts(spark: Any, checkpoint: Path, *, native: bool) -> Any:
     """The query's whole state through Spark's ``statestore`` batch reader, as an Arrow table of
     ``key``, ``count`` and ``partition_id``. ``native``: ``groupBy.count``'s state; otherwise
-    the ``count`` ValueState of a transformWithState processor."""
+    the ``count`` ValueState of a transformWithState processor.
+
+    The executors write it to Parquet beside the checkpoint and Python reads the files: a
+    ``toArrow()`` collects every row through the driver's JVM heap, which 17M keys overflowed
+    (``OutOfMemoryError`` in ``collectAsArrowToPython`` at Spark's default 1 GB)."""
+    import shutil
+
+    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     reader = spark.read.format("statestore")
     if not native:
         reader = reader.option("stateVarName", "count")
     value = "value.count" if native else "value.value"
-    return (
-        reader.load(str(checkpoint))
-        .select(F.col("key.key").alias("key"), F.col(value).alias("count"), "partition_id")
-        .toArrow()
-    )
+    out = checkpoint.parent / f"{checkpoint.name}-state"
+    shutil.rmtree(out, ignore_errors=True)
+    reader.load(str(checkpoint)).select(
+        F.col("key.key").alias("key"), F.col(value).alias("count"), "partition_id"
+    ).write.parquet(str(out))
+    try:
+        return pq.read_table(out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
