@@ -25,7 +25,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,6 +189,17 @@ def points(path: Path) -> tuple[list[SizePoint], list[Sample]]:
     return out, samples
 
 
+def with_state_sizes(pts: list[SizePoint]) -> list[SizePoint]:
+    """The points, those without a state size of their own taking the one of the same keys and
+    value size from another file: Spark's route stores no state the benchmark measures, and a
+    run of it kept in a file of its own would otherwise plot at 0 bytes."""
+    known = {(p.keys, p.value_bytes): p.state_bytes for p in pts if p.state_bytes}
+    return [
+        p if p.state_bytes else replace(p, state_bytes=known.get((p.keys, p.value_bytes)))
+        for p in pts
+    ]
+
+
 def _size_label(p: SizePoint) -> str:
     value = "1 KB states" if p.value_bytes > 8 else "counts"
     return f"{p.keys / 1e6:.1f}M {value}"
@@ -259,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         p, s = points(path)
         pts += p
         samples += s
+    pts = with_state_sizes(pts)
     total = fit([b for b, _, _, _ in samples], [t for _, t, _, _ in samples])
     both = fit2([k for *_, k in samples], [b for b, *_ in samples], [t for _, t, _, _ in samples])
     transfer_samples = [(b, x) for b, _, x, _ in samples if x]

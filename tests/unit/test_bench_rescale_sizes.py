@@ -91,3 +91,30 @@ def test_main_writes_the_fit_and_the_size_ratio(tmp_path: Path) -> None:
     assert report["ratio_largest_over_smallest_counts"]["met"] is True
     # an inexact run shows as such, whatever its time
     assert [p["exact"] for p in report["points"]] == [True, False]
+
+
+def test_a_spark_only_result_takes_its_state_size_from_the_runner_run_of_the_same_keys(
+    tmp_path: Path,
+) -> None:
+    # Spark's route reports no state bytes of its own (its state is in Spark's store); a run of
+    # it kept in a file of its own must plot at its size, not at 0 bytes
+    runner = _report(tmp_path, "runner.json", 16_000_000, [_run(13.0, 200_000_000)])
+    spark_only = tmp_path / "spark.json"
+    spark_run = {"summary": {"total_s": 140.0, "keys": {"rewritten": 16_000_000}}}
+    spark_only.write_text(
+        json.dumps(
+            {
+                "valid": True,
+                "machine": {"load_avg_at_start": [0.3, 0.2, 0.1]},
+                "parameters": {"keys_at_operation": 16_000_000, "value_bytes": 8},
+                "results": {"spark_native": {"runs": [spark_run]}},
+            }
+        )
+    )
+    out = tmp_path / "sizes.json"
+    assert rescale_sizes.main([str(spark_only), str(runner), "--out", str(out)]) == 0
+    points = json.loads(out.read_text())["points"]
+    assert {p["strategy"]: p["state_bytes"] for p in points} == {
+        "spark_native": 40_000_000,
+        "all_at_once": 40_000_000,
+    }
