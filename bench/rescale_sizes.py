@@ -12,8 +12,13 @@ The same fit over the transfer alone (the union of the steps' collecting->export
 how fast the exports themselves ran. The 16M / 1.6M ratio of the total time (same share moved,
 half the vnodes) is the issue's "grows with the bytes moved, not with total state" check.
 
-    .venv/bin/python bench/rescale_sizes.py bench/results/rescale.json \\
-        bench/results/rescale_16m.json bench/results/rescale_1kb.json
+    .venv/bin/python bench/rescale_sizes.py bench/results/rescale_1600k.json \\
+        bench/results/rescale_16m.json bench/results/rescale_16m_spark_native.json \\
+        bench/results/rescale_1kb.json
+
+A file may hold one strategy alone (Spark's route at 16M, run after the others): each file's
+strategies are points of their own, and a point without a state size of its own (Spark's route
+stores none the benchmark measures) takes the one of another file's run of the same keys.
 
 Prints a table, writes ``bench/results/rescale_sizes.json`` and ``.png`` (``--out``). It runs
 nothing: it only reads the results (their validity, load and exactness are carried over).
