@@ -441,6 +441,48 @@ def check_load(allow_load: bool, *, prefix: str) -> tuple[Validity, list[float]]
     return validity, load
 
 
+SETTLE_TIMEOUT_S = 300.0  # long enough for the load of a 2-core child to decay below the limit
+SETTLE_POLL_S = 5.0  # the kernel updates the load average every 5 seconds
+
+
+def settle_load(
+    *,
+    prefix: str,
+    limit: float = LOAD_LIMIT,
+    timeout_s: float = SETTLE_TIMEOUT_S,
+    poll_s: float = SETTLE_POLL_S,
+    read: Callable[[], tuple[float, float, float]] = os.getloadavg,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Wait until the 1-minute load average is at most ``limit`` again; returns the seconds
+    waited.
+
+    Called before each contender's launch, not only at the start: the load average lags, so the
+    benchmark's own work before a launch (the previous contender, or counting a workload's
+    distinct keys) leaves it above the limit for up to a minute after that work ended, and a
+    launch then would be recorded as a launch on a loaded machine. After ``timeout_s`` it stops
+    waiting (other work is running) and says so; the load at launch is recorded either way.
+    """
+    started = clock()
+    load1 = round(read()[0], 2)
+    if load1 <= limit:
+        return 0.0
+    log(f"load average {load1:.2f} above {limit:.2f}: waiting for it to settle", prefix=prefix)
+    while load1 > limit:
+        waited = clock() - started
+        if waited >= timeout_s:
+            log(
+                f"load average still {load1:.2f} after {waited:.0f} s: launching anyway (other "
+                "work is running; the load at launch is recorded)",
+                prefix=prefix,
+            )
+            break
+        sleep(poll_s)
+        load1 = round(read()[0], 2)
+    return round(clock() - started, 1)
+
+
 def trust_fields(
     validity: Validity, load_before: Sequence[float], launches: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -659,6 +701,7 @@ class ChildRunner:
         # Spark's Python workers import `workers` (the source) and `bench` (the processors).
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        settled_s = settle_load(prefix=self.prefix)
         load = [round(x, 2) for x in os.getloadavg()]
         log(f"{label}: launching (load average {load})", prefix=self.prefix)
         started = time.time()
@@ -690,6 +733,7 @@ class ChildRunner:
         info = {
             "process_s": round(time.time() - started, 1),
             "load_avg_at_launch": load,
+            "load_settle_s": settled_s,
             "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         }
         result_path = workdir / "result.json"

@@ -255,3 +255,49 @@ def test_the_epoch_breakdown_adds_up_to_sparks_trigger_time() -> None:
     assert parts["spark_latestOffset"] == 0.0 and parts["spark_walCommit"] == 15.0
     assert parts["other"] == 13.0  # 300 - (15 + 20 + 5 + 2 + 40 + 200 + 0 + 5)
     assert parts["total_triggerExecution"] == 300.0
+
+
+# -- settling before each launch -------------------------------------------------------------------
+class _FakeLoad:
+    """A 1-minute load average that reads the next value each time, on a clock the sleeps move."""
+
+    def __init__(self, *loads: float) -> None:
+        self.loads = list(loads)
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def read(self) -> tuple[float, float, float]:
+        value = self.loads.pop(0) if len(self.loads) > 1 else self.loads[0]
+        return (value, 0.0, 0.0)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
+def _settle(fake: _FakeLoad, **kwargs: Any) -> float:
+    return common.settle_load(
+        prefix="test", read=fake.read, sleep=fake.sleep, clock=fake.clock, **kwargs
+    )
+
+
+def test_settle_load_launches_at_once_on_a_quiet_machine() -> None:
+    fake = _FakeLoad(0.42)
+    assert _settle(fake) == 0.0
+    assert fake.sleeps == []
+
+
+def test_settle_load_waits_until_the_load_left_by_earlier_work_decays() -> None:
+    # the lagging average after a count of distinct keys: 1.05 at the launch that prompted this
+    fake = _FakeLoad(1.6, 1.3, 1.05, 1.004, 0.9)
+    assert _settle(fake, poll_s=5.0) == 15.0
+    assert fake.sleeps == [5.0, 5.0, 5.0]  # 1.004 is judged as shown (1.00), like the start gate
+
+
+def test_settle_load_gives_up_after_its_timeout_when_other_work_keeps_running() -> None:
+    fake = _FakeLoad(2.0)
+    assert _settle(fake, poll_s=5.0, timeout_s=20.0) == 20.0
+    assert fake.sleeps == [5.0, 5.0, 5.0, 5.0]
