@@ -690,10 +690,14 @@ class ChildRunner:
     prefix: str
     timeout_s: float
 
-    def run(self, args: Sequence[str], workdir: Path, label: str) -> dict[str, Any]:
+    def run(
+        self, args: Sequence[str], workdir: Path, label: str, *, settle: bool = True
+    ) -> dict[str, Any]:
         """Run ``script args --workdir workdir`` and return the ``result.json`` it leaves, with
         the load average at launch and at the end; a failed run returns ``error`` and the end of
-        its log instead."""
+        its log instead. ``settle``: first wait for the load to settle below the gate
+        (``settle_load``); pass the start gate's ``valid``, so that a run the user started on a
+        loaded machine (``--allow-load``) does not wait for a quiet that will not come."""
         workdir.mkdir(parents=True)
         log_path = workdir / "child.log"
         cmd = [sys.executable, str(self.script), *args, "--workdir", str(workdir)]
@@ -701,7 +705,7 @@ class ChildRunner:
         # Spark's Python workers import `workers` (the source) and `bench` (the processors).
         env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
         env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        settled_s = settle_load(prefix=self.prefix)
+        settled_s = settle_load(prefix=self.prefix) if settle else 0.0
         load = [round(x, 2) for x in os.getloadavg()]
         log(f"{label}: launching (load average {load})", prefix=self.prefix)
         started = time.time()

@@ -322,6 +322,7 @@ def parent_main(args: argparse.Namespace) -> int:
                 ["--child-params", json.dumps(asdict(p))],
                 run_dir.path / f"run-{rnd}",
                 f"run #{rnd + 1}",
+                settle=validity.valid,
             )
             launches.append(
                 {"round": rnd, "contender": "elastic", "load_avg": r.get("load_avg_at_launch")}

@@ -542,11 +542,11 @@ def child_main(args: argparse.Namespace) -> int:
 
 # -- parent: run the children ------------------------------------------------------------------------
 def run_strategy(
-    name: str, rnd: int, *, p: Params, run_dir: Path, keys_at_operation: int
+    name: str, rnd: int, *, p: Params, run_dir: Path, keys_at_operation: int, settle: bool
 ) -> dict[str, Any]:
     """One run of one strategy in its own process, summarized."""
     args = ["--strategy-child", name, "--child-params", json.dumps(asdict(p))]
-    r = CHILD.run(args, run_dir / f"{name}-{rnd}", f"{name} #{rnd + 1}")
+    r = CHILD.run(args, run_dir / f"{name}-{rnd}", f"{name} #{rnd + 1}", settle=settle)
     if "error" not in r or "epochs" in r:
         r["keys_at_operation"] = keys_at_operation
         _summarize_run(name, r, p)
@@ -1307,7 +1307,11 @@ def parent_main(args: argparse.Namespace) -> int:
     started = time.time()
     with common.RunDir("rescale-bench-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
         run_one = functools.partial(
-            run_strategy, p=p, run_dir=run_dir.path, keys_at_operation=keys_at_operation
+            run_strategy,
+            p=p,
+            run_dir=run_dir.path,
+            keys_at_operation=keys_at_operation,
+            settle=validity.valid,
         )
         runs, launches = common.run_rounds(strategies, args.repeat, run_one)
         failed = any("error" in r for rs in runs.values() for r in rs)

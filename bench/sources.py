@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     with common.RunDir("rescaler-bench-sources-", keep=args.keep, log_prefix=PREFIX) as rundir:
 
         def run_one(name: str, rnd: int) -> dict[str, Any]:
-            return child.run([*base, "--child", name], rundir.path / f"{name}-{rnd}", name)
+            workdir = rundir.path / f"{name}-{rnd}"
+            return child.run([*base, "--child", name], workdir, name, settle=validity.valid)
 
         runs, launches = common.run_rounds(CONTENDERS, args.repeat, run_one)
         if any("error" in r for rs in runs.values() for r in rs):

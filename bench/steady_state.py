@@ -360,10 +360,13 @@ def child_main(args: argparse.Namespace) -> int:
 
 
 # -- parent side: run the children, verify, summarize --------------------------------------------
-def run_contender(name: str, rnd: int, *, w: Workload, run_dir: Path) -> dict[str, Any]:
+def run_contender(
+    name: str, rnd: int, *, w: Workload, run_dir: Path, settle: bool
+) -> dict[str, Any]:
     """One run of one contender in its own process, summarized (it is verified later)."""
     args = ["--contender", name, "--child-workload", json.dumps(asdict(w))]
-    r = CHILD.run(args, run_dir / f"{w.dist}-{name}-{rnd}", f"{name} {w.dist} #{rnd + 1}")
+    label = f"{name} {w.dist} #{rnd + 1}"
+    r = CHILD.run(args, run_dir / f"{w.dist}-{name}-{rnd}", label, settle=settle)
     if "progress" in r:
         r["summary"] = summarize(r["progress"], w)
         if "epoch_reports" in r and "error" not in r["summary"]:
@@ -656,7 +659,9 @@ def parent_main(args: argparse.Namespace) -> int:
     started = time.time()
     with common.RunDir("steady_state-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
         for dist, w in workloads.items():
-            run_one = functools.partial(run_contender, w=w, run_dir=run_dir.path)
+            run_one = functools.partial(
+                run_contender, w=w, run_dir=run_dir.path, settle=validity.valid
+            )
             runs, at_launch = common.run_rounds(contenders, args.repeat, run_one)
             launches += [{"dist": dist, **launch} for launch in at_launch]
             # The oracle runs after this distribution's contenders, never beside one of them.
