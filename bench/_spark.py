@@ -9,6 +9,7 @@ benchmarks put the repository root on their children's PYTHONPATH (``_common.Chi
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,6 @@ def read_counts(spark: Any, checkpoint: Path, *, native: bool) -> Any:
     The executors write it to Parquet beside the checkpoint and Python reads the files: a
     ``toArrow()`` collects every row through the driver's JVM heap, which 17M keys overflowed
     (``OutOfMemoryError`` in ``collectAsArrowToPython`` at Spark's default 1 GB)."""
-    import shutil
-
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
