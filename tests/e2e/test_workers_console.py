@@ -95,6 +95,12 @@ def test_workers_show_their_status_follow_events_live_and_can_be_cordoned(
     assert "reason_required" in form.locator('[data-field="reason"] .field-error').inner_text()
     page.get_by_label("Reason (goes to the audit trail)").fill("scale in")
     page.get_by_label("Yes: move every vnode off it", exact=False).check()
+    # a live refresh while the form is open (a worker event, or the 15 s poll) leaves the form
+    # and what was typed in it: it used to swap in the cluster part without it
+    page.evaluate("htmx.trigger(document.getElementById('cluster-page'), 'htmx:wsAfterMessage')")
+    page.wait_for_timeout(1500)  # the refresh's 300 ms delay and its request, had it run
+    assert page.get_by_label("Reason (goes to the audit trail)").input_value() == "scale in"
+    assert page.get_by_label("Yes: move every vnode off it", exact=False).is_checked()
     page.get_by_role("button", name="Drain and remove w3").click()
     page.wait_for_selector(
         '#workers tr[data-worker="w3"][data-status="decommissioning"]', timeout=10_000
