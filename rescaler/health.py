@@ -136,8 +136,13 @@ def check_runner_and_spark() -> tuple[Component, Component]:
         "last_epoch": status.get("last_epoch"),
         # JSON has no infinity: a runner that never beat has no age.
         "heartbeat_age_s": round(age, 3) if math.isfinite(age) else None,
+        # where its start went, phase by phase, and the phase it waits in now
+        "start": status.get("start") or {},
     }
-    if run_state != "running":
+    if run_state == "starting" and fresh:
+        said = _start_said(runner_details["start"])
+        runner = _down(f"the runner is starting: {said}", **runner_details)
+    elif run_state not in ("running", "starting"):
         runner = _down(f"the runner is {run_state} — {START_RUNNER}", **runner_details)
     elif not fresh:
         runner = _down(
@@ -179,6 +184,16 @@ def check_runner_and_spark() -> tuple[Component, Component]:
     return runner, spark
 
 
+def _start_said(start: dict[str, Any]) -> str:
+    """The phase a starting runner waits in, and for how long, in words."""
+    running = start.get("running") or []
+    if running:
+        now = ", ".join(f"{p['name']} for {float(p['for_s']):.0f} s" for p in running)
+    else:
+        now = "between phases"
+    return f"{now} ({float(start.get('elapsed_s') or 0):.0f} s since it began)"
+
+
 def system_health() -> tuple[bool, dict[str, Component]]:
     """All components, and whether every one is up.
 
@@ -211,7 +226,7 @@ def system_health() -> tuple[bool, dict[str, Component]]:
 # name nothing. Host names, database and worker names, the Spark master, application id and UI
 # URL, and every error message (exception texts quote hosts and URLs) stay with signed-in users.
 PUBLIC_DETAILS: dict[str, tuple[str, ...]] = {
-    "runner": ("state", "last_epoch", "heartbeat_age_s"),
+    "runner": ("state", "last_epoch", "heartbeat_age_s", "start"),
 }
 
 

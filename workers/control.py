@@ -156,8 +156,17 @@ class ControlInterface(Protocol):
 
     def report_epoch(self, report: EpochReport) -> None: ...
 
-    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
-        """The runner is alive; ``status`` is "running", "stopping" or "stopped"."""
+    def heartbeat(
+        self,
+        pipeline: str,
+        epoch: int,
+        status: str,
+        spark: dict[str, Any],
+        *,
+        start: dict[str, Any] | None = None,
+    ) -> None:
+        """The runner is alive; ``status`` is "starting", "running", "stopping" or "stopped";
+        ``start``: its start, phase by phase (``workers.start_phases.StartPhases.to_json``)."""
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
         """A rescale operation changed: ``progress`` (``OperationProgress.to_json``) is its
@@ -239,8 +248,16 @@ class PatientControl:
     def report_epoch(self, report: EpochReport) -> None:
         self._call(f"report epoch {report.epoch}", lambda: self.inner.report_epoch(report))
 
-    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
-        self.inner.heartbeat(pipeline, epoch, status, spark)
+    def heartbeat(
+        self,
+        pipeline: str,
+        epoch: int,
+        status: str,
+        spark: dict[str, Any],
+        *,
+        start: dict[str, Any] | None = None,
+    ) -> None:
+        self.inner.heartbeat(pipeline, epoch, status, spark, start=start)
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
         return self._call("report progress", lambda: self.inner.report_progress(pipeline, progress))
@@ -377,7 +394,15 @@ class LocalControl:
                 return ack["status"], ack.get("detail", "")
         return None
 
-    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+    def heartbeat(
+        self,
+        pipeline: str,
+        epoch: int,
+        status: str,
+        spark: dict[str, Any],
+        *,
+        start: dict[str, Any] | None = None,
+    ) -> None:
         self._write_atomic(
             "heartbeat.json",
             {
@@ -385,6 +410,7 @@ class LocalControl:
                 "epoch": epoch,
                 "status": status,
                 "spark": spark,
+                "start": start or {},
                 "at": time.time(),
             },
         )

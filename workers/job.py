@@ -159,12 +159,23 @@ class EpochJob:
         self.pipeline = pipeline
         self.sink: Sink = sink or resolve_sink(config, pipeline)
         self.last_timings: tuple[float, float] = (0.0, 0.0)
+        self._source: Any = None  # the source's streaming DataFrame, analysed once
+        self._stream: Any = None  # and unioned with the control stream
         # fragment -> the aggregates its records are folded by in Spark (workers.partials)
         self._preaggregated: dict[str, Aggregates] = {}
 
     def source_stream(self) -> Any:
         """The pipeline's own stream of source records: the pipeline's ``source`` function, or
-        the source the runner was given (``--source``). It knows nothing of barriers."""
+        the source the runner was given (``--source``). It knows nothing of barriers.
+
+        Built once: each query start (the first, a restart after a failure, a rebuild's re-runs)
+        starts from the same DataFrame, so Spark looks a Python data source up (a Python process
+        on the driver) and analyses the user's ``prepare`` once per runner, not at every start."""
+        if self._source is None:
+            self._source = self._new_source_stream()
+        return self._source
+
+    def _new_source_stream(self) -> Any:
         cfg = self.config
         reader = self.spark.readStream
         if not cfg.source and self.pipeline.source is not None:
@@ -214,7 +225,10 @@ class EpochJob:
     def stream(self) -> Any:
         """What the query reads: the pipeline's stream unioned with the runner's control stream,
         so that the runner can force a barrier on any source (workers/sources/control.py)."""
-        return with_control(self.spark, self.source_stream(), self.config.pipeline_dir / TICKS_FILE)
+        if self._stream is None:
+            ticks = self.config.pipeline_dir / TICKS_FILE
+            self._stream = with_control(self.spark, self.source_stream(), ticks)
+        return self._stream
 
     def describe_source(self) -> str:
         """One line for the fragment matrix: what the pipeline reads."""

@@ -18,6 +18,7 @@ Spark's offset log (a crashed epoch is re-run with the same offsets and the same
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -54,6 +55,7 @@ from workers.pipeline.loading import (
 )
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
+from workers.recovery.format import SnapshotManifest
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import pending_rebuild
 from workers.recovery.replay import ReplayLog
@@ -65,6 +67,7 @@ from workers.rescale.exports import ExportWaitStopped
 from workers.rescale.protocol import ProgressAck
 from workers.restarts import QueryGivenUp, QueryRestarts
 from workers.sinks.base import Sink, SinkError
+from workers.start_phases import Background, StartPhases
 from workers.vnode_load import RecordsPerVnode
 from workers.worker_pool import ExecutorsMissing, WorkerPool
 
@@ -106,6 +109,10 @@ class PipelineRunner:
         *,
         on_epoch: Callable[[EpochReport], None] | None = None,
     ) -> None:
+        self.start_phases = StartPhases()  # from here to the first committed epoch
+        self._start_phase_now: tuple[str, float] | None = None
+        self._warm: Background  # the executors' import check (_start_with_spark)
+        self._fatal: BaseException | None = None  # ends the runner instead of the query
         self.config = config
         if os.environ.get(CRASH_AFTER_SINK_WRITE) or os.environ.get(CRASH_DURING):
             # a test's fault: the tasks must find us
@@ -114,8 +121,9 @@ class PipelineRunner:
         self.control: ControlInterface = PatientControl(
             control, patience_s=config.control_patience_s
         )
-        self.pipeline: Pipeline = load_pipeline(config.ref, config.vnodes)
-        self.sink: Sink = resolve_sink(config, self.pipeline)  # none: the start stops here
+        with self.start_phases.phase("pipeline"):
+            self.pipeline: Pipeline = load_pipeline(config.ref, config.vnodes)
+            self.sink: Sink = resolve_sink(config, self.pipeline)  # none: the start stops here
         self.watermark = self._load_watermark()
         self.placements_store = PlacementStore(config.pipeline_dir)
         self.replay_log = ReplayLog(config.pipeline_dir)
@@ -287,6 +295,11 @@ class PipelineRunner:
         with self._batch_lock:
             if self._stop.is_set():
                 raise StopRequested(f"stopped before epoch {epoch}")
+            try:
+                self._imports_checked()
+            except BaseException as exc:
+                self._error = exc
+                raise
             if self._rebuilding:
                 plan = self._rerun_plan
                 if plan is None or plan.epoch != epoch:
@@ -295,6 +308,8 @@ class PipelineRunner:
                 return
             self._in_batch = True
             self.ticks.epoch_started()
+            if self.start_phases.finished_s is None and self._start_phase_now is not None:
+                self._start_phase("first epoch")
         try:
             self._run_batch(df, epoch)
         finally:
@@ -362,6 +377,9 @@ class PipelineRunner:
         if pending is not None:  # the stores are copied: written out beside the next epochs
             self.snapshots.epoch_committed(pending, plan.placements)
         self.last_epoch = epoch
+        if self.start_phases.finished_s is None:
+            self._start_phase(None)
+            self.start_phases.first_epoch_committed(epoch)
         booked = time.perf_counter()
         self.control.report_epoch(report)
         build_s, job_s = self.job.last_timings
@@ -474,7 +492,13 @@ class PipelineRunner:
     def _beat(self) -> None:
         try:
             info = spark_info(self.spark) if self.spark is not None else {}
-            self.control.heartbeat(self.pipeline.name, self.last_epoch, self.status, info)
+            self.control.heartbeat(
+                self.pipeline.name,
+                self.last_epoch,
+                self.status,
+                info,
+                start=self.start_phases.to_json(),
+            )
         except ControlUnavailable as exc:  # waited out by the epochs; the next beat replaces it
             log.warning("heartbeat missed: %s", exc)
         except Exception:  # a missed heartbeat must never kill the pipeline
@@ -497,63 +521,30 @@ class PipelineRunner:
     def run(self) -> int:
         """Run until done; returns the last committed epoch."""
         cfg = self.config
+        phases = self.start_phases
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
-        restoring = self.recovery.restore_manifest()
-        check_source(cfg, self.pipeline)  # a missing stream or server: say so before Spark
-        self._check_sink_not_ahead(restoring.epoch if restoring is not None else None)
-        if restoring is not None:
-            self.placements = self.recovery.begin_restore(restoring)
-        else:
-            self.placements = self._load_placements()
-        self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
-        try:
-            shipped = ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
-            if shipped is not None:
-                log.info("pipeline module %s shipped to the executors (addPyFile)", shipped.name)
-            check_on_executors(self.spark, cfg.ref)
-            record(cfg.pipeline_dir, cfg.ref, self.pipeline)
-            try:
-                self.workers.start(self.spark, self._committed_epoch() + 1)
-            except ExecutorsMissing as exc:
-                raise RunnerError(str(exc)) from None
-            if restoring is not None:
-                self.recovery.restore(self.spark, restoring, self.placements)
-                self.watermark = self._load_watermark()  # the snapshot's, as the stores are
-            self.snapshots = self._make_snapshots()
-        except BaseException:
-            self.spark.stop()
-            raise
-        self.executor = self._make_executor()
-        self.barrier = Barrier(
-            self.pipeline.name,
-            self.control,
-            self.executor,
-            self.placements,
-            self.placements_store,
-            on_stop=self._stop.set,
-            # before any operation reports its end, the control plane has the new placement
-            on_placements_changed=lambda: self.control.register(self.topology()),
-            on_barrier=self.workers.observe,
-            on_decommission=self._decommission,
-            on_snapshot=self._snapshot_now,
-            clock=self.watermark.clock,
-        )
-        self.placements_store.save(self.placements)  # a restart may have reconciled an operation
-        self.executor.placements_saved()
-        self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
-        self.job.check_prepared()
-        if restoring is None:
-            try:
-                self._check_stores()
-            except BaseException:  # refused or failed: the JVM goes with the start
-                self.spark.stop()
-                raise
-        self.control.register(self.topology())
-        self.last_epoch = self._committed_epoch()
-        self.control.report_workers(self.pipeline.name, self.last_epoch, self.workers.snapshot())
-        self.status = "running"
+        # beats from the start on, with the start's phases: /healthz says what a start waits for
         heart = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         heart.start()
+        try:
+            # what needs no Spark first: a refusal says so before a JVM starts
+            with phases.phase("checks"):
+                restoring = self.recovery.restore_manifest()
+                check_source(cfg, self.pipeline)  # a missing stream or server
+                self._check_sink_not_ahead(restoring.epoch if restoring is not None else None)
+                if restoring is not None:
+                    self.placements = self.recovery.begin_restore(restoring)
+                else:
+                    self.placements = self._load_placements()
+            with phases.phase("spark"):
+                self.spark = build_spark(cfg, f"rescaler-{self.pipeline.name}")
+            self._start_with_spark(restoring)
+        except BaseException:  # refused or failed: the JVM goes with the start
+            if self.spark is not None:
+                self.spark.stop()
+            self._start_failed()
+            raise
+        self.status = "running"
         self._beat()
         clean = False
         try:
@@ -567,6 +558,8 @@ class PipelineRunner:
                 failure = self._watch_query()
                 if failure is None:
                     break
+                if self._fatal is not None:
+                    raise RunnerError(str(self._fatal)) from self._fatal
                 try:
                     wait = restarts.failed(failure, progressed=self.last_epoch > started_at)
                 except QueryGivenUp as exc:
@@ -595,8 +588,100 @@ class PipelineRunner:
             self.spark.stop()
         return self.last_epoch
 
+    def _start_failed(self) -> None:
+        self.status = "stopped"
+        self._stop.set()  # the heartbeat thread's last beat says so
+        self._beat()
+
+    def _start_with_spark(self, restoring: SnapshotManifest | None) -> None:
+        """Everything of the start that needs Spark, up to the query's start. The executors'
+        import check (which also starts the epoch tasks' Python workers) runs beside the
+        driver's own planning; both are done before the query starts."""
+        cfg = self.config
+        phases = self.start_phases
+        shipped = ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
+        if shipped is not None:
+            log.info("pipeline module %s shipped to the executors (addPyFile)", shipped.name)
+        # the executors' import check (it also starts the epoch tasks' Python workers) runs
+        # beside the rest of the start and the query's; the first epoch waits for it
+        self._warm = Background(
+            phases,
+            "executors' import check",
+            lambda: check_on_executors(self.spark, cfg.ref, warm=self._task_modules()),
+        )
+        try:
+            record(cfg.pipeline_dir, cfg.ref, self.pipeline)
+            with phases.phase("workers"):
+                try:
+                    self.workers.start(self.spark, self._committed_epoch() + 1)
+                except ExecutorsMissing as exc:
+                    raise RunnerError(str(exc)) from None
+            if restoring is not None:
+                with phases.phase("restore"):
+                    self.recovery.restore(self.spark, restoring, self.placements)
+                self.watermark = self._load_watermark()  # the snapshot's, as the stores are
+            self.snapshots = self._make_snapshots()
+            self.executor = self._make_executor()
+            self.barrier = Barrier(
+                self.pipeline.name,
+                self.control,
+                self.executor,
+                self.placements,
+                self.placements_store,
+                on_stop=self._stop.set,
+                # before any operation reports its end, the control plane has the new placement
+                on_placements_changed=lambda: self.control.register(self.topology()),
+                on_barrier=self.workers.observe,
+                on_decommission=self._decommission,
+                on_snapshot=self._snapshot_now,
+                clock=self.watermark.clock,
+            )
+            self.placements_store.save(self.placements)  # a restart may have reconciled an op
+            self.executor.placements_saved()
+            self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
+            with phases.phase("prepare check"):
+                self.job.check_prepared()
+            if restoring is None:
+                with phases.phase("store check"):
+                    self._check_stores()
+            with phases.phase("register"):
+                self.control.register(self.topology())
+                self.last_epoch = self._committed_epoch()
+                self.control.report_workers(
+                    self.pipeline.name, self.last_epoch, self.workers.snapshot()
+                )
+        except BaseException:
+            with contextlib.suppress(BaseException):  # the start's own error is the one said
+                self._warm.result()
+            raise
+
+    def _imports_checked(self) -> None:
+        """Before an epoch's first task: the executors' import check is done. Its failure (the
+        pipeline's module does not import there) ends the runner, not just the query."""
+        try:
+            self._warm.result()
+        except BaseException as exc:
+            self._fatal = exc
+            raise
+
+    def _task_modules(self) -> tuple[str, ...]:
+        """What an epoch's task imports beyond the pipeline's module: the task itself, the
+        state store's backend and the sink."""
+        backend = f"workers.state.{self.config.backend}_store"
+        return ("workers.epoch", backend, type(self.sink).__module__)
+
+    def _start_phase(self, name: str | None) -> None:
+        """The start's phases after the set-up, one after the other until its first committed
+        epoch: the query's start (Spark's sources, its first trigger), then that epoch."""
+        if self._start_phase_now is not None:
+            self.start_phases.end(*self._start_phase_now)
+        self._start_phase_now = None if name is None else (name, self.start_phases.begin(name))
+
     def _start_query(self) -> Any:
         cfg = self.config
+        starting = self.start_phases.finished_s is None and self._start_phase_now is None
+        if starting and not self._rebuilding:  # a rebuild's re-runs are the store check's
+            self._start_phase("query start")
         return (
             self.job.stream()
             .writeStream.foreachBatch(self._on_batch)

@@ -40,6 +40,8 @@ class Pipeline(models.Model):
     last_epoch = models.BigIntegerField(default=-1)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     spark = models.JSONField(default=dict, blank=True)
+    # the runner's start, phase by phase, as its heartbeats tell it (workers/start_phases.py)
+    start = models.JSONField(default=dict, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
 
     objects = PipelineQuerySet.as_manager()

@@ -28,6 +28,7 @@ def runner_status(pipeline: str | None = None) -> dict[str, Any] | None:
         "heartbeat_age_s": round(age, 3),
         "status": row.status,
         "spark": row.spark or {"alive": False},
+        "start": row.start or {},
     }
 
 

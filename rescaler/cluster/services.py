@@ -206,13 +206,21 @@ def epoch_summary(metric: EpochMetric) -> dict[str, Any]:
     }
 
 
-def runner_heartbeat(*, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+def runner_heartbeat(
+    *,
+    pipeline: str,
+    epoch: int,
+    status: str,
+    spark: dict[str, Any],
+    start: dict[str, Any] | None = None,
+) -> None:
     now = timezone.now()
     updated = Pipeline.objects.filter(name=pipeline).update(
         # GREATEST: a heartbeat that raced a newer epoch report never moves last_epoch back
         heartbeat_at=now,
         status=status,
         spark=spark,
+        start=start or {},
         last_epoch=Greatest(F("last_epoch"), Value(epoch)),
     )
     if updated:

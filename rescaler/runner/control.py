@@ -82,9 +82,19 @@ class OrmControl:
         with _database():
             services.epoch_record(report=report)
 
-    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+    def heartbeat(
+        self,
+        pipeline: str,
+        epoch: int,
+        status: str,
+        spark: dict[str, Any],
+        *,
+        start: dict[str, Any] | None = None,
+    ) -> None:
         with _database():
-            services.runner_heartbeat(pipeline=pipeline, epoch=epoch, status=status, spark=spark)
+            services.runner_heartbeat(
+                pipeline=pipeline, epoch=epoch, status=status, spark=spark, start=start
+            )
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck:
         with _database():

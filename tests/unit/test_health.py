@@ -125,9 +125,38 @@ def test_fresh_running_runner_and_live_spark_are_up(monkeypatch: pytest.MonkeyPa
         "state": "running",
         "last_epoch": 41,
         "heartbeat_age_s": 1.5,
+        "start": {},
     }
     assert spark["status"] == "up"
     assert spark["app_id"] == "local-1700000000000"
+
+
+def test_a_starting_runner_says_which_phase_it_waits_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    start = {
+        "phases": [{"name": "spark", "began_s": 0.0, "took_s": 3.2}],
+        "running": [{"name": "store check", "for_s": 7.4}],
+        "elapsed_s": 10.6,
+        "first_epoch_s": None,
+    }
+    status = {**_runner_status(status="starting", last_epoch=12), "start": start}
+
+    runner, _ = _runner_and_spark(monkeypatch, status)
+
+    assert runner["status"] == "down"
+    assert runner["error"] == "the runner is starting: store check for 7 s (11 s since it began)"
+    assert runner["start"] == start  # every phase, for an operator to read
+    assert runner["last_epoch"] == 12
+
+
+def test_a_starting_runner_whose_heartbeat_is_stale_is_stuck_or_gone(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.RESCALER_HEARTBEAT_STALE_S = 30
+    status = _runner_status(status="starting", heartbeat_age_s=45.0)
+
+    runner, _ = _runner_and_spark(monkeypatch, status)
+
+    assert runner["error"].startswith("no heartbeat for 45 s (limit 30 s): the runner is stuck")
 
 
 def test_runner_without_a_committed_epoch_is_not_up_yet(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -139,24 +139,45 @@ def ship(spark: Any, ref: str, work_dir: Path) -> Path | None:
     return target
 
 
-def _import_in_task(module_name: str) -> str:
-    try:
-        importlib.import_module(module_name)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
+def _import_in_task(modules: tuple[str, ...]) -> str:
+    """Import each module in this Python worker; the first failure, said, or ""."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            return f"{name}: {type(exc).__name__}: {exc}"
     return ""
 
 
-def check_on_executors(spark: Any, ref: str) -> None:
-    """Import the pipeline's module inside a Spark task; raise InvalidPipeline if it fails."""
+def check_on_executors(spark: Any, ref: str, *, warm: tuple[str, ...] = ()) -> None:
+    """Import the pipeline's module inside Spark tasks, one per task slot; raise InvalidPipeline
+    if it fails.
+
+    The tasks are SQL tasks (``mapInArrow``, like the epochs'), so the Python workers they start
+    are the ones Spark keeps idle for the SQL tasks after them: having imported the pipeline and
+    ``warm`` (the epoch task's modules), the first epoch's tasks find them ready instead of
+    starting and importing their own (Spark reuses idle workers, ``spark.python.worker.reuse``).
+    """
+    from workers.spark_tasks import run_tasks
+
     module_name = module_of(ref)
-    sc = spark.sparkContext
-    errors = sc.parallelize([module_name], 1).map(_import_in_task).collect()
-    if errors and errors[0]:
+    slots = max(int(spark.sparkContext.defaultParallelism), 1)
+    modules = (module_name, *warm)
+    errors = run_tasks(
+        spark, [modules] * slots, _import_in_task, f"rescaler import check ({slots} tasks)"
+    )
+    failed = next((e for e in errors if e), "")
+    if failed.startswith(f"{module_name}: "):
         raise InvalidPipeline(
             f"pipeline module {module_name!r} does not import inside a Spark task "
-            f"({errors[0]}): install it and its dependencies on every executor, or keep it in "
-            f"a package Rescaler can ship (a directory with __init__.py)"
+            f"({failed.removeprefix(module_name + ': ')}): install it and its dependencies on "
+            f"every executor, or keep it in a package Rescaler can ship (a directory with "
+            f"__init__.py)"
+        )
+    if failed:
+        raise InvalidPipeline(
+            f"a module the epoch tasks need does not import inside a Spark task ({failed}): "
+            f"install Rescaler's requirements on every executor (requirements.lock)"
         )
 
 

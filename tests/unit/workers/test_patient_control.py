@@ -25,7 +25,15 @@ class Flaky:
         self._hit("poll")
         return [Command(id=1, kind="stop")]
 
-    def heartbeat(self, pipeline: str, epoch: int, status: str, spark: dict[str, Any]) -> None:
+    def heartbeat(
+        self,
+        pipeline: str,
+        epoch: int,
+        status: str,
+        spark: dict[str, Any],
+        *,
+        start: dict[str, Any] | None = None,
+    ) -> None:
         self._hit("heartbeat")
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
