@@ -67,7 +67,9 @@ def keys_grouped(spark: Any, options: Mapping[str, str]) -> Any:
     the key itself), grouped by key: what each Spark contender counts."""
     from pyspark.sql import functions as F
 
-    from workers.sources.spark import GENERATOR
+    from workers.sources.spark import GENERATOR, register
+
+    register(spark)
 
     lines = spark.readStream.format(GENERATOR).options(**options).load()
     keys = lines.where(F.col("_malformed").isNull()).select(

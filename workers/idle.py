@@ -6,9 +6,9 @@ rescale's begin and steps, a cancel, a stop-start, a stop) would wait for the ne
 Operators scale in precisely when traffic is low, so control must not depend on records arriving.
 
 The query therefore reads the pipeline's stream unioned with the runner's *control stream*
-(:mod:`workers.sources.control`), whose offset is a *tick*: a counter kept in a file of the
-pipeline's directory (:class:`BarrierTicks`). The runner increments the counter between epochs
-when control work waits: at once when one of its operations would move at the next barrier, and
+(:mod:`workers.sources.control`), whose offset advances on a *tick*: a new empty file in a
+directory of the pipeline's (:class:`BarrierTicks`). The runner ticks between epochs when
+control work waits: at once when one of its operations would move at the next barrier, and
 after ``idle_s`` without an epoch when the control plane has a command not yet acknowledged
 (asking it costs a query, so it is asked at most once per ``idle_s``). The control stream's next
 ``latestOffset`` then differs from its last committed one, and Spark runs a micro-batch in which
@@ -21,21 +21,17 @@ streams").
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from workers.rescale.protocol import STEP_ENDED, STEP_HOLDING, StepPhase, Strategy
-from workers.sources.control import read_ticks
+from workers.sources.control import ControlStream
 
 if TYPE_CHECKING:
     from workers.rescale.operation import OperationState
 
 log = logging.getLogger("workers.idle")
-
-TICKS_FILE = "barrier-ticks"
 
 
 def awaits_barrier(operations: Iterable[OperationState]) -> bool:
@@ -77,12 +73,12 @@ class BarrierTicks:
 
     def __init__(
         self,
-        path: Path,
+        control: ControlStream,
         idle_s: float,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.path = Path(path)
+        self.control = control
         self.idle_s = idle_s
         self._clock = clock
         self._last_epoch = clock()  # the last epoch's start or end
@@ -129,12 +125,8 @@ class BarrierTicks:
         return True
 
     def tick(self) -> int:
-        """Increment the counter durably (atomic replace); returns the new value."""
-        value = read_ticks(self.path) + 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(str(value), "ascii")
-        os.replace(tmp, self.path)
+        """Tick the control stream durably; returns how many ticks there have been."""
+        value = self.control.tick()
         again = self._last_tick is not None  # Spark has not started an epoch for the last one
         self._last_tick = self._clock()
         self.forced += 1

@@ -20,7 +20,6 @@ from workers.barrier import owned_vnodes, route_slots
 from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import key_range_sql, vnode_sql
-from workers.idle import TICKS_FILE
 from workers.natsio import redact
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
 from workers.pipeline.loading import resolve_sink
@@ -28,7 +27,7 @@ from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
 from workers.sinks.base import Sink
 from workers.sources import jsonl
-from workers.sources.control import ControlSource, with_control
+from workers.sources.control import ControlStream
 from workers.sources.jetstream import JETSTREAM, JetStreamStreamReader
 from workers.sources.jetstream import register as register_jetstream
 from workers.sources.spark import GENERATOR, JSONL, register
@@ -94,9 +93,9 @@ def build_spark(config: RunnerConfig, app_name: str) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    register(spark)
-    register_jetstream(spark)
-    spark.dataSource.register(ControlSource)
+    # no Python data source is registered here: the first registration makes Spark look for
+    # installed ones in a Python process of its own (a second or two of every start), which a
+    # pipeline on a JVM source (Kafka, files) never needs; EpochJob registers the one it reads
     return spark
 
 
@@ -152,10 +151,17 @@ class EpochJob:
     """Builds and runs one epoch's Spark job for a pipeline."""
 
     def __init__(
-        self, spark: Any, config: RunnerConfig, pipeline: Pipeline, sink: Sink | None = None
+        self,
+        spark: Any,
+        config: RunnerConfig,
+        pipeline: Pipeline,
+        sink: Sink | None = None,
+        *,
+        control: ControlStream | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
+        self.control = control or ControlStream.of(config.pipeline_dir)
         self.pipeline = pipeline
         self.sink: Sink = sink or resolve_sink(config, pipeline)
         self.last_timings: tuple[float, float] = (0.0, 0.0)
@@ -201,15 +207,18 @@ class EpochJob:
                 options["max_rows"] = cfg.source_rows
             elif cfg.epochs is not None:
                 options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
+            register(self.spark)
             return (
                 reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
             )
         if cfg.source_stream_name is not None:
+            register_jetstream(self.spark)
             return reader.format(JETSTREAM).options(**self._jetstream_options()).load()
         directory = cfg.source_dir
         assert directory is not None
         if not directory.is_dir():
             raise SourceMissing(f"source directory {directory} does not exist: create it first")
+        register(self.spark)
         return (
             reader.format(JSONL)
             .option("kind", self.pipeline.source_kind)
@@ -226,8 +235,7 @@ class EpochJob:
         """What the query reads: the pipeline's stream unioned with the runner's control stream,
         so that the runner can force a barrier on any source (workers/sources/control.py)."""
         if self._stream is None:
-            ticks = self.config.pipeline_dir / TICKS_FILE
-            self._stream = with_control(self.spark, self.source_stream(), ticks)
+            self._stream = self.control.union(self.spark, self.source_stream())
         return self._stream
 
     def describe_source(self) -> str:

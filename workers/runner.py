@@ -44,7 +44,7 @@ from workers.control import (
 )
 from workers.cycles import cycle_collection_paused
 from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID
-from workers.idle import TICKS_FILE, BarrierTicks, awaits_barrier
+from workers.idle import BarrierTicks, awaits_barrier
 from workers.job import EpochJob, build_spark, check_source, spark_info
 from workers.pipeline.loading import (
     check_on_executors,
@@ -67,6 +67,7 @@ from workers.rescale.exports import ExportWaitStopped
 from workers.rescale.protocol import ProgressAck
 from workers.restarts import QueryGivenUp, QueryRestarts
 from workers.sinks.base import Sink, SinkError
+from workers.sources.control import ControlStream
 from workers.start_phases import Background, StartPhases
 from workers.vnode_load import RecordsPerVnode
 from workers.worker_pool import ExecutorsMissing, WorkerPool
@@ -148,7 +149,9 @@ class PipelineRunner:
         self._in_batch = False
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
-        self.ticks = BarrierTicks(config.pipeline_dir / TICKS_FILE, config.idle_barrier_s)
+        # the control stream the checkpoint was written with (workers/sources/control.py)
+        self.control_stream = ControlStream.of(config.pipeline_dir)
+        self.ticks = BarrierTicks(self.control_stream, config.idle_barrier_s)
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
         self.vnode_records = RecordsPerVnode()  # the vnodes' load, for the planner
@@ -638,7 +641,9 @@ class PipelineRunner:
             )
             self.placements_store.save(self.placements)  # a restart may have reconciled an op
             self.executor.placements_saved()
-            self.job = EpochJob(self.spark, cfg, self.pipeline, self.sink)
+            self.job = EpochJob(
+                self.spark, cfg, self.pipeline, self.sink, control=self.control_stream
+            )
             with phases.phase("prepare check"):
                 self.job.check_prepared()
             if restoring is None:

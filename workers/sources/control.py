@@ -7,27 +7,41 @@ everything applied at barriers (a rescale's steps, a cancel, a stop-start, a wor
 would wait for the next record (docs/rescale.md, "Idle streams"). The runner cannot rely on the
 user's source for that: a Kafka topic or a JetStream stream knows nothing of the runner.
 
-So the runner unions the user's stream with this one (``rescaler_control``). Its offset is the
-runner's *barrier tick*, a counter in a file of the pipeline's directory
-(:class:`workers.idle.BarrierTicks`); it never yields a record. When control work waits, the
-runner increments the counter; the next trigger sees a new control offset and runs a micro-batch
-in which the user's source may have no new data: an *empty epoch*, with its own epoch number,
-offset-log entry and recorded plan. A tick never selects a record of the user's stream, so the
-user's source stays exactly what it was: its offsets, its replay after a crash, its order.
+So the runner unions the user's stream with this one. Its offset advances on the runner's
+*barrier tick* (:class:`workers.idle.BarrierTicks`), and it never yields a record: Spark's own
+file source over a directory of the pipeline's (``barrier-ticks.d``), where each tick is one new
+empty file, projected to the user's columns (all null). When control work waits, the runner
+ticks; the next trigger lists a new file, so the control stream has a new offset and Spark runs
+a micro-batch in which the user's source may have no new data: an *empty epoch*, with its own
+epoch number, offset-log entry and recorded plan. A tick never selects a record of the user's
+stream, so the user's source stays exactly what it was: its offsets, its replay after a crash,
+its order.
 
-It takes the user's schema (``readStream.schema(...)``) so the union needs no projection.
+It is a JVM source, not a Python one: a Python data source costs the runner's start a Python
+process for Spark's lookup of Python sources, another for the source's own, and one that lives
+as long as the query (4 to 5 s of a 10 s start on two cores, ``bench/startup.py``).
+
+Checkpoints written before it hold the offsets of the Python source it replaces
+(``rescaler_control``, ``{"tick": N}``, a counter in the file ``barrier-ticks``); Spark's file
+source cannot read them, so such a checkpoint is resumed with that source
+(:meth:`ControlStream.of` decides which).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-CONTROL = "rescaler_control"
+CONTROL = "rescaler_control"  # the Python source of checkpoints written before the file stream
+TICKS_DIR = "barrier-ticks.d"  # one empty file per tick, read by Spark's file source
+LEGACY_TICKS_FILE = "barrier-ticks"  # the Python source's counter
 
 
 def read_ticks(path: str | Path | None) -> int:
@@ -72,12 +86,81 @@ class ControlSource(DataSource):
         return ControlStreamReader(dict(self.options))
 
 
-def with_control(spark: Any, stream: Any, ticks_path: Path) -> Any:
-    """``stream`` unioned with the control stream: the same records, plus epochs on demand."""
-    control = (
-        spark.readStream.format(CONTROL)
-        .schema(stream.schema)
-        .option("barrier_ticks", str(ticks_path))
-        .load()
-    )
-    return stream.unionByName(control)
+@dataclass(frozen=True)
+class ControlStream:
+    """One pipeline's control stream: where a tick goes and how Spark reads it."""
+
+    pipeline_dir: Path
+    legacy: bool = False  # the Python source and its counter file (an older checkpoint)
+
+    @classmethod
+    def of(cls, pipeline_dir: Path) -> ControlStream:
+        """The control stream the pipeline's checkpoint was written with: the file stream, unless
+        its offset log holds the Python source's ``{"tick": N}`` (the query's last source)."""
+        return cls(Path(pipeline_dir), legacy=_logged_by_python_source(pipeline_dir / "checkpoint"))
+
+    @property
+    def path(self) -> Path:
+        return self.pipeline_dir / (LEGACY_TICKS_FILE if self.legacy else TICKS_DIR)
+
+    def ticks(self) -> int:
+        """How many ticks there have been."""
+        if self.legacy:
+            return read_ticks(self.path)
+        try:
+            return sum(1 for p in self.path.iterdir() if p.name.startswith("tick-"))
+        except OSError:
+            return 0
+
+    def tick(self) -> int:
+        """One more tick, durably; returns how many there have been."""
+        value = self.ticks() + 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.legacy:  # the counter, replaced atomically
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(str(value), "ascii")
+            os.replace(tmp, self.path)
+            return value
+        self.path.mkdir(exist_ok=True)
+        while True:  # an empty file needs no atomic rename: Spark lists it whole or not at all
+            try:
+                (self.path / f"tick-{value:09d}").touch(exist_ok=False)
+                return value
+            except FileExistsError:  # a tick file of an earlier run: count on past it
+                value += 1
+
+    def union(self, spark: Any, stream: Any) -> Any:
+        """``stream`` unioned with the control stream: the same records, plus epochs on demand."""
+        if self.legacy:
+            spark.dataSource.register(ControlSource)
+            control = (
+                spark.readStream.format(CONTROL)
+                .schema(stream.schema)
+                .option("barrier_ticks", str(self.path))
+                .load()
+            )
+            return stream.unionByName(control)
+        from pyspark.sql import functions as F
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        files = spark.readStream.format("text").load(str(self.path))
+        control = files.select(*(F.lit(None).cast(f.dataType).alias(f.name) for f in stream.schema))
+        return stream.unionByName(control)
+
+
+def _logged_by_python_source(checkpoint: Path) -> bool:
+    """Whether the newest entry of the query's offset log ends with the Python control source's
+    offset (the control stream is the query's last source)."""
+    offsets = checkpoint / "offsets"
+    try:
+        batches = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()]
+    except OSError:
+        return False
+    if not batches:
+        return False
+    try:
+        last = (offsets / str(max(batches))).read_text("utf-8").splitlines()[-1]
+        offset = json.loads(last)
+    except (OSError, ValueError, IndexError):
+        return False
+    return isinstance(offset, dict) and "tick" in offset

@@ -9,7 +9,7 @@ import pytest
 from workers.idle import BarrierTicks, awaits_barrier
 from workers.rescale.operation import OperationState, StepState
 from workers.rescale.protocol import FragmentBegin, StepPhase, StepSpec, Strategy
-from workers.sources.control import ControlStreamReader, read_ticks
+from workers.sources.control import ControlStream, ControlStreamReader, read_ticks
 from workers.sources.spark import GeneratorStreamReader, JsonlStreamReader
 
 
@@ -43,22 +43,22 @@ def never() -> bool:
 
 def test_waiting_operations_tick_at_once_between_epochs(tmp_path: Path) -> None:
     clock = Clock()
-    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    ticks = BarrierTicks(ControlStream(tmp_path), 0.5, clock=clock)
     assert not ticks.poll(True, lambda: True, never), "an epoch is running: it is a barrier"
-    assert ticks.poll(False, lambda: True, never) and read_ticks(ticks.path) == 1
+    assert ticks.poll(False, lambda: True, never) and ticks.control.ticks() == 1
     clock.now += 0.2
     assert not ticks.poll(False, lambda: True, never), "Spark has not taken the tick yet"
     clock.now += 0.4
     assert ticks.poll(False, lambda: True, never), "not taken after idle_s: tick again"
     ticks.epoch_started()
     ticks.epoch_ended()
-    assert ticks.poll(False, lambda: True, never) and read_ticks(ticks.path) == 3
+    assert ticks.poll(False, lambda: True, never) and ticks.control.ticks() == 3
     assert ticks.forced == 3
 
 
 def test_commands_are_asked_for_only_after_idle_s_without_an_epoch(tmp_path: Path) -> None:
     clock = Clock()
-    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    ticks = BarrierTicks(ControlStream(tmp_path), 0.5, clock=clock)
     asked: list[float] = []
 
     def commands() -> bool:
@@ -78,14 +78,14 @@ def test_commands_are_asked_for_only_after_idle_s_without_an_epoch(tmp_path: Pat
     assert ticks.poll(False, never, lambda: False) is False
     clock.now += 0.1
     assert not ticks.poll(False, never, commands), "asked at most once per idle_s"
-    assert len(asked) == 1 and read_ticks(ticks.path) == 1
+    assert len(asked) == 1 and ticks.control.ticks() == 1
 
 
 def test_no_tick_without_waiting_work_and_none_when_the_control_plane_fails(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
-    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
+    ticks = BarrierTicks(ControlStream(tmp_path), 0.5, clock=clock)
     clock.now += 1
     assert not ticks.poll(False, never, never)
 
@@ -94,7 +94,7 @@ def test_no_tick_without_waiting_work_and_none_when_the_control_plane_fails(
 
     clock.now += 1
     assert not ticks.poll(False, never, unreachable)
-    assert read_ticks(ticks.path) == 0 and not ticks.path.exists()
+    assert ticks.control.ticks() == 0 and not ticks.control.path.exists()
 
 
 def test_a_tick_that_cannot_be_written_is_tried_again_not_raised(
@@ -103,18 +103,18 @@ def test_a_tick_that_cannot_be_written_is_tried_again_not_raised(
     """A full STATE_DIR (ENOSPC) made the tick's write raise out of the runner's watch loop and
     killed the runner while it was waiting the disk out (the soak, issue 24)."""
     clock = Clock()
-    ticks = BarrierTicks(tmp_path / "ticks", 0.5, clock=clock)
-    real_write = Path.write_text
+    ticks = BarrierTicks(ControlStream(tmp_path), 0.5, clock=clock)
+    real_touch = Path.touch
 
-    def full_disk(self: Path, *args: object, **kwargs: object) -> int:
+    def full_disk(self: Path, *args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_text", full_disk)
+    monkeypatch.setattr(Path, "touch", full_disk)
     assert not ticks.poll(False, lambda: True, never), "not written: no tick"
-    assert read_ticks(ticks.path) == 0 and ticks.forced == 0
-    monkeypatch.setattr(Path, "write_text", real_write)
+    assert ticks.control.ticks() == 0 and ticks.forced == 0
+    monkeypatch.setattr(Path, "touch", real_touch)
     assert ticks.poll(False, lambda: True, never), "space again: the next poll ticks at once"
-    assert read_ticks(ticks.path) == 1
+    assert ticks.control.ticks() == 1
 
 
 def test_read_ticks_tolerates_a_missing_or_garbled_file(tmp_path: Path) -> None:
@@ -146,13 +146,41 @@ def test_awaits_barrier(op: OperationState, expected: bool) -> None:
     assert awaits_barrier([op]) is expected
 
 
-def test_a_tick_makes_the_control_offset_new_but_never_yields_a_record(tmp_path: Path) -> None:
-    path = tmp_path / "ticks"
+def test_a_tick_is_one_new_empty_file_for_spark_s_file_source(tmp_path: Path) -> None:
+    stream = ControlStream(tmp_path)
+    assert stream.ticks() == 0
+    assert BarrierTicks(stream, 0.5).tick() == 1
+    assert BarrierTicks(stream, 0.5).tick() == 2
+    files = sorted(p.name for p in stream.path.iterdir())
+    assert files == ["tick-000000001", "tick-000000002"]
+    assert all((stream.path / f).stat().st_size == 0 for f in files), "no line, so no record"
+
+
+def test_a_checkpoint_of_the_python_control_source_keeps_that_source(tmp_path: Path) -> None:
+    """Spark's file source cannot read the offsets the Python source logged ({"tick": N})."""
+    assert not ControlStream.of(tmp_path).legacy, "a fresh state directory: the file stream"
+    offsets = tmp_path / "checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"offset":30}\n{"logOffset":2}')
+    (offsets / "12").write_text('v1\n{"batchWatermarkMs":0}\n{"offset":90}\n{"tick":4}')
+    (offsets / "9").write_text("garbage")
+    old = ControlStream.of(tmp_path)
+    assert old.legacy and old.path == tmp_path / "barrier-ticks", "the newest entry decides"
+    assert BarrierTicks(old, 0.5).tick() == 1 and read_ticks(old.path) == 1
+    (offsets / "13").write_text('v1\n{"batchWatermarkMs":0}\n{"offset":95}\n{"logOffset":0}')
+    assert not ControlStream.of(tmp_path).legacy
+
+
+def test_the_python_control_source_makes_its_offset_new_but_never_yields_a_record(
+    tmp_path: Path,
+) -> None:
+    stream = ControlStream(tmp_path, legacy=True)
+    path = stream.path
     control = ControlStreamReader({"barrier_ticks": str(path)})
     start = control.initialOffset()
     assert start == {"tick": 0}
     assert control.latestOffset(start, None) == start, "no tick: no new offset, so no epoch"
-    BarrierTicks(path, 0.5).tick()
+    BarrierTicks(stream, 0.5).tick()
     forced = control.latestOffset(start, None)
     assert forced == {"tick": 1}, "a tick makes the control stream's offset new"
     assert control.partitions(start, forced) == [], "and selects no record"
