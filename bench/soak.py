@@ -836,6 +836,10 @@ def goals(report: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "stale_ws_clients_0": goal(
             report["websockets"]["clients_stale"], report["websockets"]["clients_stale"] == 0
         ),
+        # a process that exits when no fault made it is a failure of the run (a Celery worker
+        # that died when Redis restarted): the supervisor starts it again only so that the rest
+        # of the run is still measured
+        "unexpected_exits_0": goal(len(report["unexpected_exits"]), not report["unexpected_exits"]),
     }
 
 
@@ -1702,9 +1706,9 @@ def _close_django_connections() -> None:
 
 # == the run: supervisor, faults, operator, load ==================================================
 class Supervisor(threading.Thread):
-    """Starts again a watched process that exited when no fault holds it down (the runner
-    stopping on a full disk, say), and records each such exit: an exit nobody caused is a
-    finding of the soak, not something to hide."""
+    """Records each exit of a watched process that no fault holds down: an exit nobody caused
+    fails the run (goal ``unexpected_exits_0``, exit status 1). It starts the process again only
+    so that the rest of the run is measured; no deployment has such a supervisor."""
 
     def __init__(self, stack: Stack, clock: Clock, stop: threading.Event) -> None:
         super().__init__(name="supervisor", daemon=True)
@@ -2415,6 +2419,10 @@ def run(args: argparse.Namespace) -> int:
     png = common.save_report(out, report, lambda p: plot(report, p), prefix=LOG_PREFIX)
     print(report["table"])
     print(f"\nwrote {out} and {png}")
+    if report["unexpected_exits"]:
+        names = ", ".join(f"{e['name']} ({e['returncode']})" for e in report["unexpected_exits"])
+        say(f"FAILED: processes exited by themselves: {names}; their log tails are in {out}")
+        return 1
     return 1 if error else 0
 
 

@@ -149,9 +149,9 @@ class PipelineRunner:
         self._in_batch = False
         self._on_epoch = on_epoch
         self._error: BaseException | None = None
-        # the control stream the checkpoint was written with (workers/sources/control.py)
-        self.control_stream = ControlStream.of(config.pipeline_dir)
-        self.ticks = BarrierTicks(self.control_stream, config.idle_barrier_s)
+        self.control_stream: ControlStream
+        self.ticks: BarrierTicks
+        self._read_control_stream()
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
         self.vnode_records = RecordsPerVnode()  # the vnodes' load, for the planner
@@ -182,6 +182,12 @@ class PipelineRunner:
                 f"at a new table, Delta path or subject, or clear what it holds "
                 f"(docs/sources-and-sinks.md, 'One identity per (fragment, epoch, PU)')"
             )
+
+    def _read_control_stream(self) -> None:
+        """The control stream the checkpoint was written with (workers/sources/control.py): read
+        again once a restore has written the snapshot's checkpoint entries."""
+        self.control_stream = ControlStream.of(self.config.pipeline_dir)
+        self.ticks = BarrierTicks(self.control_stream, self.config.idle_barrier_s)
 
     def _load_watermark(self) -> Watermark:
         return Watermark(
@@ -623,6 +629,7 @@ class PipelineRunner:
                 with phases.phase("restore"):
                     self.recovery.restore(self.spark, restoring, self.placements)
                 self.watermark = self._load_watermark()  # the snapshot's, as the stores are
+                self._read_control_stream()
             self.snapshots = self._make_snapshots()
             self.executor = self._make_executor()
             self.barrier = Barrier(

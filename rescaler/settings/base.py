@@ -176,6 +176,11 @@ CHANNEL_LAYERS = {
 # --- Celery (read by rescaler/celery.py with namespace="CELERY") --------------------------------
 # https://docs.celeryq.dev/en/stable/userguide/configuration.html
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# kombu's Redis transport with the fix in rescaler/broker.py (a worker holding tasks exited when
+# Redis restarted); any other broker keeps its own transport
+CELERY_BROKER_TRANSPORT = (
+    "rescaler.broker:Transport" if CELERY_BROKER_URL.startswith("redis://") else None
+)
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
 # Tests give each Celery worker a queue of its own so no other worker takes their tasks.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")

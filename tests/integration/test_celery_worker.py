@@ -14,11 +14,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from celery import Celery
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 
 from rescaler.tasks import probe
+from tests.integration.services import PrivateRedis
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -45,10 +47,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-@pytest.fixture
-def celery_worker(
-    redis_service: str, transactional_db: None, tmp_path: Path
-) -> Iterator[dict[str, Any]]:
+def _worker(redis_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A worker consuming a queue of its own, so no other worker can take the test's task."""
     queue = f"pytest-{uuid.uuid4().hex[:10]}"
     name = f"{queue}@%h"
@@ -57,7 +56,7 @@ def celery_worker(
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "rescaler.settings.test",
         "DATABASE_URL": _test_database_url(),
-        "TEST_REDIS_URL": str(settings.REDIS_URL),
+        "TEST_REDIS_URL": redis_url,
     }
     command = [
         sys.executable, "-m", "celery", "-A", "rescaler", "worker",
@@ -75,6 +74,42 @@ def celery_worker(
         _stop(process)
 
 
+@pytest.fixture
+def celery_worker(
+    redis_service: str, transactional_db: None, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    yield from _worker(str(settings.REDIS_URL), tmp_path)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own: it is killed and started again."""
+    server = PrivateRedis(tmp_path / "redis.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _wait_result(result: Any, worker: dict[str, Any]) -> Any:
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while not result.ready():
+        process = worker["process"]
+        if process.poll() is not None:
+            pytest.fail(
+                f"the worker exited with {process.returncode}:\n"
+                + worker["log"].read_text()[-6000:]
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"no result within {RESULT_TIMEOUT_S} s; worker log:\n"
+                + worker["log"].read_text()[-4000:]
+            )
+        time.sleep(0.2)
+    return result.get(timeout=5)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_runs_the_probe_against_the_test_database(
     celery_worker: dict[str, Any],
@@ -84,23 +119,38 @@ def test_a_real_worker_runs_the_probe_against_the_test_database(
 
     result = probe.apply_async(queue=celery_worker["queue"])
 
-    deadline = time.monotonic() + RESULT_TIMEOUT_S
-    while not result.ready():
-        process = celery_worker["process"]
-        if process.poll() is not None:
-            pytest.fail(
-                f"the worker exited with {process.returncode}:\n"
-                + celery_worker["log"].read_text()[-4000:]
-            )
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"no result within {RESULT_TIMEOUT_S} s; worker log:\n"
-                + celery_worker["log"].read_text()[-4000:]
-            )
-        time.sleep(0.2)
-
-    answer = result.get(timeout=5)
+    answer = _wait_result(result, celery_worker)
     assert answer["hostname"].startswith(celery_worker["queue"] + "@")
     assert answer["database"] == connection.settings_dict["NAME"]
     assert answer["select_1"] == 1
     assert answer["users"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_holding_tasks_survives_a_redis_restart(
+    private_redis: PrivateRedis, transactional_db: None, tmp_path: Path
+) -> None:
+    """Redis restarted under a worker that held tasks not yet run (a countdown's, as the
+    operation drivers queue): the worker reconnects and takes new tasks, instead of exiting 1
+    (celery 5.7 closes the lost connection after detaching it, and kombu's restore of the held
+    tasks then raised AttributeError, which no connection-error handler catches)."""
+    started = _worker(private_redis.url, tmp_path)
+    worker = next(started)
+    client = Celery(broker=private_redis.url, backend=private_redis.url)
+    try:
+        first = client.send_task(probe.name, queue=worker["queue"])
+        _wait_result(first, worker)  # connected and consuming
+        for _ in range(3):  # held by the worker until their time: delivered, not acknowledged
+            client.send_task(probe.name, queue=worker["queue"], countdown=120)
+        time.sleep(2)
+        private_redis.restart(5.0)
+        time.sleep(8)  # the worker notices, reconnects (2 s, then 4 s)
+        assert worker["process"].poll() is None, (
+            f"the worker exited with {worker['process'].returncode}:\n"
+            + worker["log"].read_text()[-6000:]
+        )
+        answer = _wait_result(client.send_task(probe.name, queue=worker["queue"]), worker)
+        assert answer["select_1"] == 1
+    finally:
+        client.close()
+        started.close()  # stops the worker

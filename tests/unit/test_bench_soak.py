@@ -336,6 +336,35 @@ def test_the_report_of_a_clean_run_meets_the_correctness_goals() -> None:
     json.dumps(report)  # the report is JSON as it is
 
 
+def test_a_process_that_exited_by_itself_fails_the_run() -> None:
+    """Both Celery workers exited with status 1 when Redis restarted (seed 9090); the
+    supervisor brought them back and the run read as a pass. Such an exit is now a goal missed
+    (and ``main`` exits 1 for it)."""
+    outcome = soak.SoakOutcome(
+        duration_s=120,
+        faults=[],
+        operations=[],
+        worker_actions=[],
+        exits=[soak.UnexpectedExit("celery-1", 71.2, 1, "Unrecoverable error: AttributeError")],
+        samples=[],
+        clients=[],
+        api_operations=[],
+        verification={},
+        errors=[],
+    )
+    report = soak.build_report(
+        profile=soak.QUICK,
+        schedule=soak.make_schedule(9090, 120, soak.QUICK),
+        outcome=outcome,
+        trust=common.trust_fields(common.Validity(True), [0.1, 0.1, 0.1], []),
+        machine={},
+        elapsed_s=130.0,
+        error=None,
+    )
+    assert report["goals"]["unexpected_exits_0"] == {"value": 1, "met": False}
+    assert report["unexpected_exits"][0]["name"] == "celery-1"
+
+
 def test_a_run_that_never_started_still_reports_why() -> None:
     report = soak.build_report(
         profile=soak.QUICK,

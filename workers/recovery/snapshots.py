@@ -44,6 +44,7 @@ from workers.recovery.tasks import (
     staging_path,
     write_snapshot_segments,
 )
+from workers.sources.control import restored_offsets
 from workers.spark_tasks import run_tasks, task_location
 
 log = logging.getLogger("workers.recovery")
@@ -536,11 +537,11 @@ def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[Ta
         (checkpoint / sub).mkdir(parents=True, exist_ok=True)
     (checkpoint / "metadata").write_text(manifest.checkpoint["metadata"], "utf-8")
     (checkpoint / "offsets" / str(manifest.epoch)).write_text(
-        manifest.checkpoint["offsets"], "utf-8"
+        restored_offsets(manifest.checkpoint["offsets"]), "utf-8"
     )
     if "previous_offsets" in manifest.checkpoint:
         (checkpoint / "offsets" / str(manifest.epoch - 1)).write_text(
-            manifest.checkpoint["previous_offsets"], "utf-8"
+            restored_offsets(manifest.checkpoint["previous_offsets"]), "utf-8"
         )
     (checkpoint / "commits" / str(manifest.epoch)).write_text(
         manifest.checkpoint["commits"], "utf-8"

@@ -31,59 +31,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-CONTROL = "rescaler_control"  # the Python source of checkpoints written before the file stream
 TICKS_DIR = "barrier-ticks.d"  # one empty file per tick, read by Spark's file source
 LEGACY_TICKS_FILE = "barrier-ticks"  # the Python source's counter
-
-
-def read_ticks(path: str | Path | None) -> int:
-    """The tick counter (0 when there is none yet)."""
-    if not path:
-        return 0
-    try:
-        return int(Path(path).read_text("ascii").strip() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-class ControlStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.ticks = options.get("barrier_ticks")
-
-    def initialOffset(self) -> dict[str, Any]:
-        return {"tick": read_ticks(self.ticks)}
-
-    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-        return {"tick": max(read_ticks(self.ticks), int(start.get("tick", 0)))}
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return []  # a tick selects no record
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return iter(())
-
-    def commit(self, end: dict[str, Any]) -> None:
-        pass
-
-
-class ControlSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return CONTROL
-
-    def schema(self) -> str:
-        return "`tick` bigint"  # only when no schema is given; the runner gives the user's
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return ControlStreamReader(dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -106,6 +60,8 @@ class ControlStream:
     def ticks(self) -> int:
         """How many ticks there have been."""
         if self.legacy:
+            from workers.sources.control_legacy import read_ticks
+
             return read_ticks(self.path)
         try:
             return sum(1 for p in self.path.iterdir() if p.name.startswith("tick-"))
@@ -122,16 +78,22 @@ class ControlStream:
             os.replace(tmp, self.path)
             return value
         self.path.mkdir(exist_ok=True)
+        # named by the clock, never by the count: Spark's file source remembers every path it
+        # listed (its log in the checkpoint), and a name it saw once would never start an epoch
+        # again (after a restore into a new directory, say, which starts with no tick file)
+        stamp = time.time_ns()
         while True:  # an empty file needs no atomic rename: Spark lists it whole or not at all
             try:
-                (self.path / f"tick-{value:09d}").touch(exist_ok=False)
+                (self.path / f"tick-{stamp:020d}").touch(exist_ok=False)
                 return value
-            except FileExistsError:  # a tick file of an earlier run: count on past it
-                value += 1
+            except FileExistsError:
+                stamp += 1
 
     def union(self, spark: Any, stream: Any) -> Any:
         """``stream`` unioned with the control stream: the same records, plus epochs on demand."""
         if self.legacy:
+            from workers.sources.control_legacy import CONTROL, ControlSource
+
             spark.dataSource.register(ControlSource)
             control = (
                 spark.readStream.format(CONTROL)
@@ -146,6 +108,25 @@ class ControlStream:
         files = spark.readStream.format("text").load(str(self.path))
         control = files.select(*(F.lit(None).cast(f.dataType).alias(f.name) for f in stream.schema))
         return stream.unionByName(control)
+
+
+#: the control stream's offset in a restored checkpoint: its file source starts with no log
+RESTORED_OFFSET = '{"logOffset":-1}'
+
+
+def restored_offsets(entry: str) -> str:
+    """An offset-log entry of a snapshot, as a restore writes it into a new checkpoint: Spark's
+    file source resumes from its own log of listed files, which the snapshot does not carry, so
+    the control stream's offset (the entry's last line) starts again from none. The Python
+    source's counter (``{"tick": N}``) travels with the snapshot and is kept."""
+    lines = entry.splitlines()
+    try:
+        offset = json.loads(lines[-1])
+    except (ValueError, IndexError):
+        return entry
+    if not (isinstance(offset, dict) and "logOffset" in offset):
+        return entry
+    return "\n".join([*lines[:-1], RESTORED_OFFSET])
 
 
 def _logged_by_python_source(checkpoint: Path) -> bool:
