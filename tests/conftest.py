@@ -56,15 +56,23 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         )
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: it sees the markers added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest tests first: pytest-xdist (``scripts/test``: ``-n 2 --dist load
     --maxschedchunk 1``) hands the next test to whichever worker is down to one queued, so the
     Spark tests are shared between the workers from the start and the many short unit tests
     come last, filling whichever worker frees up first instead of a worker waiting alone on a
-    Spark test at the end. A file keeps its tests together, in their order."""
+    Spark test at the end. A file keeps its tests together, in their order.
+
+    Every test that starts Spark carries the ``spark`` marker (those under
+    tests/integration/workers/ get it here), so ``scripts/test -m "not spark" -n 2`` is the
+    quick loop of everything else."""
     by_file: dict[Path, int] = {}
     for item in items:
-        by_file[item.path] = min(by_file.get(item.path, 2), _cost_class(item))
+        cost = _cost_class(item)
+        if cost == 0 and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
+        by_file[item.path] = min(by_file.get(item.path, 2), cost)
     items.sort(key=lambda item: by_file[item.path])
 
 

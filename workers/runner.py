@@ -654,6 +654,10 @@ class PipelineRunner:
             with phases.phase("prepare check"):
                 self.job.check_prepared()
             if restoring is None:
+                if self._committed_epoch() >= 0:  # a restart: the check has stores to read
+                    # its tasks then take the Python workers the import check started, rather
+                    # than starting as many again beside them on the same cores
+                    self._warm.result()
                 with phases.phase("store check"):
                     self._check_stores()
             with phases.phase("register"):

@@ -92,6 +92,21 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         server.kill()
 
 
+def _wait_log(worker: dict[str, Any], seen: Any, what: str) -> None:
+    """Until the worker's log shows ``what``; fails if the worker exits first."""
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while not seen(worker["log"].read_text(errors="replace")):
+        process = worker["process"]
+        if process.poll() is not None:
+            pytest.fail(
+                f"the worker exited with {process.returncode} before {what}:\n"
+                + worker["log"].read_text()[-6000:]
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {RESULT_TIMEOUT_S} s")
+        time.sleep(0.1)
+
+
 def _wait_result(result: Any, worker: dict[str, Any]) -> Any:
     deadline = time.monotonic() + RESULT_TIMEOUT_S
     while not result.ready():
@@ -142,13 +157,10 @@ def test_a_worker_holding_tasks_survives_a_redis_restart(
         _wait_result(first, worker)  # connected and consuming
         for _ in range(3):  # held by the worker until their time: delivered, not acknowledged
             client.send_task(probe.name, queue=worker["queue"], countdown=120)
-        time.sleep(2)
+        _wait_log(worker, lambda log: log.count("received") >= 4, "the held tasks received")
         private_redis.restart(5.0)
-        time.sleep(8)  # the worker notices, reconnects (2 s, then 4 s)
-        assert worker["process"].poll() is None, (
-            f"the worker exited with {worker['process'].returncode}:\n"
-            + worker["log"].read_text()[-6000:]
-        )
+        # the worker notices the loss, then reconnects (its retries wait 2 s, then 4 s)
+        _wait_log(worker, lambda log: log.count("Connected to") >= 2, "the worker reconnected")
         answer = _wait_result(client.send_task(probe.name, queue=worker["queue"]), worker)
         assert answer["select_1"] == 1
     finally:

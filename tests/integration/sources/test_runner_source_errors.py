@@ -1,11 +1,14 @@
-"""A runner given a JetStream source it cannot read stops before Spark starts, with one message
-saying what to do (the real server, a stream that is not there, a server that is not there)."""
+"""A runner given a source it cannot read stops before Spark starts, with one message saying
+what to do (the real server, a stream that is not there, a server that is not there); one whose
+pipeline module its executors cannot import stops before its first epoch, saying so."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.integration.natsservice import unique_name
 
@@ -49,3 +52,24 @@ def test_a_bad_stream_name_or_sink_is_refused_by_the_arguments(tmp_path: Path) -
     assert done.returncode == 2 and "not a valid JetStream stream name" in done.stderr
     done = run(tmp_path, "--sink", "mysql://h/db")
     assert done.returncode == 2 and "unsupported sink URI" in done.stderr
+
+
+@pytest.mark.spark
+def test_a_module_that_does_not_import_on_the_executors_stops_the_start(tmp_path: Path) -> None:
+    """The start's import check (one SQL task per task slot, beside the query's start): its
+    failure ends the runner with the module's error, not the query's retries."""
+    import os
+
+    fixtures = REPO / "tests" / "fixtures"
+    env = {"PYTHONPATH": f"{REPO}{os.pathsep}{fixtures}", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-m", "workers", "run", "--pipeline", "userpipe.driver_only:build",
+         "--state-dir", str(tmp_path), "--no-spark-ui", "--epochs", "2"],
+        cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "pipeline module 'userpipe.driver_only' does not import inside a Spark task" in (
+        done.stderr
+    )
+    assert "No module named 'only_on_the_driver'" in done.stderr
+    assert not list((tmp_path / "driver_only").glob("checkpoint/commits/*")), "no epoch ran"
