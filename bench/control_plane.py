@@ -335,8 +335,11 @@ class SimulatedRunner:
 
     def heartbeat(self) -> None:
         """As the runner's heartbeat thread: every 2 s, whatever the barriers do."""
+        from workers.control import Heartbeat
+
         if time.monotonic() - self.beat_at >= HEARTBEAT_S:
-            self.control.heartbeat(self.pipeline, self.epoch, "running", {"alive": True})
+            beat = Heartbeat(self.pipeline, self.epoch, "running", {"alive": True})
+            self.control.heartbeat(beat)
             self.beat_at = time.monotonic()
 
     @cycle_collection_paused()  # as the runner's (see the class)

@@ -129,6 +129,18 @@ class EpochReport:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """What the runner says of itself every ``heartbeat_interval_s``, from its start on."""
+
+    pipeline: str
+    epoch: int  # the last committed epoch (-1: none yet)
+    status: str  # "starting", "running", "stopping" or "stopped"
+    spark: dict[str, Any]  # its Spark application (workers.job.spark_info); {} before it is up
+    # its start, phase by phase (workers.start_phases.StartPhases.to_json)
+    start: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Topology:
     """What the runner registers when it starts: its workers, PUs, fragments and mappings."""
 
@@ -156,17 +168,8 @@ class ControlInterface(Protocol):
 
     def report_epoch(self, report: EpochReport) -> None: ...
 
-    def heartbeat(
-        self,
-        pipeline: str,
-        epoch: int,
-        status: str,
-        spark: dict[str, Any],
-        *,
-        start: dict[str, Any] | None = None,
-    ) -> None:
-        """The runner is alive; ``status`` is "starting", "running", "stopping" or "stopped";
-        ``start``: its start, phase by phase (``workers.start_phases.StartPhases.to_json``)."""
+    def heartbeat(self, beat: Heartbeat) -> None:
+        """The runner is alive, and says how it is."""
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
         """A rescale operation changed: ``progress`` (``OperationProgress.to_json``) is its
@@ -248,16 +251,8 @@ class PatientControl:
     def report_epoch(self, report: EpochReport) -> None:
         self._call(f"report epoch {report.epoch}", lambda: self.inner.report_epoch(report))
 
-    def heartbeat(
-        self,
-        pipeline: str,
-        epoch: int,
-        status: str,
-        spark: dict[str, Any],
-        *,
-        start: dict[str, Any] | None = None,
-    ) -> None:
-        self.inner.heartbeat(pipeline, epoch, status, spark, start=start)
+    def heartbeat(self, beat: Heartbeat) -> None:
+        self.inner.heartbeat(beat)
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck | None:
         return self._call("report progress", lambda: self.inner.report_progress(pipeline, progress))
@@ -394,23 +389,5 @@ class LocalControl:
                 return ack["status"], ack.get("detail", "")
         return None
 
-    def heartbeat(
-        self,
-        pipeline: str,
-        epoch: int,
-        status: str,
-        spark: dict[str, Any],
-        *,
-        start: dict[str, Any] | None = None,
-    ) -> None:
-        self._write_atomic(
-            "heartbeat.json",
-            {
-                "pipeline": pipeline,
-                "epoch": epoch,
-                "status": status,
-                "spark": spark,
-                "start": start or {},
-                "at": time.time(),
-            },
-        )
+    def heartbeat(self, beat: Heartbeat) -> None:
+        self._write_atomic("heartbeat.json", {**asdict(beat), "at": time.time()})

@@ -38,6 +38,7 @@ from workers.control import (
     ControlInterface,
     ControlUnavailable,
     EpochReport,
+    Heartbeat,
     PatientControl,
     PuLoad,
     Topology,
@@ -501,13 +502,10 @@ class PipelineRunner:
     def _beat(self) -> None:
         try:
             info = spark_info(self.spark) if self.spark is not None else {}
-            self.control.heartbeat(
-                self.pipeline.name,
-                self.last_epoch,
-                self.status,
-                info,
-                start=self.start_phases.to_json(),
+            beat = Heartbeat(
+                self.pipeline.name, self.last_epoch, self.status, info, self.start_phases.to_json()
             )
+            self.control.heartbeat(beat)
         except ControlUnavailable as exc:  # waited out by the epochs; the next beat replaces it
             log.warning("heartbeat missed: %s", exc)
         except Exception:  # a missed heartbeat must never kill the pipeline

@@ -19,7 +19,14 @@ from rescaler.cluster import services, snapshots
 from rescaler.cluster.models import Fragment, RunnerCommand
 from rescaler.operations.progress import operation_progress_record
 from rescaler.runner import workers as _workers
-from workers.control import Command, ControlUnavailable, EpochReport, Topology, WorkerInfo
+from workers.control import (
+    Command,
+    ControlUnavailable,
+    EpochReport,
+    Heartbeat,
+    Topology,
+    WorkerInfo,
+)
 from workers.rescale.protocol import ProgressAck
 
 
@@ -82,18 +89,14 @@ class OrmControl:
         with _database():
             services.epoch_record(report=report)
 
-    def heartbeat(
-        self,
-        pipeline: str,
-        epoch: int,
-        status: str,
-        spark: dict[str, Any],
-        *,
-        start: dict[str, Any] | None = None,
-    ) -> None:
+    def heartbeat(self, beat: Heartbeat) -> None:
         with _database():
             services.runner_heartbeat(
-                pipeline=pipeline, epoch=epoch, status=status, spark=spark, start=start
+                pipeline=beat.pipeline,
+                epoch=beat.epoch,
+                status=beat.status,
+                spark=beat.spark,
+                start=beat.start,
             )
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> ProgressAck:

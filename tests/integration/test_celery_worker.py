@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -92,10 +92,11 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         server.kill()
 
 
-def _wait_log(worker: dict[str, Any], seen: Any, what: str) -> None:
-    """Until the worker's log shows ``what``; fails if the worker exits first."""
+def _wait(worker: dict[str, Any], done: Callable[[], bool], what: str) -> None:
+    """Until ``done()``; fails, with the worker's log, if the worker exits first or it takes
+    longer than RESULT_TIMEOUT_S."""
     deadline = time.monotonic() + RESULT_TIMEOUT_S
-    while not seen(worker["log"].read_text(errors="replace")):
+    while not done():
         process = worker["process"]
         if process.poll() is not None:
             pytest.fail(
@@ -103,25 +104,19 @@ def _wait_log(worker: dict[str, Any], seen: Any, what: str) -> None:
                 + worker["log"].read_text()[-6000:]
             )
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {RESULT_TIMEOUT_S} s")
+            pytest.fail(
+                f"{what}: not within {RESULT_TIMEOUT_S} s; worker log:\n"
+                + worker["log"].read_text()[-4000:]
+            )
         time.sleep(0.1)
 
 
+def _wait_log(worker: dict[str, Any], seen: Callable[[str], bool], what: str) -> None:
+    _wait(worker, lambda: seen(worker["log"].read_text(errors="replace")), what)
+
+
 def _wait_result(result: Any, worker: dict[str, Any]) -> Any:
-    deadline = time.monotonic() + RESULT_TIMEOUT_S
-    while not result.ready():
-        process = worker["process"]
-        if process.poll() is not None:
-            pytest.fail(
-                f"the worker exited with {process.returncode}:\n"
-                + worker["log"].read_text()[-6000:]
-            )
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"no result within {RESULT_TIMEOUT_S} s; worker log:\n"
-                + worker["log"].read_text()[-4000:]
-            )
-        time.sleep(0.2)
+    _wait(worker, result.ready, "its result")
     return result.get(timeout=5)
 
 

@@ -19,7 +19,7 @@ from rescaler.runner import control
 from rescaler.runner import workers as worker_services
 from rescaler.runner.control import OrmControl
 from rescaler.runner.workers import tasks as worker_tasks
-from workers.control import Topology
+from workers.control import Heartbeat, Topology
 from workers.membership import ExecutorSeen, Membership
 from workers.pipeline.placement import VnodeMapping
 from workers.rescale import errors
@@ -73,7 +73,7 @@ def test_join_drain_decommission_and_loss(
         )
     )
     orm.report_workers(PIPELINE, 0, membership.snapshot())
-    orm.heartbeat(PIPELINE, 0, "running", {"alive": True})
+    orm.heartbeat(Heartbeat(PIPELINE, 0, "running", {"alive": True}))
     assert {w.name: w.status for w in Worker.objects.all()} == {"w1": "active", "w2": "active"}
     user = get_user_model().objects.create_user("operator", password="x")
 

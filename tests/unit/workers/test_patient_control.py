@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from workers.control import Command, ControlUnavailable, PatientControl
+from workers.control import Command, ControlUnavailable, Heartbeat, PatientControl
 
 
 class Flaky:
@@ -25,15 +25,7 @@ class Flaky:
         self._hit("poll")
         return [Command(id=1, kind="stop")]
 
-    def heartbeat(
-        self,
-        pipeline: str,
-        epoch: int,
-        status: str,
-        spark: dict[str, Any],
-        *,
-        start: dict[str, Any] | None = None,
-    ) -> None:
+    def heartbeat(self, beat: Heartbeat) -> None:
         self._hit("heartbeat")
 
     def report_progress(self, pipeline: str, progress: dict[str, Any]) -> None:
@@ -84,5 +76,5 @@ def test_other_errors_are_not_outages_and_heartbeats_are_not_repeated() -> None:
     down = Flaky(down=1)
     control, clock = patient(down)
     with pytest.raises(ControlUnavailable):
-        control.heartbeat("p", 3, "running", {})
+        control.heartbeat(Heartbeat("p", 3, "running", {}))
     assert down.calls["heartbeat"] == 1 and clock.slept == []
