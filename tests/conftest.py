@@ -56,7 +56,6 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         )
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: it sees the markers added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest tests first: pytest-xdist (``scripts/test``: ``-n 2 --dist load
     --maxschedchunk 1``) hands the next test to whichever worker is down to one queued, so the
@@ -66,7 +65,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Every test that starts Spark carries the ``spark`` marker (those under
     tests/integration/workers/ get it here), so ``scripts/test -m "not spark" -n 2`` is the
-    quick loop of everything else."""
+    quick loop of everything else. This hook runs after pytest-django's (``tryfirst``), which
+    orders by test type and would undo this order, and before ``-m`` deselects."""
     by_file: dict[Path, int] = {}
     for item in items:
         cost = _cost_class(item)
