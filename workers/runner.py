@@ -114,7 +114,7 @@ class PipelineRunner:
         self.start_phases = StartPhases()  # from here to the first committed epoch
         self._start_phase_now: tuple[str, float] | None = None
         self._warm: Background  # the executors' import check (_start_with_spark)
-        self._fatal: BaseException | None = None  # ends the runner instead of the query
+        self._fatal: RunnerError | None = None  # ends the runner instead of the query
         self.config = config
         if os.environ.get(CRASH_AFTER_SINK_WRITE) or os.environ.get(CRASH_DURING):
             # a test's fault: the tasks must find us
@@ -566,7 +566,7 @@ class PipelineRunner:
                 if failure is None:
                     break
                 if self._fatal is not None:
-                    raise RunnerError(str(self._fatal)) from self._fatal
+                    raise self._fatal
                 try:
                     wait = restarts.failed(failure, progressed=self.last_epoch > started_at)
                 except QueryGivenUp as exc:
@@ -602,8 +602,8 @@ class PipelineRunner:
 
     def _start_with_spark(self, restoring: SnapshotManifest | None) -> None:
         """Everything of the start that needs Spark, up to the query's start. The executors'
-        import check (which also starts the epoch tasks' Python workers) runs beside the
-        driver's own planning; both are done before the query starts."""
+        import check (which also starts the epoch tasks' Python workers) runs beside the rest
+        and the query's start; the first epoch, or a restart's store check, waits for it."""
         cfg = self.config
         phases = self.start_phases
         shipped = ship(self.spark, cfg.ref, cfg.pipeline_dir / "_ship")
@@ -655,7 +655,7 @@ class PipelineRunner:
                 if self._committed_epoch() >= 0:  # a restart: the check has stores to read
                     # its tasks then take the Python workers the import check started, rather
                     # than starting as many again beside them on the same cores
-                    self._warm.result()
+                    self._imports_checked()
                 with phases.phase("store check"):
                     self._check_stores()
             with phases.phase("register"):
@@ -670,13 +670,16 @@ class PipelineRunner:
             raise
 
     def _imports_checked(self) -> None:
-        """Before an epoch's first task: the executors' import check is done. Its failure (the
-        pipeline's module does not import there) ends the runner, not just the query."""
+        """Before the first task that needs them: the executors' import check is done. Its
+        failure (the pipeline's module does not import there) ends the runner with its message,
+        not just the query."""
+        if self._fatal is not None:
+            raise self._fatal
         try:
             self._warm.result()
         except BaseException as exc:
-            self._fatal = exc
-            raise
+            self._fatal = RunnerError(str(exc))
+            raise self._fatal from exc
 
     def _task_modules(self) -> tuple[str, ...]:
         """What an epoch's task imports beyond the pipeline's module: the task itself, the

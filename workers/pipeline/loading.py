@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.pipeline.model import InvalidPipeline, Pipeline, UnknownPipeline
 from workers.pipeline.placement import write_json_atomic
+from workers.spark_tasks import run_tasks
 
 if TYPE_CHECKING:
     from workers.config import RunnerConfig
@@ -158,8 +159,6 @@ def check_on_executors(spark: Any, ref: str, *, warm: tuple[str, ...] = ()) -> N
     ``warm`` (the epoch task's modules), the first epoch's tasks find them ready instead of
     starting and importing their own (Spark reuses idle workers, ``spark.python.worker.reuse``).
     """
-    from workers.spark_tasks import run_tasks
-
     module_name = module_of(ref)
     slots = max(int(spark.sparkContext.defaultParallelism), 1)
     modules = (module_name, *warm)
