@@ -52,8 +52,9 @@ log = logging.getLogger("workers.recovery")
 DEFAULT_PARTITIONS = 16
 DEFAULT_KEPT = 3
 #: pipeline-directory files a snapshot carries with the state, restored as they were
-#: (the watermark; a directory source's file list, which its offsets index; the control stream's
-#: tick counter, which its offsets hold and must keep growing past)
+#: (the watermark; a directory source's file list, which its offsets index; the older Python
+#: control stream's tick counter, which its offsets hold and must keep growing past: the file
+#: control stream's offset starts again instead, workers.sources.control.restored_offsets)
 CARRIED_FILES = ("watermark.json", "source-manifest.txt", "barrier-ticks")
 RESTORE_PENDING = "restore-pending.json"
 #: where each restore task says how far it is while a --restore-from runs (pu-<n>.json)
