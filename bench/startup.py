@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         args.keys, args.repeat = 100_000, 1
         args.rows_per_epoch = min(args.rows_per_epoch, 50_000)
     validity, load = common.check_load(args.allow_load, prefix=LOG_PREFIX)
+    machine = common.machine_info(packages=("pyspark",))  # before the runs: its load is the start's
     runs: list[dict[str, Any]] = []
     with common.RunDir("startup-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
         for index, name in common.interleaved(CONTENDERS, args.repeat):
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "startup",
         "command": common.command_line(),
         **common.trust_fields(validity, load, [r.get("load_avg_at_launch") for r in runs]),
-        "machine": common.machine_info(packages=("pyspark",)),
+        "machine": {**machine, "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
         "parameters": {
             "keys": args.keys,
             "rows_per_epoch": args.rows_per_epoch,
