@@ -112,7 +112,6 @@ class PipelineRunner:
         on_epoch: Callable[[EpochReport], None] | None = None,
     ) -> None:
         self.start_phases = StartPhases()  # from here to the first committed epoch
-        self._start_phase_now: tuple[str, float] | None = None
         self._warm: Background  # the executors' import check (_start_with_spark)
         self._fatal: RunnerError | None = None  # ends the runner instead of the query
         self.config = config
@@ -318,8 +317,8 @@ class PipelineRunner:
                 return
             self._in_batch = True
             self.ticks.epoch_started()
-            if self.start_phases.finished_s is None and self._start_phase_now is not None:
-                self._start_phase("first epoch")
+            if self.start_phases.current is not None:  # the start's query has its first batch
+                self.start_phases.then("first epoch")
         try:
             self._run_batch(df, epoch)
         finally:
@@ -387,9 +386,7 @@ class PipelineRunner:
         if pending is not None:  # the stores are copied: written out beside the next epochs
             self.snapshots.epoch_committed(pending, plan.placements)
         self.last_epoch = epoch
-        if self.start_phases.finished_s is None:
-            self._start_phase(None)
-            self.start_phases.first_epoch_committed(epoch)
+        self.start_phases.first_epoch_committed(epoch)  # once
         booked = time.perf_counter()
         self.control.report_epoch(report)
         build_s, job_s = self.job.last_timings
@@ -687,18 +684,12 @@ class PipelineRunner:
         backend = f"workers.state.{self.config.backend}_store"
         return ("workers.epoch", backend, type(self.sink).__module__)
 
-    def _start_phase(self, name: str | None) -> None:
-        """The start's phases after the set-up, one after the other until its first committed
-        epoch: the query's start (Spark's sources, its first trigger), then that epoch."""
-        if self._start_phase_now is not None:
-            self.start_phases.end(*self._start_phase_now)
-        self._start_phase_now = None if name is None else (name, self.start_phases.begin(name))
-
     def _start_query(self) -> Any:
         cfg = self.config
-        starting = self.start_phases.finished_s is None and self._start_phase_now is None
+        phases = self.start_phases
+        starting = phases.finished_s is None and phases.current is None
         if starting and not self._rebuilding:  # a rebuild's re-runs are the store check's
-            self._start_phase("query start")
+            phases.then("query start")
         return (
             self.job.stream()
             .writeStream.foreachBatch(self._on_batch)

@@ -34,6 +34,9 @@ class StartPhases:
         self._lock = threading.Lock()
         self._done: list[Phase] = []
         self._running: dict[str, float] = {}
+        # the phase of the start's last stretch (the query's start, then its first epoch), which
+        # each next one ends
+        self._current: tuple[str, float] | None = None
         self.finished_s: float | None = None  # to the first committed epoch
 
     def elapsed(self) -> float:
@@ -61,10 +64,22 @@ class StartPhases:
             self._done.append(Phase(name, round(began, 3), round(took, 3)))
         log.info("start: %s took %.2f s (%.2f s since the start)", name, took, began + took)
 
+    @property
+    def current(self) -> str | None:
+        """The phase of the last stretch running now (None: none began, or the start is over)."""
+        return None if self._current is None else self._current[0]
+
+    def then(self, name: str | None) -> None:
+        """End the last stretch's phase running now, if any, and begin ``name`` (None: none)."""
+        if self._current is not None:
+            self.end(*self._current)
+        self._current = None if name is None else (name, self.begin(name))
+
     def first_epoch_committed(self, epoch: int) -> None:
         """The start is over: the runner committed ``epoch``; logged once with the breakdown."""
         if self.finished_s is not None:
             return
+        self.then(None)
         self.finished_s = round(self.elapsed(), 3)
         with self._lock:
             parts = ", ".join(f"{p.name} {p.took_s:.2f}" for p in self._done)

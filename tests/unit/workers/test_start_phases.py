@@ -82,3 +82,19 @@ def test_background_work_runs_beside_the_caller_and_hands_back_its_result_or_err
     failed = Background(phases, "again", broken)
     with pytest.raises(RuntimeError, match="module missing"):
         failed.result()
+
+
+def test_the_last_stretch_runs_one_phase_after_the_other_until_the_first_epoch() -> None:
+    clock = Clock()
+    phases = StartPhases(clock)
+    phases.then("query start")
+    clock.now += 2.0
+    assert phases.current == "query start"
+    phases.then("first epoch")  # its first batch: the query's start is over
+    clock.now += 1.5
+    phases.first_epoch_committed(0)
+    assert phases.current is None
+    assert [(p["name"], p["took_s"]) for p in phases.to_json()["phases"]] == [
+        ("query start", 2.0),
+        ("first epoch", 1.5),
+    ]
