@@ -14,10 +14,14 @@ Per contender and round (``--repeat``, interleaved):
 * **cold**: an empty state directory (checkpoint), launch → first committed epoch;
 * **restart**: the same process run until its state holds ``--keys`` keys (the runner's stores;
   the plain query has no state of its own), killed with SIGKILL, launched again → first epoch it
-  commits after the restart.
+  commits after the restart;
+* **rescale**: then a rescale request → the first epoch committed at the new size. The runner
+  is asked to add a PU, once ``stop_start`` and once ``live`` (``all_at_once``), through its
+  control directory (what ``python -m workers rescale`` does); the plain query is rescaled as its
+  user would: stopped (SIGTERM to its process group) and launched again at the new size.
 
 It prints a table with the runner's figures over the plain query's (ratios of one run), writes
-``bench/results/startup.json`` with the runner's start phases (its log's ``start:`` lines:
+``bench/results/startup.json`` with both contenders' start phases (their logs' ``start:`` lines:
 the profile of what remains) and refuses to start above a 1-minute load of 1.0.
 
     .venv/bin/python bench/startup.py                # 1.6M keys of state, 3 rounds
@@ -30,11 +34,13 @@ default: what a user gets.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +57,11 @@ CONTENDERS = ("rescaler", "plain")
 PIPELINE = "startup"
 TIMEOUT_S = 600.0
 PHASE = re.compile(r"start: (?P<name>.+?) took (?P<took>[0-9.]+) s")
+PLAIN_SLOTS_ENV = "STARTUP_PLAIN_SLOTS"
+#: the runner's PUs: it starts on 2 (local[2]'s slots), a stop-start adds the third, a live
+#: rescale the fourth; the plain query goes from 2 task slots to 3
+PARALLEL_UNITS = 4
+FRAGMENT = "word_count"
 
 
 def say(message: str) -> None:
@@ -59,22 +70,44 @@ def say(message: str) -> None:
 
 # -- the plain query (run as this script's child) -------------------------------------------------
 def plain_query(checkpoint: Path, output: Path) -> int:
-    """A plain PySpark streaming query of the same source, a foreachBatch count per key."""
+    """A plain PySpark streaming query of the same source, a foreachBatch count per key, on
+    ``$STARTUP_PLAIN_SLOTS`` task slots (its size). It logs its own start, phase by phase, in the
+    runner's words (``start: spark took 4.1 s``), from its process's creation."""
+    import psutil
+
+    began = psutil.Process().create_time()
+    mark = [began]
+
+    def phase(name: str) -> None:
+        now = time.time()
+        print(f"start: {name} took {now - mark[0]:.2f} s ({now - began:.2f} s since the start)",
+              flush=True)  # fmt: skip
+        mark[0] = now
+
+    phase("python")  # the interpreter and this script's imports
     from pyspark.sql import SparkSession
 
+    slots = os.environ.get(PLAIN_SLOTS_ENV, "2")
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(f"local[{slots}]")
         .appName("plain-startup")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", slots)
         .getOrCreate()
     )
+    phase("spark")
     key = startup_pipeline.key_expr()
+    first = [True]
 
     def sink(df: Any, epoch: int) -> None:
+        if first[0]:
+            phase("first batch")  # from the query's start to its first batch's call
         df.selectExpr(f"{key} AS word").groupBy("word").count().write.mode("append").parquet(
             str(output / f"epoch={epoch}")
         )
+        if first[0]:
+            phase("first batch's job")
+            first[0] = False
 
     query = (
         startup_pipeline.source(spark)
@@ -83,6 +116,7 @@ def plain_query(checkpoint: Path, output: Path) -> int:
         .trigger(processingTime="1 second")
         .start()
     )
+    phase("query start")
     query.awaitTermination()
     return 0
 
@@ -104,6 +138,7 @@ class Contender:
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             startup_pipeline.ROWS_ENV: str(rows_per_epoch),
             startup_pipeline.KEYS_ENV: str(keys),
+            "RESCALER_PARALLEL_UNITS": str(PARALLEL_UNITS),
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.launches = 0
@@ -168,6 +203,70 @@ class Contender:
         self.proc.wait(timeout=60)
         common.reap_group(self.proc.pid, prefix=LOG_PREFIX)
 
+    def stop(self) -> None:
+        """SIGTERM to the whole group, as a user stops a query to restart it at another size."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        common.reap_group(self.proc.pid, prefix=LOG_PREFIX)
+
+    def epoch_with_pu(self, pu: int, after: int) -> int | None:
+        """The first epoch past ``after`` in which ``pu`` held keys, if any yet."""
+        path = self.workdir / "state" / PIPELINE / "control" / "epochs.jsonl"
+        if not path.exists():
+            return None
+        for line in path.read_text("utf-8").splitlines():
+            try:
+                epoch = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            per_pu = epoch.get("per_pu", [])
+            if epoch["epoch"] > after and any(p["pu"] == pu and p["keys"] for p in per_pu):
+                return int(epoch["epoch"])
+        return None
+
+    def rescale(self, strategy: str, pu: int) -> dict[str, Any]:
+        """Ask the running runner to add ``pu``; seconds from the request to its first
+        committed epoch, to its first committed epoch with keys on ``pu``, and to the end."""
+        from workers.rescale.local import rescale
+        from workers.rescale.protocol import OperationRequest
+
+        request = OperationRequest.parse(
+            {
+                "changes": {FRAGMENT: {"added_parallel_units": [pu]}},
+                "strategy": strategy,
+                "granularity": "all_at_once",
+            }
+        )
+        ended: dict[str, Any] = {}
+
+        def drive() -> None:
+            try:
+                tick = rescale(self.workdir / "state" / PIPELINE, request, timeout_s=TIMEOUT_S)
+                ended["status"] = tick.to_json()["status"]
+            except Exception as exc:  # reported below, in this thread
+                ended["status"] = f"error: {exc}"
+            ended["s"] = round(time.monotonic() - started, 2)
+
+        before = self.last_commit()
+        started = time.monotonic()
+        driver = threading.Thread(target=drive, name=f"rescale-{strategy}", daemon=True)
+        driver.start()
+        _, first_s = self.wait_commit(before, started)
+        while (at_size := self.epoch_with_pu(pu, before)) is None:
+            failed = not driver.is_alive() and ended.get("status") != "completed"
+            if failed or time.monotonic() - started > TIMEOUT_S:
+                raise RuntimeError(f"{strategy} rescale to PU {pu}: {ended or 'timed out'}")
+            time.sleep(0.02)
+        _, at_size_s = self.wait_commit(at_size - 1, started)
+        driver.join(TIMEOUT_S)
+        if ended.get("status") != "completed":
+            raise RuntimeError(f"{strategy} rescale to PU {pu} ended {ended}")
+        return {"first_epoch_s": first_s, "at_new_size_s": at_size_s, "completed_s": ended["s"]}
+
     def log_tail(self) -> str:
         text = (self.workdir / f"{self.name}-{self.launches}.log").read_text("utf-8", "replace")
         return "\n".join(text.splitlines()[-20:])
@@ -181,8 +280,9 @@ class Contender:
 def one_round(
     name: str, workdir: Path, args: argparse.Namespace, *, settle: bool
 ) -> dict[str, Any]:
-    """Cold start, then run up to ``--keys`` keys, kill -9, restart. ``settle``: first wait for
-    the load to settle below the gate (not on a machine the user said is loaded)."""
+    """Cold start, then run up to ``--keys`` keys, kill -9, restart, then rescale. ``settle``:
+    first wait for the load to settle below the gate (not on a machine the user said is
+    loaded)."""
     workdir.mkdir(parents=True)
     contender = Contender(name, workdir, args.rows_per_epoch, args.keys)
     if settle:
@@ -201,6 +301,7 @@ def one_round(
         epoch, restart_s = contender.wait_commit(last, started)
         restart_phases = contender.phases()
         say(f"{name}: restart after kill -9 at epoch {last}, epoch {epoch} after {restart_s:.2f} s")
+        rescales = rescale_round(contender)
     finally:
         contender.kill()
     return {
@@ -212,19 +313,65 @@ def one_round(
         "state_keys": args.keys,
         "cold_phases": cold_phases,
         "restart_phases": restart_phases,
+        "rescale": rescales,
     }
 
 
+def rescale_round(contender: Contender) -> dict[str, dict[str, Any]]:
+    """The runner: a stop-start rescale to a third PU, then a live one to a fourth. The plain
+    query: stopped and launched again on three task slots (Spark has no rescale of its own)."""
+    if contender.name == "rescaler":
+        out = {}
+        for strategy, pu in (("stop_start", 2), ("live", 3)):
+            out[strategy] = figures = contender.rescale(strategy, pu)
+            say(
+                f"rescaler: {strategy} rescale to PU {pu}: first epoch {figures['first_epoch_s']} s, "
+                f"at the new size {figures['at_new_size_s']} s, completed {figures['completed_s']} s"
+            )
+        return out
+    last = contender.last_commit()
+    started = time.monotonic()
+    contender.stop()
+    contender.env[PLAIN_SLOTS_ENV] = "3"
+    contender.launch()
+    _, at_size_s = contender.wait_commit(last, started)
+    say(f"plain: stopped and relaunched on 3 slots, first batch committed after {at_size_s} s")
+    phases = contender.phases()
+    return {"restart_at_new_size": {"at_new_size_s": at_size_s, "phases": phases}}
+
+
+#: the figures of the table: label, the runner's value in a run, the plain query's
+FIGURES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("cold start", "cold_s", ("cold_s",), ("cold_s",)),
+    ("restart after kill -9", "restart_s", ("restart_s",), ("restart_s",)),
+    (
+        "stop-start rescale request",
+        "stop_start_s",
+        ("rescale", "stop_start", "at_new_size_s"),
+        ("rescale", "restart_at_new_size", "at_new_size_s"),
+    ),
+    (
+        "live rescale request",
+        "live_s",
+        ("rescale", "live", "first_epoch_s"),
+        ("rescale", "restart_at_new_size", "at_new_size_s"),
+    ),
+    (
+        "live rescale request, at the new size",
+        "live_at_new_size_s",
+        ("rescale", "live", "at_new_size_s"),
+        ("rescale", "restart_at_new_size", "at_new_size_s"),
+    ),
+)
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    figures: dict[str, Any] = {}
-    for name in CONTENDERS:
-        mine = [r for r in runs if r["contender"] == name and "error" not in r]
-        figures[name] = {
-            "cold_s": common.spread(r["cold_s"] for r in mine),
-            "restart_s": common.spread(r["restart_s"] for r in mine),
-        }
+    figures: dict[str, Any] = {name: {} for name in CONTENDERS}
     ratios = {}
-    for figure in ("cold_s", "restart_s"):
+    for _, figure, ours_at, plain_at in FIGURES:
+        for name, path in (("rescaler", ours_at), ("plain", plain_at)):
+            mine = [r for r in runs if r["contender"] == name and "error" not in r]
+            figures[name][figure] = common.spread(common.dig(r, *path) for r in mine)
         ours, plain = figures["rescaler"][figure], figures["plain"][figure]
         if ours and plain:
             ratios[figure] = round(ours["median"] / plain["median"], 2)
@@ -232,13 +379,24 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
-def phase_profile(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
-    """The runner's phases, median over its runs."""
-    mine = [r[key] for r in runs if r["contender"] == "rescaler" and "error" not in r]
+def phase_profile(runs: list[dict[str, Any]], contender: str, *path: str) -> dict[str, float]:
+    """A contender's start phases (at ``path`` in its runs), median over its runs."""
+    mine = [
+        common.dig(r, *path) or {} for r in runs if r["contender"] == contender and "error" not in r
+    ]
     names = dict.fromkeys(n for phases in mine for n in phases)
     return {
         n: round(float(common.percentile([p.get(n, 0.0) for p in mine], 50) or 0.0), 2)
         for n in names
+    }
+
+
+def profiles(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    return {
+        "rescaler cold start": phase_profile(runs, "rescaler", "cold_phases"),
+        "rescaler restart": phase_profile(runs, "rescaler", "restart_phases"),
+        "plain cold start": phase_profile(runs, "plain", "cold_phases"),
+        "plain restart": phase_profile(runs, "plain", "restart_phases"),
     }
 
 
@@ -250,14 +408,18 @@ def table(figures: dict[str, Any], phases: dict[str, dict[str, float]]) -> str:
             common.fmt_spread(figures["plain"][f], ".2f", " s"),
             f"{figures['ratios'].get(f, float('nan')):.2f}x",
         ]
-        for label, f in (("cold start", "cold_s"), ("restart after kill -9", "restart_s"))
+        for label, f, _, _ in FIGURES
     ]
     text = common.format_table(
-        ["to the first committed epoch", "Rescaler", "plain query", "ratio"], rows
+        ["to the first committed epoch after", "Rescaler", "plain query", "ratio"], rows
     )
-    for key, label in (("cold", "cold start"), ("restart", "restart")):
-        parts = ", ".join(f"{n} {s:.2f}" for n, s in phases[key].items())
-        text += f"\nRescaler's {label}, phase by phase (s): {parts}"
+    text += (
+        "\nA rescale of the plain query is a stop and a launch on more task slots; the live"
+        " rescale's first row is its first epoch after the request, records flowing."
+    )
+    for label, profile in phases.items():
+        parts = ", ".join(f"{n} {s:.2f}" for n, s in profile.items())
+        text += f"\n{label}, phase by phase (s): {parts}"
     return text
 
 
@@ -291,10 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir.keep = True
                 runs.append({"contender": name, "error": str(exc)})
     figures = summarize(runs)
-    phases = {
-        "cold": phase_profile(runs, "cold_phases"),
-        "restart": phase_profile(runs, "restart_phases"),
-    }
+    phases = profiles(runs)
     text = table(figures, phases)
     report = {
         "benchmark": "startup",
@@ -305,11 +464,13 @@ def main(argv: list[str] | None = None) -> int:
             "keys": args.keys,
             "rows_per_epoch": args.rows_per_epoch,
             "repeat": args.repeat,
+            "parallel_units": PARALLEL_UNITS,
+            "live_granularity": "all_at_once",
             "spark_submit_opts": os.environ.get("SPARK_SUBMIT_OPTS"),
         },
         "runs": runs,
         "figures": figures,
-        "runner_phases_median_s": phases,
+        "phases_median_s": phases,
         "table": common.with_verdict(
             text,
             {
