@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.workers.fixtures import assert_matches_oracle, start_runner
+from workers.control import LocalControl
 from workers.layout import store_path
 from workers.oracle import expected_from_generator
 from workers.pipeline.builtins import get_pipeline
@@ -229,7 +230,11 @@ def test_periodic_snapshots_around_a_live_scale_out_restore_exactly(tmp_path: Pa
         "RESCALER_SNAPSHOTS_KEPT": "50",
     }
     state = tmp_path / "state"
-    runner = start_runner(state, PIPELINE, *_args(60), "--snapshot-every", "2", env=env)
+    # unbounded: stopped once a snapshot after the operation is written
+    runner = start_runner(
+        state, PIPELINE, "--rows-per-epoch", str(ROWS), "--key-space", str(KEYS),
+        "--snapshot-every", "2", env=env,
+    )  # fmt: skip
     runner.wait_for(lambda: len(runner.epochs()) >= 3, 240, "three committed epochs")
     request = OperationRequest.parse(
         {
@@ -242,9 +247,16 @@ def test_periodic_snapshots_around_a_live_scale_out_restore_exactly(tmp_path: Pa
     assert result["status"] == "completed", result
     steps = result["progress"]["steps"]
     first, last = min(s["collect_epoch"] for s in steps), max(s["drop_epoch"] for s in steps)
+    location = RecoveryLocation(recovery)
+    runner.wait_for(
+        lambda: any(location.manifest(PIPELINE, i).epoch > last
+                    for i in location.snapshot_ids(PIPELINE)),
+        240,
+        "a snapshot after the operation",
+    )  # fmt: skip
+    LocalControl(runner.control_dir).submit("stop")
     runner.wait_exit()
 
-    location = RecoveryLocation(recovery)
     manifests = [location.manifest(PIPELINE, i) for i in location.snapshot_ids(PIPELINE)]
     epochs = [m.epoch for m in manifests]
     assert not [e for e in epochs if first <= e <= last], (epochs, first, last)
