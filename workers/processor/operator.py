@@ -1,0 +1,153 @@
+"""A fragment's operator made of Spark's ``StatefulProcessor``: what it declares, checked once
+at start-up, and how its state is encoded and shown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from workers.operators import KeyedOperator, Output
+from workers.processor.schema import (
+    INTERFACES,
+    OUTPUT_TYPES,
+    RESERVED_OUTPUT_NAMES,
+    TIME_MODES,
+    UnsupportedProcessor,
+    struct_of,
+    type_name,
+)
+from workers.processor.state import KeyState, ProcessorHandle, StateVariable
+
+
+class ProcessorOperator(KeyedOperator):
+    """A fragment's operator made of a ``pyspark.sql.streaming.StatefulProcessor``.
+
+    ``columns``: the input columns the processor's rows carry, in order (the fragment's key
+    column may be one of them); ``output_schema``: the processor's output (StructType or DDL);
+    ``time_mode``: Spark's ``timeMode`` ("None", "ProcessingTime", "EventTime");
+    ``interface``: "row" (``transformWithState``) or "pandas" (``transformWithStateInPandas``);
+    ``output_key``: the output column a downstream fragment is keyed by (default: the first).
+    """
+
+    name = "processor"
+    order_sensitive = True
+
+    def __init__(
+        self,
+        processor: Any,
+        *,
+        columns: Iterable[str],
+        output_schema: Any,
+        time_mode: str = "None",
+        interface: str = "row",
+        output_key: str | None = None,
+        key_column: str | None = None,
+    ) -> None:
+        self.processor = processor
+        self.columns = tuple(columns)  # type: ignore[misc]
+        self.time_mode = time_mode.lower()
+        self.interface = interface.lower()
+        # as given, for Spark's own transformWithState (the same processor under both engines)
+        self.time_mode_spark = {"none": "None", "processingtime": "ProcessingTime"}.get(
+            self.time_mode, "EventTime"
+        )
+        self.output_schema_spark = output_schema
+        self._output_schema = output_schema
+        self.key_column = key_column  # set by the fragment: its key column, if among columns
+        out = struct_of(output_schema)
+        self.output_key = output_key or (out.fields[0].name if out.fields else "")
+        # an output column named "key" that is the output key is the tasks' own key column
+        self.output_fields = tuple(  # type: ignore[misc]
+            (f.name, OUTPUT_TYPES.get(type_name(f.dataType), "?"))
+            for f in out.fields
+            if not (f.name == "key" and self.output_key == "key")
+        )
+        self.variables: dict[str, StateVariable] = {}
+
+    @property
+    def output_struct(self) -> Any:
+        return struct_of(self._output_schema)
+
+    def _names_out(self) -> list[str]:
+        return [f.name for f in self.output_struct.fields]
+
+    @property
+    def has_timers(self) -> bool:
+        return self.time_mode != "none"
+
+    def describe(self) -> str:
+        kind = type(self.processor).__name__
+        states = "; ".join(v.describe() for v in self.variables.values())
+        return f"{kind} ({self.interface}, time {self.time_mode}{'; ' + states if states else ''})"
+
+    def inspect(self) -> None:
+        """Check what the processor uses, once, at start-up: every refusal names the feature."""
+        if self.time_mode not in TIME_MODES:
+            raise UnsupportedProcessor(
+                f"timeMode {self.time_mode!r}: Spark's modes are None, ProcessingTime, EventTime"
+            )
+        if self.interface not in INTERFACES:
+            raise UnsupportedProcessor(f"interface {self.interface!r}: use 'row' or 'pandas'")
+        from pyspark.sql.streaming import StatefulProcessor
+
+        if not isinstance(self.processor, StatefulProcessor):
+            raise UnsupportedProcessor(
+                f"{type(self.processor).__name__} is not a pyspark.sql.streaming.StatefulProcessor"
+            )
+        for f in self.output_struct.fields:
+            if f.name == "key" and self.output_key == "key" and type_name(f.dataType) != "string":
+                raise UnsupportedProcessor(
+                    f"output column 'key' is the output key and must be a string, not "
+                    f"{type_name(f.dataType)}"
+                )
+        for name, typ in self.output_fields:
+            if name in RESERVED_OUTPUT_NAMES:
+                raise UnsupportedProcessor(
+                    f"output column {name!r} is a name Rescaler's tasks use "
+                    f"({', '.join(RESERVED_OUTPUT_NAMES)}): rename it in the output schema"
+                    + (" (a column named 'key' may be the output key)" if name == "key" else "")
+                )
+            if typ == "?":
+                spark_type = next(
+                    type_name(f.dataType) for f in self.output_struct.fields if f.name == name
+                )
+                raise UnsupportedProcessor(
+                    f"output column {name!r} has type {spark_type}; outputs may be "
+                    f"{', '.join(sorted(OUTPUT_TYPES))}"
+                )
+        if not self.output_struct.fields:
+            raise UnsupportedProcessor("the output schema has no columns")
+        if self.output_key not in self._names_out():
+            raise UnsupportedProcessor(
+                f"output_key {self.output_key!r} is not an output column "
+                f"({', '.join(n for n, _ in self.output_fields)})"
+            )
+        handle = ProcessorHandle(self.time_mode)
+        self.processor.init(handle)  # type: ignore[arg-type]  # the same methods, our storage
+        self.variables = dict(handle.variables)
+        try:
+            self.processor.close()
+        except Exception as exc:
+            raise UnsupportedProcessor(f"close() failed after init(): {exc!r}") from exc
+
+    # KeyedOperator's per-key form is not used: the task calls ProcessorRun instead
+    def update(self, key: str, state: Any, records: Any) -> tuple[Any, list[Output]]:
+        raise NotImplementedError("a processor folds through workers.processor.ProcessorRun")
+
+    def decode(self, data: bytes) -> Any:
+        return KeyState.decode(data)
+
+    def encode(self, state: Any) -> bytes:
+        encoded: bytes = state.encode()
+        return encoded
+
+    def to_json(self, state: Any) -> Any:
+        """Per state variable, as the key finder shows it, plus the pending timers."""
+        out: dict[str, Any] = {}
+        for name, (value, expiry) in state.values.items():
+            out[name] = {"kind": "value", "value": value, "expires_ms": expiry}
+        for name, entries in state.lists.items():
+            out[name] = {"kind": "list", "values": [e[0] for e in entries]}
+        for name, entries in state.maps.items():
+            out[name] = {"kind": "map", "entries": [[e[0], e[1]] for e in entries.values()]}
+        return {"state": out, "timers": sorted(state.timers)}

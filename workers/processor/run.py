@@ -1,0 +1,279 @@
+"""One task's run of a processor over its PU's store: input rows then due timers, per clock, in
+Spark's order, and the store updates and outputs they leave."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from workers.pipeline.placement import EpochClock
+from workers.processor.layout import in_ranges, parse_timer_key, timer_key, timer_range
+from workers.processor.operator import ProcessorOperator
+from workers.processor.state import KeyState, ProcessorHandle, purge_expired
+
+
+@dataclass
+class Segment:
+    """Rows folded with one clock: a past epoch's held rows, or this epoch's records."""
+
+    clock: EpochClock
+    records: pa.Table  # key, seq, vnode, the operator's columns (and the event-time column)
+    vnodes: tuple[int, ...]  # whose timers fire with this clock
+
+
+class ProcessorRun:
+    """One task's run of a processor over its PU's store: input rows and timers, per clock."""
+
+    def __init__(
+        self,
+        operator: ProcessorOperator,
+        store: Any,
+        event_time: str | None,
+        *,
+        section: bytes = b"",
+        same_key: bool = False,
+    ) -> None:
+        self.op = operator
+        self.store = store
+        self.event_time = event_time
+        self.section = section  # the operator's key prefix inside a keyed region
+        self.same_key = same_key  # outputs must keep the input's key (a region's inner operator)
+        self.handle = ProcessorHandle(operator.time_mode)
+        operator.processor.init(self.handle)
+        self.handle.declaring = False
+        self.states: dict[bytes, KeyState | None] = {}  # store key -> state (None: absent)
+        self.olds: dict[bytes, bytes | None] = {}
+        self.timers_before: dict[bytes, set[int]] = {}
+        self.vnode_of: dict[bytes, int] = {}
+        self.key_of: dict[bytes, str] = {}
+        self.outputs: list[tuple[Any, ...]] = []
+        self.output_seq: list[int] = []
+        self.output_vnode: list[int] = []
+        out = operator.output_struct
+        self._out_names = [f.name for f in out.fields]
+
+    # -- state cache
+    def _load(self, vnode: int, key: str) -> tuple[bytes, KeyState]:
+        from workers.state.base import encode_key
+
+        skey = encode_key(vnode, self.section + key.encode("utf-8"))
+        if skey not in self.states:
+            raw = self.store.get(skey)
+            self.olds[skey] = raw
+            loaded = KeyState.decode(raw) if raw is not None else KeyState()
+            self.states[skey] = loaded
+            self.timers_before[skey] = set(loaded.timers)
+            self.vnode_of[skey] = vnode
+            self.key_of[skey] = key
+        state = self.states[skey]
+        assert state is not None
+        return skey, state
+
+    def _timer_values(self, clock: EpochClock) -> Any:
+        from pyspark.sql.streaming.stateful_processor import TimerValues
+
+        watermark = clock.watermark_ms if self.op.time_mode == "eventtime" else -1
+        batch = clock.batch_ms if self.op.time_mode != "none" else -1
+        return TimerValues(batch, watermark)
+
+    def _emit(self, results: Any, key: str, vnode: int, seq: int) -> None:
+        if results is None:
+            return
+        rows: list[tuple[Any, ...]] = []
+        for item in results:
+            if self.op.interface == "pandas":
+                frame = item
+                cols = [
+                    frame[n].tolist() if n in frame.columns else [None] * len(frame)
+                    for n in self._out_names
+                ]
+                rows.extend(tuple(row) for row in zip(*cols, strict=True))
+            elif hasattr(item, "asDict"):
+                d = item.asDict()
+                rows.append(tuple(d.get(n) for n in self._out_names))
+            else:
+                rows.append(tuple(item))
+        if self.same_key:
+            at = self._out_names.index(self.op.output_key)
+            moved = [r[at] for r in rows if str(r[at]) != key]
+            if moved:
+                raise ValueError(
+                    f"{type(self.op.processor).__name__} emitted {self.op.output_key}="
+                    f"{moved[0]!r} for key {key!r}: inside a keyed region an operator's outputs "
+                    f"keep its key (end the region there and key the next fragment instead)"
+                )
+        self.outputs.extend(rows)
+        self.output_seq.extend([seq] * len(rows))
+        self.output_vnode.extend([vnode] * len(rows))
+
+    # -- one segment
+    def fold(self, segment: Segment) -> None:
+        """Spark's order within a batch: the input rows (late ones dropped), then the timers."""
+        clock = segment.clock
+        self.handle.now_ms = clock.batch_ms
+        records = segment.records
+        if self.op.time_mode == "eventtime" and self.event_time and records.num_rows:
+            import pyarrow.compute as pc
+
+            ts = _millis(records.column(self.event_time))
+            records = records.filter(pc.greater(ts, clock.late_ms))
+        if records.num_rows:
+            self._fold_rows(records, clock)
+        if self.op.time_mode == "processingtime":
+            self.fire_timers(segment.vnodes, clock, clock.batch_ms)
+        elif self.op.time_mode == "eventtime":
+            self.fire_timers(segment.vnodes, clock, clock.watermark_ms)
+
+    def _fold_rows(self, records: pa.Table, clock: EpochClock) -> None:
+        from workers.operators import sort_by_seq
+
+        ordered = sort_by_seq(records)
+        keys = ordered.column("key").to_pylist()
+        vnodes = ordered.column("vnode").to_pylist()
+        seqs = ordered.column("seq").to_pylist()
+        cols = [c for c in self.op.columns if c != self.op.key_column]
+        values = {c: ordered.column(c).to_pylist() for c in cols}
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        timer_values = self._timer_values(clock)
+        for key, rows in groups.items():
+            _, state = self._load(vnodes[rows[0]], key)
+            purge_expired(state, clock.batch_ms)
+            self.handle.current = state
+            try:
+                data = self._rows(key, rows, values)
+                results = self.op.processor.handleInputRows((key,), data, timer_values)
+                self._emit(results, key, vnodes[rows[0]], seqs[rows[-1]])
+            finally:
+                self.handle.current = None
+
+    def _rows(self, key: str, rows: list[int], values: dict[str, list[Any]]) -> Iterator[Any]:
+        names = list(self.op.columns)
+
+        def value(col: str, i: int) -> Any:
+            return key if col == self.op.key_column else values[col][i]
+
+        if self.op.interface == "pandas":
+            import pandas as pd  # type: ignore[import-untyped]
+
+            return iter([pd.DataFrame({c: [value(c, i) for i in rows] for c in names})])
+        from pyspark.sql import Row
+
+        return iter([Row(**{c: value(c, i) for c in names}) for i in rows])
+
+    def fire_timers(self, vnodes: Iterable[int], clock: EpochClock, up_to_ms: int) -> None:
+        """Fire every timer of these vnodes' keys due at ``up_to_ms``, in expiry order."""
+        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
+
+        from workers.state.base import decode_key
+
+        vnode_set = set(vnodes)
+        # a hot vnode's key ranges sealed here are in transit, or moved away: their keys' timers
+        # fire where the range goes, after its acquire (a write here would be refused)
+        sealed = self.store.sealed_key_ranges()
+        due: set[tuple[int, str, int]] = set()
+        for vnode in vnode_set:
+            start, end = timer_range(vnode, up_to_ms, self.section)
+            away = sealed.get(vnode, ())
+            for store_key, _ in self.store.scan(start, end):
+                parsed = parse_timer_key(decode_key(store_key)[1])
+                if parsed is not None and not in_ranges(parsed[1], away):
+                    due.add((parsed[0], parsed[1], vnode))
+        # the cache is newer than the store for keys this task touched
+        touched = {
+            self.key_of[skey]: (self.vnode_of[skey], state)
+            for skey, state in self.states.items()
+            if state is not None and self.vnode_of[skey] in vnode_set
+        }
+        due = {d for d in due if d[1] not in touched}
+        for key, (vnode, state) in touched.items():
+            due |= {(t, key, vnode) for t in state.timers if t <= up_to_ms}
+        timer_values = self._timer_values(clock)
+        for expiry, key, vnode in sorted(due):
+            _, state = self._load(vnode, key)
+            if expiry not in state.timers:  # deleted by an earlier timer of this key
+                continue
+            purge_expired(state, clock.batch_ms)
+            self.handle.current = state
+            try:
+                results = self.op.processor.handleExpiredTimer(
+                    (key,), timer_values, ExpiredTimerInfo(expiry)
+                )
+                self._emit(results, key, vnode, 0)
+            finally:
+                self.handle.current = None
+            state.timers.discard(expiry)  # as Spark: deleted once its handler has run
+
+    def close(self) -> None:
+        try:
+            self.op.processor.close()
+        except Exception:  # close is the user's cleanup; the epoch's state is already decided
+            pass
+
+    def updates(self) -> list[Any]:
+        """The epoch's store updates: each touched key's entry and its timer-index entries."""
+        from workers.state.base import Update
+
+        updates: list[Update] = []
+        for skey, state in self.states.items():
+            assert state is not None
+            old = self.olds[skey]
+            new = None if state.empty else state.encode()
+            if new != old:
+                updates.append(Update(skey, old, new))
+            vnode = self.vnode_of[skey]
+            key = self.key_of[skey].encode("utf-8")
+            before, after = self.timers_before[skey], state.timers
+            for t in sorted(before - after):
+                updates.append(Update(timer_key(vnode, t, key, self.section), b"t", None))
+            for t in sorted(after - before):
+                updates.append(Update(timer_key(vnode, t, key, self.section), None, b"t"))
+        return sorted(updates, key=lambda u: u.key)
+
+    def take_outputs(self) -> pa.Table:
+        """The outputs since the last call, with each row's vnode (a region's next operator's
+        input), and forget them."""
+        table = self.output_table().append_column("vnode", pa.array(self.output_vnode, pa.int64()))
+        self.outputs, self.output_seq, self.output_vnode = [], [], []
+        return table
+
+    def output_table(self) -> pa.Table:
+        from workers.epoch import ARROW_TYPES
+
+        columns = list(zip(*self.outputs)) if self.outputs else [() for _ in self._out_names]
+        by_name = dict(zip(self._out_names, columns, strict=True))
+        keys = [None if v is None else str(v) for v in by_name[self.op.output_key]]
+        arrays = [pa.array(keys, pa.string()), pa.array(self.output_seq, pa.int64())]
+        names = ["key", "seq"]
+        for name, typ in self.op.output_fields:
+            arrays.append(pa.array(list(by_name[name]), ARROW_TYPES[typ]))
+            names.append(name)
+        return pa.Table.from_arrays(arrays, names=names)
+
+
+def _millis(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An event-time column as epoch milliseconds (a timestamp, or a number of seconds)."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(column.type):
+        return pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64())
+    return pc.multiply(pc.cast(column, pa.int64()), 1000)
+
+
+def max_event_ms(records: pa.Table | None, column: str | None) -> int | None:
+    """The largest event time (ms) among ``records``, for the runner's watermark."""
+    if (
+        records is None
+        or column is None
+        or records.num_rows == 0
+        or column not in records.column_names
+    ):
+        return None
+    import pyarrow.compute as pc
+
+    value = pc.max(_millis(records.column(column))).as_py()
+    return int(value) if value is not None else None
