@@ -116,10 +116,7 @@ class ProcessorRun:
         self.handle.now_ms = clock.batch_ms
         records = segment.records
         if self.op.time_mode == "eventtime" and self.event_time and records.num_rows:
-            import pyarrow.compute as pc
-
-            ts = _millis(records.column(self.event_time))
-            records = records.filter(pc.greater(ts, clock.late_ms))
+            records = records.filter(not_late(records.column(self.event_time), clock.late_ms))
         if records.num_rows:
             self._fold_rows(records, clock)
         if self.op.time_mode == "processingtime":
@@ -255,13 +252,26 @@ class ProcessorRun:
         return pa.Table.from_arrays(arrays, names=names)
 
 
-def _millis(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """An event-time column as epoch milliseconds (a timestamp, or a number of seconds)."""
+def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An event-time column as epoch microseconds, Spark's own unit: a timestamp of any unit, or
+    a number of seconds (converted as Spark's ``timestamp_seconds``: cut toward zero)."""
     import pyarrow.compute as pc
 
     if pa.types.is_timestamp(column.type):
-        return pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64())
-    return pc.multiply(pc.cast(column, pa.int64()), 1000)
+        # nanoseconds are cut to microseconds, as Spark reads them
+        micros = pc.cast(column, pa.timestamp("us", tz=column.type.tz), safe=False)
+        return pc.cast(micros, pa.int64())
+    if pa.types.is_floating(column.type):
+        return pc.cast(pc.trunc(pc.multiply(column, 1_000_000.0)), pa.int64())
+    return pc.multiply(pc.cast(column, pa.int64()), 1_000_000)
+
+
+def not_late(column: pa.ChunkedArray, late_ms: int) -> pa.ChunkedArray:
+    """Which rows are not late: Spark drops a row whose event time, in microseconds, is at or
+    below the previous watermark (milliseconds) times 1,000."""
+    import pyarrow.compute as pc
+
+    return pc.greater(_micros(column), late_ms * 1_000)
 
 
 def max_event_ms(records: pa.Table | None, column: str | None) -> int | None:
@@ -275,5 +285,6 @@ def max_event_ms(records: pa.Table | None, column: str | None) -> int | None:
         return None
     import pyarrow.compute as pc
 
-    value = pc.max(_millis(records.column(column))).as_py()
+    # Spark's watermark takes each event time in milliseconds, cut toward zero
+    value = pc.max(pc.divide(_micros(records.column(column)), 1_000)).as_py()
     return int(value) if value is not None else None

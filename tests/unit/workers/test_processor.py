@@ -21,6 +21,7 @@ from workers.processor import (
     ProcessorRun,
     Segment,
     UnsupportedProcessor,
+    max_event_ms,
     parse_timer_key,
 )
 from workers.state import open_store
@@ -191,6 +192,32 @@ def test_event_time_drops_late_rows_then_fires_timers_after_the_rows(tmp_path: P
     assert [(r["n"], r["fired"]) for r in out] == [(3, False)]
     out = epoch(tmp_path, op, 3, [], EpochClock(0, 11_000, 6_000), "ts")
     assert [(r["n"], r["fired"]) for r in out] == [(3, True)]
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        # Spark's timestamp_seconds(<double>) as Spark hands it to Python: microseconds
+        pa.array([2_000_000, 2_000_500, 2_001_000, 9_999_999], pa.timestamp("us", tz="UTC")),
+        pa.array([2.0, 2.0005, 2.001, 9.999999], pa.float64()),  # fractional seconds
+    ],
+    ids=["timestamp-us", "double-seconds"],
+)
+def test_sub_millisecond_event_times_are_compared_and_watermarked_as_spark_does(
+    tmp_path: Path, ts: pa.Array
+) -> None:
+    """Spark drops a row as late when its event time in microseconds is at or below the previous
+    watermark times 1,000, and takes the watermark from event times cut to milliseconds."""
+    table = records([("a", "p", 0), ("b", "p", 0), ("c", "p", 0), ("d", "p", 0)], 100)
+    table = table.set_column(table.column_names.index("ts"), "ts", ts)
+    assert max_event_ms(table, "ts") == 9_999  # 9 999 999 us cut to 9 999 ms
+    op = operator("EventTime", wait_ms=None)
+    with open_store("lmdb", tmp_path) as store:
+        run = ProcessorRun(op, store, "ts")
+        # late at or below 2 000 ms: the row at exactly 2 s is late, 2 000.5 ms is not
+        run.fold(Segment(EpochClock(0, 2_000, 2_000), table, tuple(range(VNODES))))
+        kept = sorted(r["user"] for r in run.output_table().to_pylist())
+    assert kept == ["b", "c", "d"]
 
 
 def test_a_ttl_hides_and_then_drops_expired_values(tmp_path: Path) -> None:
