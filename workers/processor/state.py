@@ -76,11 +76,19 @@ def _hashable(value: Any) -> Any:
     return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
 
 
+def _python(item: Any) -> Any:
+    """A numpy scalar (what a pandas processor's ``sum()``, ``len`` of a column or a frame's
+    values give) as the Python value Spark converts it to; anything else as it is."""
+    if type(item).__module__ == "numpy" and hasattr(item, "item"):
+        return item.item()
+    return item
+
+
 def _internal(schema: Any, value: Any) -> list[Any]:
     """A value as Spark stores it (``StructType.toInternal``): a list for msgpack."""
     if not isinstance(value, tuple | list):
         raise TypeError(f"state values are tuples (one item per schema field), not {value!r}")
-    return list(schema.toInternal(tuple(value)))
+    return list(schema.toInternal(tuple(_python(v) for v in value)))
 
 
 def _live(expiry: int | None, now_ms: int) -> bool:

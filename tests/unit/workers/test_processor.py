@@ -232,6 +232,50 @@ def test_a_ttl_hides_and_then_drops_expired_values(tmp_path: Path) -> None:
     assert state["per_page"]["entries"] == [[["q"], [1]]]
 
 
+class NumpyCounts(StatefulProcessor):
+    """What a pandas processor naturally stores: numpy scalars, from ``len`` of a frame's
+    column, ``Series.sum()`` and the frame's values."""
+
+    def init(self, handle: Any) -> None:
+        self.total = handle.getValueState("total", "n long, mean double")
+        self.seen = handle.getListState("seen", "n long")
+        self.per_page = handle.getMapState("per_page", "page string", "n long")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        for frame in rows:
+            n = frame["n"].sum()  # numpy.int64
+            self.total.update((n, frame["n"].mean()))  # numpy.int64, numpy.float64
+            self.seen.appendList([(v,) for v in frame["n"].to_numpy()])
+            for page, count in frame.groupby("page")["n"].count().items():
+                self.per_page.updateValue((page,), (count,))
+            yield pd.DataFrame({"user": [key[0]], "n": [n]})
+
+
+def test_numpy_and_pandas_scalars_are_stored_as_spark_stores_them(tmp_path: Path) -> None:
+    op = ProcessorOperator(
+        NumpyCounts(),
+        columns=("user", "page", "n"),
+        output_schema="user string, n long",
+        interface="pandas",
+        key_column="user",
+    )
+    op.inspect()
+    table = records([("a", "p", 0), ("a", "q", 0), ("a", "q", 0)])
+    table = table.append_column("n", pa.array([1, 2, 4], pa.int64()))
+    with open_store("lmdb", tmp_path) as store:
+        run = ProcessorRun(op, store, None)
+        run.fold(Segment(EpochClock(), table, tuple(range(VNODES))))
+        store.commit_epoch(0, run.updates())
+        assert run.output_table().to_pylist()[0]["n"] == 7
+    state = state_of(tmp_path, op, "a")["state"]
+    assert state["total"]["value"] == [7, 7 / 3]
+    assert state["seen"]["values"] == [[1], [2], [4]]
+    assert sorted(state["per_page"]["entries"]) == [[["p"], [1]], [["q"], [2]]]
+    assert all(type(v) in (int, float) for v in state["total"]["value"])
+
+
 class Refused(StatefulProcessor):
     def __init__(self, what: str) -> None:
         self.what = what
