@@ -77,7 +77,9 @@ class Region(KeyedOperator):
                 raise UnsupportedProcessor(f"region operator {label}: {exc}") from exc
             if i:
                 before = self.operators[i - 1]
-                available = {name for name, _ in before.output_fields}
+                # the output key is an output column even when it is named `key` (the tasks'
+                # own key column, so not among output_fields)
+                available = {name for name, _ in before.output_fields} | {before.output_key}
                 missing = [c for c in op.columns if c not in available]
                 if missing:
                     raise UnsupportedProcessor(

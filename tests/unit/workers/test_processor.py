@@ -398,3 +398,54 @@ def test_a_keyed_region_checks_its_chain_and_keeps_one_key(tmp_path: Path) -> No
             ValueError, match="inside a keyed region an operator's outputs keep its key"
         ):
             run.fold(Segment(EpochClock(), records([("a", "p", 0)]), tuple(range(VNODES))))
+
+
+class KeyedTally(StatefulProcessor):
+    """Counts per key and outputs it under an output column named ``key``."""
+
+    def init(self, handle: Any) -> None:
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        (n,) = self.count.get() or (0,)
+        n += sum(1 for _ in rows)
+        self.count.update((n,))
+        yield Row(key=key[0], n=n)
+
+
+class Largest(StatefulProcessor):
+    """Reads the upstream ``key`` and ``n`` columns: the largest count seen per key."""
+
+    def init(self, handle: Any) -> None:
+        self.best = handle.getValueState("best", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        (best,) = self.best.get() or (0,)
+        for row in rows:
+            assert row.key == key[0], "the upstream key column is the key"
+            best = max(best, row.n)
+        self.best.update((best,))
+        yield Row(user=key[0], best=best)
+
+
+def test_a_region_s_next_operator_reads_an_upstream_output_key_named_key(tmp_path: Path) -> None:
+    from workers.processor import section_of
+    from workers.region import Region
+
+    first = ProcessorOperator(KeyedTally(), columns=("user",), output_schema="key string, n long")
+    second = ProcessorOperator(
+        Largest(), columns=("key", "n"), output_schema="user string, best long"
+    )
+    region = Region(first, second)
+    region.key_column = "user"
+    region.inspect()  # the second reads `key`, the first's output key: not refused
+    with open_store("lmdb", tmp_path) as store:
+        runs = [
+            ProcessorRun(op, store, None, section=section_of(i), same_key=i < 1)
+            for i, op in enumerate(region.operators)
+        ]
+        table = records([("a", "p", 0), ("a", "p", 0), ("b", "p", 0)])
+        runs[0].fold(Segment(EpochClock(), table, tuple(range(VNODES))))
+        runs[1].fold(Segment(EpochClock(), runs[0].take_outputs(), tuple(range(VNODES))))
+        out = sorted((r["user"], r["best"]) for r in runs[1].output_table().to_pylist())
+    assert out == [("a", 2), ("b", 1)]
