@@ -231,7 +231,7 @@ class Contender:
     def rescale(self, strategy: str, pu: int) -> dict[str, Any]:
         """Ask the running runner to add ``pu``; seconds from the request to its first
         committed epoch, to its first committed epoch with keys on ``pu``, and to the end."""
-        from workers.rescale.local import rescale
+        from workers.rescale.local import rescale as run_operation
         from workers.rescale.protocol import OperationRequest
 
         request = OperationRequest.parse(
@@ -245,7 +245,9 @@ class Contender:
 
         def drive() -> None:
             try:
-                tick = rescale(self.workdir / "state" / PIPELINE, request, timeout_s=TIMEOUT_S)
+                tick = run_operation(
+                    self.workdir / "state" / PIPELINE, request, timeout_s=TIMEOUT_S
+                )
                 ended["status"] = tick.to_json()["status"]
             except Exception as exc:  # reported below, in this thread
                 ended["status"] = f"error: {exc}"

@@ -285,6 +285,8 @@ def max_event_ms(records: pa.Table | None, column: str | None) -> int | None:
         return None
     import pyarrow.compute as pc
 
-    # Spark's watermark takes each event time in milliseconds, cut toward zero
-    value = pc.max(pc.divide(_micros(records.column(column)), 1_000)).as_py()
+    # Spark's watermark takes each event time in milliseconds, cut toward zero: the cut keeps
+    # the order, so the largest is cut alone rather than the whole column
+    largest = pc.max(_micros(records.column(column)))
+    value = pc.divide(largest, 1_000).as_py() if largest.is_valid else None
     return int(value) if value is not None else None
