@@ -107,7 +107,7 @@ def operation_progress_record(*, pipeline: str, progress: dict[str, Any]) -> Pro
     Runs with the cycle collector paused (``workers.cycles``): a barrier of 768 changed steps
     reads them as rows, audits them and builds the page's delta, tens of thousands of objects
     freed together at the end; with the collector on, they set off full collections of the
-    runner's whole process, 100-250 ms each (README, "Control plane at scale")."""
+    runner's whole process, 100-250 ms each (docs/benchmarks.md, "Control plane at scale")."""
     with cycle_collection_paused():
         return _record(progress)
 

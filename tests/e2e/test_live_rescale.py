@@ -36,7 +36,7 @@ pytestmark = [
 
 # Tests write only under var/: a run of the suite on a loaded machine must not replace the
 # committed figure (bench/results/console_latency.json), which is refreshed on purpose, on a
-# quiet machine, by pointing this variable at it (README, "Benchmarks").
+# quiet machine, by pointing this variable at it (docs/benchmarks.md).
 LATENCY_JSON = Path(
     os.environ.get("RESCALER_CONSOLE_LATENCY_JSON")
     or REPO / "var" / "test-results" / "console_latency.json"

@@ -89,7 +89,7 @@ def binary_array(items: Sequence[bytes | memoryview]) -> pa.BinaryArray:
     """``pa.array(items, pa.binary())``, built from two buffers (the offsets and the joined
     bytes). The same array, without what ``pa.array`` of a Python list does first: check whether
     the list is a pandas object, which imports pandas on the first call in a process (0.19 s of
-    a Spark Python worker's first export, README "Hot vnodes first, or last")."""
+    a Spark Python worker's first export, docs/benchmarks.md, "Hot vnodes first, or last")."""
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=offsets[1:])
     if offsets[-1] > _BINARY_MAX_BYTES:

@@ -2,7 +2,7 @@
 the same arrays as ``pa.array(items, pa.binary())``, without pyarrow importing pandas. pyarrow's
 ``pa.array`` of a Python list checks lazily whether it is a pandas object, importing pandas on
 its first call in a process: 0.19 s of a fresh Spark Python worker's first export, paid while
-the collect epoch's tasks waited for the export's (README, "Hot vnodes first, or last")."""
+the collect epoch's tasks waited for the export's (docs/benchmarks.md, "Hot vnodes first, or last")."""
 
 from __future__ import annotations
 
