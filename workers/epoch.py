@@ -50,6 +50,15 @@ ARROW_TYPES = {
     "int32": pa.int32(),
     "boolean": pa.bool_(),
 }
+#: the kind of the rows of a processor's initial state (the pipeline's first epoch), routed by
+#: key as records are; operator ``i`` of the fragment finds its own in ``initial_column(i)``
+INITIAL_KIND = "init"
+
+
+def initial_column(operator: int) -> str:
+    return f"_init{operator}"
+
+
 #: the clock columns a processor's held rows carry, so their replay runs at their own epoch's time
 CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms", "_late_ms")
 
@@ -344,11 +353,13 @@ def _fold_processor(
     replayed: pa.Table | None,
     records: pa.Table | None,
     acquired: tuple[int, ...] = (),
+    initial: pa.Table | None = None,
 ) -> pa.Table:
-    """A processor's epoch: held rows replayed at their own epochs' clocks (their vnodes'
-    timers only); the acquired vnodes' event-time timers that the previous epoch's watermark
-    made due (Spark fired those in the batches the vnode spent in transit); then this epoch's
-    records and every owned vnode's timers; one commit.
+    """A processor's epoch: the initial state (the first epoch only, before anything else);
+    held rows replayed at their own epochs' clocks (their vnodes' timers only); the acquired
+    vnodes' event-time timers that the previous epoch's watermark made due (Spark fired those
+    in the batches the vnode spent in transit); then this epoch's records and every owned
+    vnode's timers; one commit.
 
     In a keyed region, each operator folds the previous one's outputs of the same segment,
     under its own section of the store; the last one's outputs are the fragment's."""
@@ -403,6 +414,10 @@ def _fold_processor(
         runs = [ProcessorRun(operator, store, spec.event_time)]
     parts: list[pa.Table] = []
     try:
+        if initial is not None and initial.num_rows:
+            _check_owned(spec, slot, initial.column("vnode"))
+            for i, run in enumerate(runs):
+                _initial_state(run, initial, initial_column(i), spec.clock)
         for segment in segments:
             for run in runs:
                 run.fold(segment)
@@ -418,6 +433,17 @@ def _fold_processor(
         spec.epoch, updates, outputs=_ipc_bytes(outputs), outputs_from=spec.outputs_from
     )
     return outputs
+
+
+def _initial_state(run: ProcessorRun, initial: pa.Table, column: str, clock: EpochClock) -> None:
+    """Hand one operator its rows of the initial state (a struct column of their own columns)."""
+    if column not in initial.column_names:
+        return
+    mine = initial.filter(pc.is_valid(initial.column(column)))
+    if not mine.num_rows:
+        return
+    rows = pa.Table.from_struct_array(mine.column(column).combine_chunks())
+    run.initial(mine.column("key").to_pylist(), mine.column("vnode").to_pylist(), rows, clock)
 
 
 def _fold_operator(
@@ -514,11 +540,14 @@ def run_task(
         kinds = table.column("kind")
         is_rec = pc.equal(kinds, "rec")
         is_held = pc.equal(kinds, "held")
+        is_init = pc.equal(kinds, INITIAL_KIND)
         records = table.filter(is_rec)
         held = table.filter(is_held)
-        yield from _passthrough(schema, table.filter(pc.invert(pc.or_(is_rec, is_held))))
+        initial = table.filter(is_init)
+        ours = pc.or_(pc.or_(is_rec, is_held), is_init)
+        yield from _passthrough(schema, table.filter(pc.invert(ours)))
     else:
-        records = None
+        records = initial = None
     arrived = [t for t in (records, held) if t is not None and t.num_rows]
     source_rows = sum(pc.sum(t.column("src")).as_py() or 0 for t in arrived)
     held_counts, held_bytes = _write_held(spec, actions, held)  # durable before the commit
@@ -563,7 +592,7 @@ def run_task(
             n_records += partials.records_in(replayed)
             if _is_processor(spec):
                 outputs = _fold_processor(
-                    spec, slot, store, replayed, records, actions.replay_vnodes
+                    spec, slot, store, replayed, records, actions.replay_vnodes, initial
                 )
             else:
                 outputs = _fold_operator(spec, slot, store, replayed, records)

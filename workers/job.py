@@ -18,13 +18,14 @@ from typing import Any
 
 from workers.barrier import owned_vnodes, route_slots
 from workers.config import RunnerConfig
-from workers.epoch import TaskSpec, make_task, output_schema
+from workers.epoch import INITIAL_KIND, TaskSpec, make_task, output_schema
 from workers.hashing import key_range_sql, vnode_sql
 from workers.natsio import redact
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
 from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
+from workers.processor.initial import check_initial_states, has_initial_state, with_initial_states
 from workers.sinks.base import Sink
 from workers.sources import jsonl
 from workers.sources.control import ControlStream
@@ -253,7 +254,12 @@ class EpochJob:
     def check_prepared(self) -> None:
         """The user's ``prepare`` against the source's schema: Spark analyses it, nothing runs."""
         prepared = self.pipeline.prepare(self.source_stream())
-        self.pipeline.check_prepared({f.name: f.dataType.simpleString() for f in prepared.schema})
+        types = {f.name: f.dataType.simpleString() for f in prepared.schema}
+        self.pipeline.check_prepared(types)
+        first = self.pipeline.fragments[0]
+        for i, frag in enumerate(self.pipeline.fragments):
+            if has_initial_state(frag):
+                check_initial_states(self.spark, frag, types[first.key] if i == 0 else "string")
 
     def stage(
         self,
@@ -280,6 +286,8 @@ class EpochJob:
         """
         kind = "(CASE WHEN kind = 'out' THEN 'rec' ELSE kind END)" if from_outputs else "kind"
         is_rec = f"{kind} = 'rec'"
+        # an initial state's rows (the first epoch) go where their key's records go, never held
+        routed_rec = f"{kind} IN ('rec', '{INITIAL_KIND}')"
         vnode = vnode_sql(key_col, placement.vnodes)
         slots = ",".join(map(str, route_slots(placement, actions)))
         routed_kind = kind
@@ -325,8 +333,8 @@ class EpochJob:
             columns.append(f"CASE WHEN {is_rec} THEN NULL ELSE seq END AS _own")
         routed = df.selectExpr(
             *columns,
-            f"CASE WHEN {is_rec} THEN {vnode} END AS vnode",
-            f"CASE WHEN {is_rec} THEN {slot} ELSE 0 END AS slot",
+            f"CASE WHEN {routed_rec} THEN {vnode} END AS vnode",
+            f"CASE WHEN {routed_rec} THEN {slot} ELSE 0 END AS slot",
         )
         routed = routed.repartitionById(len(placement.parallel_units), "slot")
         if preaggregated:
@@ -399,12 +407,15 @@ class EpochJob:
                 outputs_from=plan.outputs_from,
                 rebuilding=plan.rebuilding,
             )
+            key_col = "key" if i > 0 else frag.key
+            if plan.epoch == 0 and has_initial_state(frag):  # Spark's first batch only
+                stream = with_initial_states(self.spark, stream, frag, key_col)
             stream = self.stage(
                 stream,
                 placement,
                 actions,
                 spec,
-                "key" if i > 0 else frag.key,
+                key_col,
                 from_outputs=i > 0,
                 preaggregated=self.preaggregated(frag.name, frag.operator, stream),
             )

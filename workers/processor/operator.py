@@ -3,7 +3,7 @@ at start-up, and how its state is encoded and shown."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from workers.operators import KeyedOperator, Output
@@ -26,7 +26,11 @@ class ProcessorOperator(KeyedOperator):
     column may be one of them); ``output_schema``: the processor's output (StructType or DDL);
     ``time_mode``: Spark's ``timeMode`` ("None", "ProcessingTime", "EventTime");
     ``interface``: "row" (``transformWithState``) or "pandas" (``transformWithStateInPandas``);
-    ``output_key``: the output column a downstream fragment is keyed by (default: the first).
+    ``output_key``: the output column a downstream fragment is keyed by (default: the first);
+    ``initial_state``: Spark's ``initialState``, as a function of the Spark session returning the
+    DataFrame (it is grouped by ``initial_state_key``, default the fragment's key column, which
+    must have the type of the fragment's key): at the pipeline's first epoch, each key's rows
+    are handed to ``handleInitialState`` before any input row, as Spark does in its first batch.
     """
 
     name = "processor"
@@ -42,6 +46,8 @@ class ProcessorOperator(KeyedOperator):
         interface: str = "row",
         output_key: str | None = None,
         key_column: str | None = None,
+        initial_state: Callable[[Any], Any] | None = None,
+        initial_state_key: str | None = None,
     ) -> None:
         self.processor = processor
         self.columns = tuple(columns)  # type: ignore[misc]
@@ -63,6 +69,19 @@ class ProcessorOperator(KeyedOperator):
             if not (f.name == "key" and self.output_key == "key")
         )
         self.variables: dict[str, StateVariable] = {}
+        self.initial_state = initial_state
+        self.initial_state_key = initial_state_key
+
+    def initial_state_frame(self, spark: Any) -> Any:
+        """The initial state's DataFrame (Spark analyses it; nothing runs until it is read)."""
+        assert self.initial_state is not None
+        frame = self.initial_state(spark)
+        if not hasattr(frame, "schema") or not hasattr(frame, "select"):
+            raise UnsupportedProcessor(
+                f"initial_state must return a DataFrame (what Spark's initialState is grouped "
+                f"from), not {type(frame).__name__}"
+            )
+        return frame
 
     @property
     def output_struct(self) -> Any:
@@ -117,6 +136,11 @@ class ProcessorOperator(KeyedOperator):
                 )
         if not self.output_struct.fields:
             raise UnsupportedProcessor("the output schema has no columns")
+        if self.initial_state is not None and not callable(self.initial_state):
+            raise UnsupportedProcessor(
+                "initial_state is a function of the Spark session returning the initial "
+                "state's DataFrame (for example lambda spark: spark.read.parquet(path))"
+            )
         if self.output_key not in self._names_out():
             raise UnsupportedProcessor(
                 f"output_key {self.output_key!r} is not an output column "

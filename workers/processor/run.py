@@ -109,6 +109,33 @@ class ProcessorRun:
         self.output_seq.extend([seq] * len(rows))
         self.output_vnode.extend([vnode] * len(rows))
 
+    # -- the first epoch's initial state
+    def initial(
+        self, keys: list[Any], vnodes: list[int], rows: pa.Table, clock: EpochClock
+    ) -> None:
+        """Spark's first batch: ``handleInitialState`` for every key of the initial state, before
+        any input row; once per row in the Row interface, once per key with all of its rows as
+        one frame in pandas. ``rows`` holds the initial state's own columns, ``keys`` and
+        ``vnodes`` each row's key and vnode."""
+        self.handle.now_ms = clock.batch_ms
+        timer_values = self._timer_values(clock)
+        groups: dict[Any, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        handler = self.op.processor.handleInitialState
+        for key, at in groups.items():
+            _, state = self._load(vnodes[at[0]], key)
+            self.handle.current = state
+            try:
+                part = rows.take(at)
+                if self.op.interface == "pandas":
+                    handler((key,), part.to_pandas(), timer_values)
+                else:
+                    for row in spark_rows(part):
+                        handler((key,), row, timer_values)
+            finally:
+                self.handle.current = None
+
     # -- one segment
     def fold(self, segment: Segment) -> None:
         """Spark's order within a batch: the input rows (late ones dropped), then the timers."""
@@ -250,6 +277,16 @@ class ProcessorRun:
             arrays.append(pa.array(list(by_name[name]), ARROW_TYPES[typ]))
             names.append(name)
         return pa.Table.from_arrays(arrays, names=names)
+
+
+def spark_rows(table: pa.Table) -> list[Any]:
+    """A table's rows as PySpark gives them to a processor: ``Row``s, with Spark's own
+    conversion of every type (nested structs as Rows, timestamps, decimals, maps)."""
+    from pyspark.sql.conversion import ArrowTableToRowsConversion
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    rows: list[Any] = ArrowTableToRowsConversion.convert(table, from_arrow_schema(table.schema))
+    return rows
 
 
 def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -140,8 +140,15 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
             if member.interface == "pandas"
             else grouped.transformWithState
         )
+        initial = None
+        if member.initial_state is not None:  # Spark's initialState: grouped by its own column
+            initial = member.initial_state(spark).groupBy(member.initial_state_key or key)
         result = transform(
-            member.processor, member.output_schema_spark, "Append", member.time_mode_spark
+            member.processor,
+            member.output_schema_spark,
+            "Append",
+            member.time_mode_spark,
+            initialState=initial,
         )
         key = member.output_key
     batches: dict[int, list[list[Any]]] = {}

@@ -449,3 +449,63 @@ def test_a_region_s_next_operator_reads_an_upstream_output_key_named_key(tmp_pat
         runs[1].fold(Segment(EpochClock(), runs[0].take_outputs(), tuple(range(VNODES))))
         out = sorted((r["user"], r["best"]) for r in runs[1].output_table().to_pylist())
     assert out == [("a", 2), ("b", 1)]
+
+
+class Seeded(StatefulProcessor):
+    """A count seeded by the initial state: each initial row adds its ``n``; Row and pandas."""
+
+    def init(self, handle: Any) -> None:
+        self.count = handle.getValueState("count", "n long")
+        self.seeds = handle.getListState("seeds", "n long")
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
+        if hasattr(initialState, "columns"):  # pandas: every row of the key in one frame
+            seeds = [int(n) for n in initialState["n"]]
+        else:
+            seeds = [initialState.n]
+        (n,) = self.count.get() or (0,)
+        self.count.update((n + sum(seeds),))
+        self.seeds.appendValue((len(seeds),))
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        seen = sum(len(r) if isinstance(r, pd.DataFrame) else 1 for r in rows)
+        (n,) = self.count.get() or (0,)
+        self.count.update((n + seen,))
+        if self.interface == "pandas":
+            return iter([pd.DataFrame({"user": [key[0]], "n": [n + seen]})])
+        return iter([Row(user=key[0], n=n + seen)])
+
+
+@pytest.mark.parametrize("interface", ["row", "pandas"])
+def test_the_initial_state_is_handled_before_the_first_rows_of_each_key(
+    tmp_path: Path, interface: str
+) -> None:
+    processor = Seeded()
+    processor.interface = interface  # type: ignore[attr-defined]
+    op = ProcessorOperator(
+        processor,
+        columns=("user", "page", "ts"),
+        output_schema="user string, n long",
+        interface=interface,
+        key_column="user",
+        initial_state=lambda spark: None,
+    )
+    op.inspect()
+    seeds = pa.table({"user": ["a", "a", "c"], "n": pa.array([10, 5, 7], pa.int64())})
+    keys = seeds.column("user").to_pylist()
+    with open_store("lmdb", tmp_path) as store:
+        run = ProcessorRun(op, store, None)
+        clock = EpochClock(1_000, -1, -1)
+        run.initial(keys, [vnode_of(k, VNODES) for k in keys], seeds, clock)
+        run.fold(Segment(clock, records([("a", "p", 1), ("b", "p", 1)]), tuple(range(VNODES))))
+        run.close()
+        store.commit_epoch(0, run.updates())
+        out = sorted(run.output_table().select(["user", "n"]).to_pylist(), key=str)
+    assert out == [{"user": "a", "n": 16}, {"user": "b", "n": 1}]
+    # c has only its initial state: Spark keeps it, with no output
+    calls = [[1], [1]] if interface == "row" else [[2]]
+    assert state_of(tmp_path, op, "a")["state"]["seeds"]["values"] == calls
+    assert state_of(tmp_path, op, "c")["state"]["count"]["value"] == [7]
+    assert state_of(tmp_path, op, "b")["state"]["count"]["value"] == [1]
