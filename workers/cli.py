@@ -56,6 +56,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--epochs", type=int, help="stop after N committed epochs (default: run on)"
     )
     parser.add_argument("--rows-per-epoch", type=int, help="generator records per epoch")
+    parser.add_argument(
+        "--source-rows", type=int, help="generator records in all, then an idle stream"
+    )
     parser.add_argument("--key-space", type=int, help="distinct generator keys (words or users)")
     parser.add_argument("--words-per-line", type=int, help="wordcount generator: words per line")
     parser.add_argument("--zipf-s", type=float, help="Zipf exponent of the generator's keys")
@@ -98,6 +101,7 @@ def config_from_args(args: argparse.Namespace) -> RunnerConfig:
         sink=args.sink,
         epochs=args.epochs,
         rows_per_epoch=args.rows_per_epoch,
+        source_rows=args.source_rows,
         key_space=args.key_space,
         zipf_s=args.zipf_s,
         words_per_line=args.words_per_line,

@@ -50,6 +50,12 @@ class Watermark:
         self.batch_ms = max(self.batch_ms + 1, self._now_ms())
         return EpochClock(self.batch_ms, self.watermark_ms, self.late_ms)
 
+    @property
+    def advanced(self) -> bool:
+        """Whether the next epoch's watermark is past the last one's: Spark then runs a no-data
+        batch for an event-time processor (its timers due at the new watermark fire there)."""
+        return self.event_time and self.watermark_ms > self.late_ms
+
     def committed(self, plan: EpochPlan, stats: list[dict[str, Any]]) -> None:
         """Advance from the epoch's own plan and reports: repeating it changes nothing."""
         seen = [s["max_event_ms"] for s in stats if s.get("max_event_ms") is not None]

@@ -36,6 +36,7 @@ from workers.layout import store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
 from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms, section_of
+from workers.processor.run import next_timer_ms
 from workers.region import Region
 from workers.sinks.base import EpochOutputs, Sink
 from workers.sinks.files import FileSink
@@ -597,6 +598,7 @@ def run_task(
             else:
                 outputs = _fold_operator(spec, slot, store, replayed, records)
         stats = store.vnode_stats()
+        next_timer = _next_timer(spec, store, slot)
         if spec.snapshot is not None:
             _stage_copy(spec, store, pu)
     finally:
@@ -625,12 +627,28 @@ def run_task(
             "vnode_records": vnode_records,
             "replay": replay,
             "max_event_ms": max((m for m in event_ms if m is not None), default=None),
+            "next_timer_ms": next_timer,
             "seconds": round(time.perf_counter() - started, 4),
             # where this PU's task really ran (truthful placement)
             "executor": where[0],
             "host": where[1],
         },
     )
+
+
+def _next_timer(spec: TaskSpec, store: StateStore, slot: int) -> int | None:
+    """The PU's earliest processing-time timer, which the runner runs a no-data epoch for once
+    it is due (Spark's no-data batch), or None."""
+    if not _is_processor(spec):
+        return None
+    region = isinstance(spec.operator, Region)
+    members = spec.operator.operators if isinstance(spec.operator, Region) else (spec.operator,)
+    sections = [
+        section_of(i) if region else b""
+        for i, op in enumerate(members)
+        if getattr(op, "time_mode", "none") == "processingtime"
+    ]
+    return next_timer_ms(store, spec.owned[slot], sections) if sections else None
 
 
 def _stage_copy(spec: TaskSpec, store: StateStore, pu: int) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from workers.rescale.protocol import STEP_ENDED, STEP_HOLDING, StepPhase, Strategy
 from workers.sources.control import ControlStream
@@ -90,6 +90,10 @@ class BarrierTicks:
         self._last_epoch = self._clock()
         self._last_tick = None
 
+    def since_epoch_s(self) -> float:
+        """Seconds since the last epoch started or ended."""
+        return self._clock() - self._last_epoch
+
     def epoch_ended(self) -> None:
         self._last_epoch = self._clock()
 
@@ -136,3 +140,50 @@ class BarrierTicks:
             value,
         )
         return value
+
+
+class NoDataEpochs:
+    """When a processor needs an epoch with no records: Spark's no-data micro-batch.
+
+    Spark runs one after a batch when a ``transformWithState`` operator asks for it (on by
+    default, ``spark.sql.streaming.noDataMicroBatches.enabled``): in ``EventTime``, when the
+    watermark has moved past the one the last batch ran at (the timers it made due fire there,
+    on an idle stream too); in ``ProcessingTime``, always, so an idle Spark query runs batches
+    back to back. Rescaler runs one in the first case, once per advance of the watermark, and in
+    the second only once the earliest processing-time timer any PU reported is due, at most one
+    per ``min_interval_s``, so an idle pipeline does not spin. On a stream with records, the tick
+    this asks for adds no epoch: the next epoch comes with them.
+    """
+
+    def __init__(
+        self,
+        time_modes: Iterable[str],
+        watermark_advanced: Callable[[], bool],
+        min_interval_s: float,
+        *,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        modes = set(time_modes)
+        self.event_time = "eventtime" in modes
+        self.processing_time = "processingtime" in modes
+        self._watermark_advanced = watermark_advanced
+        self.min_interval_s = min_interval_s
+        self._now_ms = now_ms
+        # unknown until the first epoch's reports: a restarted runner's first tick finds out
+        self.next_timer_ms: int | None = 0 if self.processing_time else None
+
+    def epoch_committed(self, stats: Iterable[dict[str, Any]]) -> None:
+        """Every PU's report of the epoch: the earliest processing-time timer among them."""
+        found = [s["next_timer_ms"] for s in stats if s.get("next_timer_ms") is not None]
+        self.next_timer_ms = min(found) if found else None
+
+    def due(self, idle_s: float) -> bool:
+        """Whether a no-data epoch is due, ``idle_s`` after the last epoch."""
+        if self.event_time and self._watermark_advanced():
+            return True
+        return (
+            self.processing_time
+            and self.next_timer_ms is not None
+            and self.next_timer_ms <= self._now_ms()
+            and idle_s >= self.min_interval_s
+        )

@@ -45,7 +45,7 @@ from workers.control import (
 )
 from workers.cycles import cycle_collection_paused
 from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID
-from workers.idle import BarrierTicks, awaits_barrier
+from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
 from workers.job import EpochJob, build_spark, check_source, spark_info
 from workers.pipeline.loading import (
     check_on_executors,
@@ -56,6 +56,7 @@ from workers.pipeline.loading import (
 )
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
+from workers.processor.operator import processors_of
 from workers.recovery.format import SnapshotManifest
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import pending_rebuild
@@ -152,6 +153,11 @@ class PipelineRunner:
         self.control_stream: ControlStream
         self.ticks: BarrierTicks
         self._read_control_stream()
+        self.no_data = NoDataEpochs(
+            (op.time_mode for f in self.pipeline.fragments for op in processors_of(f.operator)),
+            lambda: self.watermark.advanced,
+            config.idle_barrier_s,
+        )
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
         self.vnode_records = RecordsPerVnode()  # the vnodes' load, for the planner
@@ -383,6 +389,7 @@ class PipelineRunner:
         with cycle_collection_paused():  # the steps the epoch moved on, and their report
             self.executor.committed(epoch, stats)
         self.watermark.committed(plan, stats)
+        self.no_data.epoch_committed(stats)
         if pending is not None:  # the stores are copied: written out beside the next epochs
             self.snapshots.epoch_committed(pending, plan.placements)
         self.last_epoch = epoch
@@ -715,6 +722,7 @@ class PipelineRunner:
                     self._first_epoch_waits()
                     or awaits_barrier(self.executor.running())
                     or self.workers.executors_changed()
+                    or (self.last_epoch >= 0 and self.no_data.due(self.ticks.since_epoch_s()))
                 ),
                 lambda: bool(self.control.poll_commands(self.pipeline.name)),
             )

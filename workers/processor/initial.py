@@ -14,15 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from workers.epoch import INITIAL_KIND, initial_column
-from workers.processor.operator import ProcessorOperator
+from workers.processor.operator import ProcessorOperator, processors_of
 from workers.processor.schema import UnsupportedProcessor
-
-
-def members(operator: Any) -> list[ProcessorOperator]:
-    """A fragment's processors in order: the operator itself, or a keyed region's chain."""
-    chain = getattr(operator, "operators", None)
-    found = list(chain) if chain is not None else [operator]
-    return [op for op in found if isinstance(op, ProcessorOperator)]
 
 
 def _key_of(op: ProcessorOperator, frame: Any, fragment_key: str) -> str:
@@ -38,7 +31,7 @@ def _key_of(op: ProcessorOperator, frame: Any, fragment_key: str) -> str:
 def check_initial_states(spark: Any, fragment: Any, key_type: str) -> None:
     """At start-up: each initial state is a DataFrame with the key column, of the fragment key's
     type (Spark's analysis only: nothing is read)."""
-    for op in members(fragment.operator):
+    for op in processors_of(fragment.operator):
         if op.initial_state is None:
             continue
         frame = op.initial_state_frame(spark)
@@ -59,7 +52,7 @@ def with_initial_states(spark: Any, stream: Any, fragment: Any, key_col: str) ->
     from pyspark.sql import functions as F
 
     key_type = dict(stream.dtypes)[key_col]
-    for i, op in enumerate(members(fragment.operator)):
+    for i, op in enumerate(processors_of(fragment.operator)):
         if op.initial_state is None:
             continue
         frame = op.initial_state_frame(spark)
@@ -74,4 +67,4 @@ def with_initial_states(spark: Any, stream: Any, fragment: Any, key_col: str) ->
 
 
 def has_initial_state(fragment: Any) -> bool:
-    return any(op.initial_state is not None for op in members(fragment.operator))
+    return any(op.initial_state is not None for op in processors_of(fragment.operator))

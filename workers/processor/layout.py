@@ -37,6 +37,10 @@ def timer_range(vnode: int, up_to_ms: int, section: bytes = b"") -> tuple[bytes,
     )
 
 
+#: beyond every timer's expiry (the index's expiry is biased into 64 bits)
+NO_TIMER_AFTER = (1 << 62) - 1
+
+
 def in_ranges(key: str, ranges: Iterable[KeyRange]) -> bool:
     """Whether ``key`` is in one of a vnode's key ranges."""
     return any(key_range_index(stable_hash64(key), r.count) == r.index for r in ranges)

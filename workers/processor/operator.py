@@ -175,3 +175,11 @@ class ProcessorOperator(KeyedOperator):
         for name, entries in state.maps.items():
             out[name] = {"kind": "map", "entries": [[e[0], e[1]] for e in entries.values()]}
         return {"state": out, "timers": sorted(state.timers)}
+
+
+def processors_of(operator: Any) -> list[ProcessorOperator]:
+    """A fragment's processors in order: the operator itself, or a keyed region's chain (none
+    for another operator)."""
+    chain = getattr(operator, "operators", None)
+    found = list(chain) if chain is not None else [operator]
+    return [op for op in found if isinstance(op, ProcessorOperator)]

@@ -10,7 +10,13 @@ from typing import Any
 import pyarrow as pa
 
 from workers.pipeline.placement import EpochClock
-from workers.processor.layout import in_ranges, parse_timer_key, timer_key, timer_range
+from workers.processor.layout import (
+    NO_TIMER_AFTER,
+    in_ranges,
+    parse_timer_key,
+    timer_key,
+    timer_range,
+)
 from workers.processor.operator import ProcessorOperator
 from workers.processor.state import KeyState, ProcessorHandle, purge_expired
 
@@ -277,6 +283,23 @@ class ProcessorRun:
             arrays.append(pa.array(list(by_name[name]), ARROW_TYPES[typ]))
             names.append(name)
         return pa.Table.from_arrays(arrays, names=names)
+
+
+def next_timer_ms(store: Any, vnodes: Iterable[int], sections: Iterable[bytes]) -> int | None:
+    """The earliest timer of these vnodes in ``store`` (each operator's section), or None: the
+    first entry of each vnode's timer index, which is sorted by expiry."""
+    from workers.state.base import decode_key
+
+    earliest: int | None = None
+    for section in sections:
+        for vnode in vnodes:
+            start, end = timer_range(vnode, NO_TIMER_AFTER, section)
+            for store_key, _ in store.scan(start, end):
+                parsed = parse_timer_key(decode_key(store_key)[1])
+                if parsed is not None and (earliest is None or parsed[0] < earliest):
+                    earliest = parsed[0]
+                break
+    return earliest
 
 
 def spark_rows(table: pa.Table) -> list[Any]:

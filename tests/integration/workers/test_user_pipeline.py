@@ -87,7 +87,7 @@ def launch(case: Case, state: Path, *args: str, log_name: str = "runner") -> Run
     return runner
 
 
-def spark_reference(case: Case, tmp: Path, rows: int) -> dict[str, Any]:
+def spark_reference(case: Case, tmp: Path, rows: int, *, idle: bool = False) -> dict[str, Any]:
     out = tmp / "reference.json"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{FIXTURES}"}
     cmd = [
@@ -104,6 +104,7 @@ def spark_reference(case: Case, tmp: Path, rows: int) -> dict[str, Any]:
         str(KEYS),
         "--out",
         str(out),
+        *(["--idle"] if idle else []),
     ]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"Spark's transformWithState failed:\n{done.stderr[-4000:]}"
@@ -141,18 +142,22 @@ def rescaler_state(case: Case, state: Path) -> dict[str, Any]:
     return found
 
 
-def assert_same_as_spark(case: Case, state: Path, runner: RunnerProcess, *, rescaled: bool) -> None:
+def assert_same_as_spark(
+    case: Case, state: Path, runner: RunnerProcess, *, rescaled: bool, idle: bool = False
+) -> None:
+    """``idle``: the stream was left idle after its last record (Spark's no-data batches
+    compared too)."""
     # an epoch re-run after a kill -9 reports again: the last report of each counts
     epochs = list({e["epoch"]: e for e in runner.epochs()}.values())
     assert [e["epoch"] for e in epochs] == list(range(len(epochs))), "no epoch lost"
     rows = epochs[-1]["source_offset"]["offset"]
     assert rows == sum(e["rows"] for e in epochs), "every source row folded exactly once"
-    reference = spark_reference(case, state, rows)
+    reference = spark_reference(case, state, rows, idle=idle)
     batches = reference["batches"]
     assert sum(b["rows"] for b in batches) == rows
     if not rescaled:  # epoch i is Spark's batch i: the same rows, the same times
-        assert all(e["rows"] for e in epochs)
-        assert len(batches) == len(epochs)
+        assert all(e["rows"] for e in epochs) or idle
+        assert [b["rows"] for b in batches] == [e["rows"] for e in epochs]
         pairs = [
             (Counter(tuple(r) for r in b["outputs"]), rescaler_outputs(case, state, e["epoch"]))
             for b, e in zip(batches, epochs, strict=True)
@@ -284,6 +289,18 @@ def test_live_scale_out_migration_killed_and_stop_start_scale_in(
     )
     stop(restarted)
     assert_same_as_spark(case, tmp_path, restarted, rescaled=True)
+
+
+def test_timers_due_at_the_last_watermark_fire_on_an_idle_stream(tmp_path: Path) -> None:
+    """Spark runs a no-data batch once the watermark has moved on, on an idle stream too: the
+    sessions its timers close there come here as well, in the same epoch, exactly once (the
+    runner stops after that epoch by itself: nothing else forces one)."""
+    runner = launch(SESSIONS, tmp_path, "--source-rows", str(6 * ROWS), "--epochs", "7")
+    runner.wait_exit()
+    epochs = [e["rows"] for e in runner.epochs()]
+    assert epochs == [ROWS] * 6 + [0], epochs
+    assert rescaler_outputs(SESSIONS, tmp_path, 6), "the last watermark's timers fired"
+    assert_same_as_spark(SESSIONS, tmp_path, runner, rescaled=False, idle=True)
 
 
 def test_a_keyed_region_of_two_operators_is_one_shuffle() -> None:

@@ -6,9 +6,11 @@ Run as a child process (one JVM, gone when it ends)::
     python -m tests.integration.workers.tws_reference --pipeline userpipe.sessions:build \
         --rows-per-epoch 1000 --rows 12000 --key-space 300 --out ref.json
 
-It writes the outputs of every batch that read records (Spark's trailing no-data batch, which
-Rescaler has no counterpart of, is left out) and every key's state after the last such batch,
-read back with Spark's state data source, in the form of :func:`normal_state`.
+It writes the outputs of every batch that read records and every key's state after the last
+such batch, read back with Spark's state data source, in the form of :func:`normal_state`. With
+``--idle``, the stream is then left idle until Spark stops running batches, and its no-data
+batches (an ``EventTime`` processor's timers due at the last watermark fire there) are written
+too, the state read after the last of them.
 """
 
 from __future__ import annotations
@@ -89,7 +91,22 @@ def _spark_state(
     return state
 
 
-def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> None:
+def _wait_idle(running: Any, quiet_s: float = 3.0) -> None:
+    """Until Spark has run no batch for ``quiet_s`` (its no-data batches are over)."""
+    last, since = len(running.recentProgress), time.monotonic()
+    deadline = since + 300
+    while time.monotonic() - since < quiet_s:
+        if time.monotonic() > deadline:
+            raise RuntimeError("Spark's query kept running batches on an idle stream")
+        time.sleep(0.2)
+        now = len(running.recentProgress)
+        if now != last or running.status["isTriggerActive"]:
+            last, since = now, time.monotonic()
+
+
+def run(
+    ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path, idle: bool = False
+) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -165,9 +182,11 @@ def run(ref: str, rows_per_epoch: int, rows: int, key_space: int, out: Path) -> 
         if running.exception() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"Spark's query did not read {rows} rows: {running.exception()}")
         time.sleep(0.2)
+    if idle:
+        _wait_idle(running)
     running.stop()
     inputs = {p["batchId"]: p["numInputRows"] for p in running.recentProgress}
-    data = sorted(b for b, n in inputs.items() if n > 0)
+    data = sorted(b for b, n in inputs.items() if n > 0 or (idle and b > 0))
     op.inspect()  # the state variables, to read them back
     if isinstance(op, Region):
         state: dict[str, Any] = {}
@@ -202,8 +221,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, required=True)
     parser.add_argument("--key-space", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--idle", action="store_true", help="and its no-data batches after")
     args = parser.parse_args()
-    run(args.pipeline, args.rows_per_epoch, args.rows, args.key_space, args.out)
+    run(args.pipeline, args.rows_per_epoch, args.rows, args.key_space, args.out, args.idle)
 
 
 if __name__ == "__main__":

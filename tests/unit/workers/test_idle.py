@@ -221,3 +221,37 @@ def test_the_built_in_sources_know_nothing_of_ticks(tmp_path: Path) -> None:
         {"kind": "events", "path": str(inbox), "manifest": str(tmp_path / "manifest")}
     )
     assert jsonl.latestOffset({"files": 0, "tick": 1}, None) == {"files": 0}
+
+
+# -- Spark's no-data batches for processors -----------------------------------------------------
+def test_an_event_time_processor_gets_one_no_data_epoch_per_advance_of_the_watermark() -> None:
+    from workers.idle import NoDataEpochs
+
+    advanced = [True]
+    rule = NoDataEpochs(["eventtime"], lambda: advanced[0], 0.5)
+    assert rule.due(0.0), "the watermark moved past the last epoch's: Spark runs a batch"
+    advanced[0] = False  # that epoch ran at the new watermark, and nothing new came
+    assert not rule.due(3600.0), "an idle stream then runs no more epochs"
+
+
+def test_processing_time_timers_get_a_no_data_epoch_once_due_and_no_sooner() -> None:
+    from workers.idle import NoDataEpochs
+
+    now = [10_000]
+    rule = NoDataEpochs(["none", "processingtime"], lambda: True, 0.5, now_ms=lambda: now[0])
+    assert rule.due(1.0), "a restarted runner does not know its timers: one epoch finds out"
+    rule.epoch_committed([{"next_timer_ms": 12_000}, {"next_timer_ms": None}, {}])
+    assert not rule.due(60.0), "the earliest timer is not due"
+    now[0] = 12_000
+    assert not rule.due(0.1), "at most one no-data epoch per interval: an idle query never spins"
+    assert rule.due(0.5)
+    rule.epoch_committed([{"next_timer_ms": None}])
+    assert not rule.due(60.0), "no timer left"
+
+
+def test_no_processor_no_no_data_epochs() -> None:
+    from workers.idle import NoDataEpochs
+
+    rule = NoDataEpochs(["none"], lambda: True, 0.5)
+    rule.epoch_committed([{"next_timer_ms": 0}])
+    assert not rule.due(60.0)

@@ -509,3 +509,16 @@ def test_the_initial_state_is_handled_before_the_first_rows_of_each_key(
     assert state_of(tmp_path, op, "a")["state"]["seeds"]["values"] == calls
     assert state_of(tmp_path, op, "c")["state"]["count"]["value"] == [7]
     assert state_of(tmp_path, op, "b")["state"]["count"]["value"] == [1]
+
+
+def test_the_earliest_timer_of_a_pu_is_read_from_its_timer_index(tmp_path: Path) -> None:
+    from workers.processor.run import next_timer_ms
+
+    op = operator("processingtime", wait_ms=500)
+    epoch(tmp_path, op, 0, [("u1", "a", 1)], EpochClock(1_000, -1, -1))
+    epoch(tmp_path, op, 1, [("u2", "a", 1)], EpochClock(1_200, -1, -1))
+    with open_store("lmdb", tmp_path) as store:
+        assert next_timer_ms(store, range(VNODES), [b""]) == 1_500
+        assert next_timer_ms(store, [vnode_of("u2", VNODES)], [b""]) == 1_700
+        others = [v for v in range(VNODES) if v not in {vnode_of(u, VNODES) for u in ("u1", "u2")}]
+        assert next_timer_ms(store, others, [b""]) is None
