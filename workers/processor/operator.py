@@ -69,6 +69,7 @@ class ProcessorOperator(KeyedOperator):
             if not (f.name == "key" and self.output_key == "key")
         )
         self.variables: dict[str, StateVariable] = {}
+        self.deleted: frozenset[str] = frozenset()
         self.initial_state = initial_state
         self.initial_state_key = initial_state_key
 
@@ -149,6 +150,8 @@ class ProcessorOperator(KeyedOperator):
         handle = ProcessorHandle(self.time_mode)
         self.processor.init(handle)  # type: ignore[arg-type]  # the same methods, our storage
         self.variables = dict(handle.variables)
+        # deleted and not declared again: what the key finder never shows
+        self.deleted = frozenset(handle.deleted - set(handle.variables))
         try:
             self.processor.close()
         except Exception as exc:
@@ -168,6 +171,13 @@ class ProcessorOperator(KeyedOperator):
     def to_json(self, state: Any) -> Any:
         """Per state variable, as the key finder shows it, plus the pending timers."""
         out: dict[str, Any] = {}
+        if self.deleted:
+            state = KeyState(
+                {n: v for n, v in state.values.items() if n not in self.deleted},
+                {n: v for n, v in state.lists.items() if n not in self.deleted},
+                {n: v for n, v in state.maps.items() if n not in self.deleted},
+                state.timers,
+            )
         for name, (value, expiry) in state.values.items():
             out[name] = {"kind": "value", "value": value, "expires_ms": expiry}
         for name, entries in state.lists.items():

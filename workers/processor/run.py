@@ -70,6 +70,7 @@ class ProcessorRun:
             raw = self.store.get(skey)
             self.olds[skey] = raw
             loaded = KeyState.decode(raw) if raw is not None else KeyState()
+            self.handle.forget_deleted(loaded)
             self.states[skey] = loaded
             self.timers_before[skey] = set(loaded.timers)
             self.vnode_of[skey] = vnode

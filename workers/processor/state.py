@@ -105,6 +105,7 @@ class ProcessorHandle:
         self.current: KeyState | None = None
         self.now_ms = 0  # the batch timestamp, for TTLs
         self.declaring = True  # True inside init: declaring state, no key yet
+        self.deleted: set[str] = set()  # deleteIfExists in init: gone from every key
 
     # state variables are declared in init; a state object reads the current key's state
     def _declare(self, variable: StateVariable) -> None:
@@ -168,10 +169,23 @@ class ProcessorHandle:
         return iter(sorted(self._timers()))
 
     def deleteIfExists(self, stateName: str) -> None:
-        raise UnsupportedProcessor(
-            f"deleteIfExists({stateName!r}) is not supported by Rescaler: it would drop a state "
-            f"variable of every key at once; stop declaring the variable instead"
-        )
+        """Spark's: the variable of every key is gone. In ``init`` only, as Spark allows it;
+        each key's entry drops it when the key is next read (:meth:`forget_deleted`), and the
+        key finder shows none meanwhile."""
+        if not self.declaring:
+            raise UnsupportedProcessor(
+                f"deleteIfExists({stateName!r}) outside init(): Spark allows it only in init()"
+            )
+        self.deleted.add(stateName)
+        self.variables.pop(stateName, None)
+
+    def forget_deleted(self, state: KeyState) -> None:
+        """Drop what ``deleteIfExists`` deleted from a key's state as it was stored (a variable
+        declared again after its deletion starts empty, as in Spark)."""
+        for name in self.deleted:
+            state.values.pop(name, None)
+            state.lists.pop(name, None)
+            state.maps.pop(name, None)
 
     def _timers(self) -> set[int]:
         if self.time_mode == "none":

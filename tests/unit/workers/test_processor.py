@@ -298,7 +298,6 @@ class Refused(StatefulProcessor):
     ("what", "mode", "message"),
     [
         ("ttl", "EventTime", "TTL, which Spark allows only in timeMode ProcessingTime"),
-        ("delete", "None", "deleteIfExists('v') is not supported"),
         ("decimal", "None", "has type decimal(10,2)"),
         ("nested", "None", "has type array<int>"),
         ("none", "Sometime", "timeMode 'sometime'"),
@@ -522,3 +521,74 @@ def test_the_earliest_timer_of_a_pu_is_read_from_its_timer_index(tmp_path: Path)
         assert next_timer_ms(store, [vnode_of("u2", VNODES)], [b""]) == 1_700
         others = [v for v in range(VNODES) if v not in {vnode_of(u, VNODES) for u in ("u1", "u2")}]
         assert next_timer_ms(store, others, [b""]) is None
+
+
+class Evolved(StatefulProcessor):
+    """A new version of a processor: its old list state ``pages`` is dropped with
+    ``deleteIfExists`` in ``init``, as Spark's schema-evolution examples do; ``count`` stays."""
+
+    def __init__(self, old: bool) -> None:
+        self.old = old
+
+    def init(self, handle: Any) -> None:
+        self.count = handle.getValueState("count", "n long")
+        if self.old:
+            self.pages = handle.getListState("pages", "page string")
+        else:
+            handle.deleteIfExists("pages")
+            handle.deleteIfExists("never-declared")  # a name with no state: nothing happens
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        (n,) = self.count.get() or (0,)
+        for row in rows:
+            n += 1
+            if self.old:
+                self.pages.appendValue((row.page,))
+        self.count.update((n,))
+        return iter([Row(user=key[0], n=n)])
+
+
+def test_delete_if_exists_drops_a_state_variable_of_every_key(tmp_path: Path) -> None:
+    def op(old: bool) -> ProcessorOperator:
+        made = ProcessorOperator(
+            Evolved(old),
+            columns=("user", "page"),
+            output_schema="user string, n long",
+            key_column="user",
+        )
+        made.inspect()
+        return made
+
+    clock = EpochClock(1_000, -1, -1)
+    epoch(tmp_path, op(True), 0, [("a", "p", 1), ("b", "p", 1), ("c", "q", 1)], clock)
+    assert state_of(tmp_path, op(True), "b")["state"]["pages"]["values"] == [["p"]]
+    new = op(False)
+    # a key the new version has not touched yet already shows no such variable
+    assert "pages" not in state_of(tmp_path, new, "b")["state"]
+    epoch(tmp_path, new, 1, [("a", "p", 1)], EpochClock(2_000, -1, -1))
+    with open_store("lmdb", tmp_path) as store:
+        from workers.state.base import encode_key
+
+        raw = store.get(encode_key(vnode_of("a", VNODES), b"a"))
+        assert raw is not None and "pages" not in new.decode(raw).lists  # gone from the store
+    assert state_of(tmp_path, new, "a")["state"] == {
+        "count": {"kind": "value", "value": [2], "expires_ms": None}
+    }
+
+
+def test_delete_if_exists_outside_init_is_refused_as_spark_refuses_it(tmp_path: Path) -> None:
+    class Late(Evolved):
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
+            self.handle.deleteIfExists("count")
+            return iter([])
+
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            super().init(handle)
+
+    made = ProcessorOperator(
+        Late(True), columns=("user", "page"), output_schema="user string", key_column="user"
+    )
+    made.inspect()
+    with pytest.raises(UnsupportedProcessor, match=r"deleteIfExists\('count'\) outside init"):
+        epoch(tmp_path, made, 0, [("a", "p", 1)], EpochClock(1_000, -1, -1))
