@@ -37,6 +37,7 @@ from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
 from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms, section_of
 from workers.processor.run import next_timer_ms
+from workers.processor.schema import wire_name
 from workers.region import Region
 from workers.sinks.base import EpochOutputs, Sink
 from workers.sinks.files import FileSink
@@ -207,7 +208,7 @@ def _write_sink(spec: TaskSpec, pu: int, outputs: pa.Table) -> None:
         return
     ident = (type(sink), sink.describe())
     live = _OPEN_SINKS.setdefault(ident, sink)
-    live.write(EpochOutputs(spec.fragment, spec.epoch, pu, outputs))
+    live.write(EpochOutputs(spec.fragment, spec.epoch, pu, spec.operator.sink_table(outputs)))
     _fault_after_sink_write(spec, outputs)
 
 
@@ -281,10 +282,13 @@ def _held_columns(spec: TaskSpec, held: pa.Table) -> list[str]:
 
 
 def _read_columns(spec: TaskSpec) -> tuple[str, ...]:
-    """The record columns the operator reads (its key arrives as ``key``), event time included."""
+    """The record columns the operator reads (its key arrives as ``key``), event time included;
+    a processor's by their names in the task's tables (``wire_name``: its columns are the
+    user's, a built-in operator's are Rescaler's own, ``seq`` included)."""
     key = getattr(spec.operator, "key_column", None)
-    wanted = (*spec.operator.columns, *_event_column(spec))
-    return tuple(c for c in dict.fromkeys(wanted) if c != key)
+    named = wire_name if _is_processor(spec) else str
+    wanted = (*(named(c) for c in spec.operator.columns if c != key), *_event_column(spec))
+    return tuple(dict.fromkeys(wanted))
 
 
 def _event_column(spec: TaskSpec) -> tuple[str, ...]:

@@ -26,6 +26,8 @@ from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
 from workers.processor.initial import check_initial_states, has_initial_state, with_initial_states
+from workers.processor.operator import processors_of
+from workers.processor.schema import wire_name
 from workers.sinks.base import Sink
 from workers.sources import jsonl
 from workers.sources.control import ControlStream
@@ -379,11 +381,18 @@ class EpochJob:
         # being split off into a second branch, which would make Spark read the source twice
         prepared = self.pipeline.prepare(df)
         bad = "_malformed IS NOT NULL"
+        # a processor's columns are the user's; a built-in operator's are Rescaler's own
+        named = wire_name if processors_of(first.operator) else str
         stream = prepared.selectExpr(
             f"CASE WHEN {bad} THEN 'malformed' ELSE 'rec' END AS kind",
             f"CASE WHEN {bad} THEN NULL ELSE `{first.key}` END AS `{first.key}`",
             f"`{self.pipeline.order}` AS seq",
-            *(f"`{c}`" for c in _columns_of(first.key, first.operator.columns, events)),
+            # the user's columns under their names in Rescaler's tables (a column named like
+            # one of Rescaler's, kind or seq, stays the user's: workers.processor.schema)
+            *(
+                f"`{c}` AS `{named(c)}`"
+                for c in _columns_of(first.key, first.operator.columns, events)
+            ),
             f"CASE WHEN {bad} THEN 0 ELSE src END AS src",
             "_malformed AS info",
         )
@@ -401,7 +410,7 @@ class EpochJob:
                 terminal=i == len(self.pipeline.fragments) - 1,
                 actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
                 clock=plan.clock,
-                event_time=events if i == 0 else None,
+                event_time=named(events) if events and i == 0 else None,
                 sink=self.sink if i == len(self.pipeline.fragments) - 1 else None,
                 snapshot=plan.snapshot,
                 outputs_from=plan.outputs_from,

@@ -95,6 +95,10 @@ class KeyedOperator(ABC):
         """The state as operators and the API show it."""
         return state
 
+    def sink_table(self, outputs: pa.Table) -> pa.Table:
+        """The epoch's outputs as the sink gets them: ``key``, ``seq`` and the output fields."""
+        return outputs
+
     def encode(self, state: Any) -> bytes:
         packed: bytes = msgpack.packb(state, use_bin_type=True)
         return bytes([self.state_version]) + packed

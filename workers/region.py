@@ -14,7 +14,8 @@ import itertools
 from typing import Any
 
 from workers.operators import KeyedOperator, Output
-from workers.processor import ProcessorOperator, UnsupportedProcessor, section_of
+from workers.processor import ProcessorOperator, UnsupportedProcessor, section_of, user_name
+from workers.processor.operator import sink_columns
 
 
 class Region(KeyedOperator):
@@ -77,9 +78,7 @@ class Region(KeyedOperator):
                 raise UnsupportedProcessor(f"region operator {label}: {exc}") from exc
             if i:
                 before = self.operators[i - 1]
-                # the output key is an output column even when it is named `key` (the tasks'
-                # own key column, so not among output_fields)
-                available = {name for name, _ in before.output_fields} | {before.output_key}
+                available = {user_name(wire) for wire, _ in before.output_fields}
                 missing = [c for c in op.columns if c not in available]
                 if missing:
                     raise UnsupportedProcessor(
@@ -94,6 +93,10 @@ class Region(KeyedOperator):
 
     def describe(self) -> str:
         return " → ".join(op.describe() for op in self.operators)
+
+    def sink_table(self, outputs: Any) -> Any:
+        """The last operator's outputs, by their own names (``ProcessorOperator.sink_table``)."""
+        return sink_columns(outputs, self.output_fields)
 
     def update(self, key: str, state: Any, records: Any) -> tuple[Any, list[Output]]:
         raise NotImplementedError("a region folds through workers.epoch's processor path")

@@ -32,12 +32,11 @@ from workers.pipeline.placement import EpochClock
 from workers.processor.layout import parse_timer_key, section_of, timer_key, timer_range
 from workers.processor.operator import ProcessorOperator
 from workers.processor.run import ProcessorRun, Segment, max_event_ms
-from workers.processor.schema import OUTPUT_TYPES, RESERVED_OUTPUT_NAMES, UnsupportedProcessor
+from workers.processor.schema import OUTPUT_TYPES, UnsupportedProcessor, user_name, wire_name
 from workers.processor.state import ProcessorHandle
 
 __all__ = [
     "OUTPUT_TYPES",
-    "RESERVED_OUTPUT_NAMES",
     "EpochClock",
     "ProcessorHandle",
     "ProcessorOperator",
@@ -50,4 +49,6 @@ __all__ = [
     "section_of",
     "timer_key",
     "timer_range",
+    "user_name",
+    "wire_name",
 ]

@@ -6,15 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pyarrow as pa
+
 from workers.operators import KeyedOperator, Output
 from workers.processor.schema import (
     INTERFACES,
     OUTPUT_TYPES,
-    RESERVED_OUTPUT_NAMES,
     TIME_MODES,
     UnsupportedProcessor,
     struct_of,
     type_name,
+    user_name,
+    wire_name,
 )
 from workers.processor.state import KeyState, ProcessorHandle, StateVariable
 
@@ -62,11 +65,10 @@ class ProcessorOperator(KeyedOperator):
         self.key_column = key_column  # set by the fragment: its key column, if among columns
         out = struct_of(output_schema)
         self.output_key = output_key or (out.fields[0].name if out.fields else "")
-        # an output column named "key" that is the output key is the tasks' own key column
+        # every output column, under its name in Rescaler's tables (workers.processor.schema
+        # wire_name: a column named like one of Rescaler's, "key" or "seq", stays the user's)
         self.output_fields = tuple(  # type: ignore[misc]
-            (f.name, OUTPUT_TYPES.get(type_name(f.dataType), "?"))
-            for f in out.fields
-            if not (f.name == "key" and self.output_key == "key")
+            (wire_name(f.name), OUTPUT_TYPES.get(type_name(f.dataType), "?")) for f in out.fields
         )
         self.variables: dict[str, StateVariable] = {}
         self.deleted: frozenset[str] = frozenset()
@@ -114,20 +116,9 @@ class ProcessorOperator(KeyedOperator):
             raise UnsupportedProcessor(
                 f"{type(self.processor).__name__} is not a pyspark.sql.streaming.StatefulProcessor"
             )
-        for f in self.output_struct.fields:
-            if f.name == "key" and self.output_key == "key" and type_name(f.dataType) != "string":
-                raise UnsupportedProcessor(
-                    f"output column 'key' is the output key and must be a string, not "
-                    f"{type_name(f.dataType)}"
-                )
-        for name, typ in self.output_fields:
-            if name in RESERVED_OUTPUT_NAMES:
-                raise UnsupportedProcessor(
-                    f"output column {name!r} is a name Rescaler's tasks use "
-                    f"({', '.join(RESERVED_OUTPUT_NAMES)}): rename it in the output schema"
-                    + (" (a column named 'key' may be the output key)" if name == "key" else "")
-                )
+        for wire, typ in self.output_fields:
             if typ == "?":
+                name = user_name(wire)
                 spark_type = next(
                     type_name(f.dataType) for f in self.output_struct.fields if f.name == name
                 )
@@ -145,7 +136,7 @@ class ProcessorOperator(KeyedOperator):
         if self.output_key not in self._names_out():
             raise UnsupportedProcessor(
                 f"output_key {self.output_key!r} is not an output column "
-                f"({', '.join(n for n, _ in self.output_fields)})"
+                f"({', '.join(self._names_out())})"
             )
         handle = ProcessorHandle(self.time_mode)
         self.processor.init(handle)  # type: ignore[arg-type]  # the same methods, our storage
@@ -156,6 +147,11 @@ class ProcessorOperator(KeyedOperator):
             self.processor.close()
         except Exception as exc:
             raise UnsupportedProcessor(f"close() failed after init(): {exc!r}") from exc
+
+    def sink_table(self, outputs: pa.Table) -> pa.Table:
+        """The epoch's outputs as the sink gets them: the output schema's columns, by their own
+        names, as Spark's ``foreachBatch`` gets them (no column of Rescaler's)."""
+        return sink_columns(outputs, self.output_fields)
 
     # KeyedOperator's per-key form is not used: the task calls ProcessorRun instead
     def update(self, key: str, state: Any, records: Any) -> tuple[Any, list[Output]]:
@@ -193,3 +189,9 @@ def processors_of(operator: Any) -> list[ProcessorOperator]:
     chain = getattr(operator, "operators", None)
     found = list(chain) if chain is not None else [operator]
     return [op for op in found if isinstance(op, ProcessorOperator)]
+
+
+def sink_columns(outputs: pa.Table, fields: Iterable[tuple[str, Any]]) -> pa.Table:
+    """A processor's outputs with only its own columns, by the user's names."""
+    names = [wire for wire, _ in fields]
+    return outputs.select(names).rename_columns([user_name(n) for n in names])

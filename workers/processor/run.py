@@ -18,6 +18,7 @@ from workers.processor.layout import (
     timer_range,
 )
 from workers.processor.operator import ProcessorOperator
+from workers.processor.schema import user_name, wire_name
 from workers.processor.state import KeyState, ProcessorHandle, purge_expired
 
 
@@ -166,7 +167,7 @@ class ProcessorRun:
         vnodes = ordered.column("vnode").to_pylist()
         seqs = ordered.column("seq").to_pylist()
         cols = [c for c in self.op.columns if c != self.op.key_column]
-        values = {c: ordered.column(c).to_pylist() for c in cols}
+        values = {c: ordered.column(wire_name(c)).to_pylist() for c in cols}
         groups: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
@@ -280,9 +281,9 @@ class ProcessorRun:
         keys = [None if v is None else str(v) for v in by_name[self.op.output_key]]
         arrays = [pa.array(keys, pa.string()), pa.array(self.output_seq, pa.int64())]
         names = ["key", "seq"]
-        for name, typ in self.op.output_fields:
-            arrays.append(pa.array(list(by_name[name]), ARROW_TYPES[typ]))
-            names.append(name)
+        for wire, typ in self.op.output_fields:
+            arrays.append(pa.array(list(by_name[user_name(wire)]), ARROW_TYPES[typ]))
+            names.append(wire)
         return pa.Table.from_arrays(arrays, names=names)
 
 

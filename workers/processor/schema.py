@@ -35,9 +35,30 @@ OUTPUT_TYPES = {
     "double": "double",
     "boolean": "boolean",
 }
-#: columns every task's output carries besides the processor's, and the two a pre-aggregated
-#: fragment adds (workers.partials): a processor may not use them
-RESERVED_OUTPUT_NAMES = ("kind", "key", "seq", "info", "src", "vnode", "slot", "_own", "_records")
+#: the columns Rescaler's own tables carry beside the user's: every task's rows, a
+#: pre-aggregated fragment's (workers.partials), a held row's clock, an initial state's
+INTERNAL_COLUMNS = frozenset(
+    {"kind", "key", "seq", "info", "src", "vnode", "slot", "_own", "_records"}
+    | {"_batch_ms", "_watermark_ms", "_late_ms"}
+)
+_ESCAPE = "~"
+
+
+def _internal_name(name: str) -> bool:
+    return name in INTERNAL_COLUMNS or (name.startswith("_init") and name[5:].isdigit())
+
+
+def wire_name(name: str) -> str:
+    """What a user's column is called in Rescaler's own tables (the epoch's DataFrame, a task's
+    Arrow tables, the stores' recorded outputs, the hold queues): its own name, unless that is
+    one of Rescaler's columns or starts with ``~``, then ``~`` and its name. One-to-one, so a
+    user's names are all free and never meet Rescaler's."""
+    return _ESCAPE + name if _internal_name(name) or name.startswith(_ESCAPE) else name
+
+
+def user_name(wire: str) -> str:
+    """The user's name of a column of Rescaler's tables (the inverse of :func:`wire_name`)."""
+    return wire[len(_ESCAPE) :] if wire.startswith(_ESCAPE) else wire
 
 
 class UnsupportedProcessor(ValueError):

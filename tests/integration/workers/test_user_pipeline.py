@@ -117,9 +117,8 @@ def rescaler_outputs(case: Case, state: Path, epoch: int) -> Counter[tuple[Any, 
     outputs: Counter[tuple[Any, ...]] = Counter()
     folder = sink_path(state / case.name, case.fragment, epoch, 0).parent
     for path in sorted(folder.glob("pu=*.arrow")):
-        table = pa.ipc.open_file(str(path)).read_all()
-        names = [n for n in table.column_names if n not in ("key", "seq")]
-        for row in table.select(names).to_pylist():
+        table = pa.ipc.open_file(str(path)).read_all()  # the output schema's columns
+        for row in table.to_pylist():
             outputs[tuple(row.values())] += 1
     return outputs
 

@@ -91,16 +91,18 @@ def _spark_state(
     return state
 
 
-def _wait_idle(running: Any, quiet_s: float = 3.0) -> None:
-    """Until Spark has run no batch for ``quiet_s`` (its no-data batches are over)."""
-    last, since = len(running.recentProgress), time.monotonic()
+def _wait_idle(query: Any, ran: Any, quiet_s: float = 3.0) -> None:
+    """Until Spark has run no batch for ``quiet_s`` (its no-data batches are over): ``ran()``
+    counts the batches foreachBatch was called for (an idle query's progress events name a
+    batch that has not run, so they are not counted)."""
+    last, since = ran(), time.monotonic()
     deadline = since + 300
     while time.monotonic() - since < quiet_s:
         if time.monotonic() > deadline:
-            raise RuntimeError("Spark's query kept running batches on an idle stream")
+            raise RuntimeError("Spark kept running batches on an idle stream")
         time.sleep(0.2)
-        now = len(running.recentProgress)
-        if now != last or running.status["isTriggerActive"]:
+        now = ran()
+        if now != last or query.status["isTriggerActive"]:
             last, since = now, time.monotonic()
 
 
@@ -183,10 +185,12 @@ def run(
             raise RuntimeError(f"Spark's query did not read {rows} rows: {running.exception()}")
         time.sleep(0.2)
     if idle:
-        _wait_idle(running)
+        _wait_idle(running, lambda: len(batches))
     running.stop()
     inputs = {p["batchId"]: p["numInputRows"] for p in running.recentProgress}
-    data = sorted(b for b, n in inputs.items() if n > 0 or (idle and b > 0))
+    # foreachBatch ran for every batch Spark ran (an idle stream's progress events name the
+    # next batch, which has not run)
+    data = sorted(b for b in batches if inputs.get(b, 0) > 0 or idle)
     op.inspect()  # the state variables, to read them back
     if isinstance(op, Region):
         state: dict[str, Any] = {}

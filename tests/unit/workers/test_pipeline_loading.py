@@ -129,10 +129,10 @@ BAD = {
     "bad output": (
         """
         def build():
-            op = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema="user string, key string")
+            op = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema="user string, m map<string,int>")
             return events(Fragment("a", op, key="user", region=1))
         """,
-        "output column 'key' is a name Rescaler's tasks use",
+        "has type map<string,int>",
     ),
     "bad name": (
         """

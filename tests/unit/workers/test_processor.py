@@ -312,8 +312,6 @@ def test_unsupported_features_are_refused_by_name(what: str, mode: str, message:
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ("user string, key string", "output column 'key' is a name Rescaler's tasks use"),
-        ("key long, n long", "output column 'key' is the output key and must be a string"),
         ("user string, m map<string,int>", "has type map<string,int>"),
         ("user string, d date", "outputs may be"),
     ],
@@ -337,19 +335,55 @@ class Echo(StatefulProcessor):
         yield Row(key=key[0], n=sum(1 for _ in rows), fired=False)
 
 
-def test_an_output_column_named_key_is_the_output_key(tmp_path: Path) -> None:
+class Named(StatefulProcessor):
+    """Outputs and reads columns named like Rescaler's own (kind, key, seq, src, vnode...)."""
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        for row in rows:
+            yield Row(
+                key=row.kind + "!",
+                seq=row.seq * 10,
+                kind=key[0],
+                vnode=None,
+                slot=True,
+                **{"~x": 1},
+            )
+
+
+def test_output_and_input_names_are_the_user_s_even_where_rescaler_has_its_own(
+    tmp_path: Path,
+) -> None:
+    """Spark lets a processor's columns have any name; Rescaler's tables carry the user's under
+    names of their own (``wire_name``), and the sink gets them back as the user named them."""
+    from workers.processor import user_name, wire_name
+
+    names = ("kind", "key", "seq", "info", "src", "vnode", "slot", "_own", "_records", "_init0")
+    assert len({wire_name(n) for n in (*names, "~kind", "user")}) == len(names) + 2
+    assert all(user_name(wire_name(n)) == n for n in (*names, "~kind", "~", "user"))
     op = ProcessorOperator(
-        Echo(),
-        columns=("user", "page"),
-        output_schema="key string, n long, fired boolean",
+        Named(),
+        columns=("user", "kind", "seq"),
+        output_schema="key string, seq long, kind string, vnode long, slot boolean, `~x` int",
         key_column="user",
+        output_key="kind",
     )
     op.inspect()
-    assert op.output_fields == (("n", "int64"), ("fired", "boolean"))
+    table = records([("a", "p", 0), ("b", "p", 0)])  # the user's kind and seq, besides Rescaler's
+    table = table.append_column("~kind", pa.array(["k1", "k2"])).append_column(
+        "~seq", pa.array([7, 8], pa.int64())
+    )
     with open_store("lmdb", tmp_path) as store:
         run = ProcessorRun(op, store, None)
-        run.fold(Segment(EpochClock(), records([("a", "p", 0)]), tuple(range(VNODES))))
-        assert run.output_table().to_pylist() == [{"key": "a", "seq": 0, "n": 1, "fired": False}]
+        run.fold(Segment(EpochClock(), table, tuple(range(VNODES))))
+        out = run.output_table()
+    assert out.column("key").to_pylist() == ["a", "b"]  # the output key: the user's kind
+    assert sorted(op.sink_table(out).to_pylist(), key=str) == [
+        {"key": "k1!", "seq": 70, "kind": "a", "vnode": None, "slot": True, "~x": 1},
+        {"key": "k2!", "seq": 80, "kind": "b", "vnode": None, "slot": True, "~x": 1},
+    ]
 
 
 def test_output_types_have_arrow_types() -> None:
