@@ -23,8 +23,8 @@ re-run sees the same times):
 * a TTL counts in processing time: a value updated at batch time *t* is gone at ``t + ttl``.
 
 What Spark offers and Rescaler does not is refused when the pipeline starts (:func:`inspect`),
-never ignored: ``deleteIfExists``, an initial state, and state types whose values are not plain
-(decimal, nested struct).
+never ignored: state and output types beyond the atomic ones (docs/pipelines.md, "Compatibility
+with transformWithState", lists every part of the API and what Rescaler does with it).
 """
 
 from workers.operators import Record

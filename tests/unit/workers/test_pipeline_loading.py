@@ -126,6 +126,18 @@ BAD = {
         """,
         "runs in EventTime: give the pipeline event_time",
     ),
+    "event time after another fragment": (
+        """
+        def build():
+            first = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema=OUTPUT)
+            later = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema=OUTPUT,
+                                      time_mode="EventTime")
+            return events(Fragment("a", first, key="user", region=1),
+                          Fragment("b", later, key="user", region=1, upstream="a"),
+                          event_time="event_time", watermark_delay_ms=0)
+        """,
+        "only the first fragment may run in EventTime",
+    ),
     "bad output": (
         """
         def build():
