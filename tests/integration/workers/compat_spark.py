@@ -175,6 +175,7 @@ def main() -> None:
         found[case.name] = run_case(spark, case, work)
         print(f"{case.name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
     spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(found), "utf-8")
 
 

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +38,26 @@ from tws_compat.processors import CASES, Case  # noqa: E402
 
 @pytest.fixture(scope="module")
 def spark_answers() -> dict[str, Any]:
-    """Every case under Spark, once for the module (one JVM)."""
-    with tempfile.TemporaryDirectory(dir=REPO / "var") as tmp:
-        out = Path(tmp) / "spark.json"
-        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{FIXTURES}"}
-        cmd = [sys.executable, "-m", "tests.integration.workers.compat_spark", "--out", str(out)]
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, f"Spark's side failed:\n{done.stderr[-4000:]}"
-        answers: dict[str, Any] = json.loads(out.read_text())
-        return answers
+    """Every case under Spark, once per test run (one JVM): the first xdist worker to get here
+    computes them, under a lock, and the other reads its file."""
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+    folder = REPO / "var" / "compat" / run
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "spark.json"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{FIXTURES}"}
+            cmd = [sys.executable, "-m", "tests.integration.workers.compat_spark"]
+            cmd += ["--out", str(out)]
+            done = subprocess.run(
+                cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+            )
+            assert done.returncode == 0, f"Spark's side failed:\n{done.stderr[-4000:]}"
+    answers: dict[str, Any] = json.loads(out.read_text())
+    return answers
 
 
 def _arrow_schema(ddl: str) -> pa.Schema:
