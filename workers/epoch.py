@@ -36,7 +36,8 @@ from workers.layout import store_path
 from workers.operators import KeyedOperator, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
 from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms, section_of
-from workers.processor.run import next_timer_ms
+from workers.processor.layout import INITIAL_KIND, initial_column
+from workers.processor.run import next_timer_of
 from workers.processor.schema import wire_name
 from workers.region import Region
 from workers.sinks.base import EpochOutputs, Sink
@@ -52,15 +53,6 @@ ARROW_TYPES = {
     "int32": pa.int32(),
     "boolean": pa.bool_(),
 }
-#: the kind of the rows of a processor's initial state (the pipeline's first epoch), routed by
-#: key as records are; operator ``i`` of the fragment finds its own in ``initial_column(i)``
-INITIAL_KIND = "init"
-
-
-def initial_column(operator: int) -> str:
-    return f"_init{operator}"
-
-
 #: the clock columns a processor's held rows carry, so their replay runs at their own epoch's time
 CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms", "_late_ms")
 
@@ -422,7 +414,7 @@ def _fold_processor(
         if initial is not None and initial.num_rows:
             _check_owned(spec, slot, initial.column("vnode"))
             for i, run in enumerate(runs):
-                _initial_state(run, initial, initial_column(i), spec.clock)
+                run.initial_from(initial, initial_column(i), spec.clock)
         for segment in segments:
             for run in runs:
                 run.fold(segment)
@@ -438,17 +430,6 @@ def _fold_processor(
         spec.epoch, updates, outputs=_ipc_bytes(outputs), outputs_from=spec.outputs_from
     )
     return outputs
-
-
-def _initial_state(run: ProcessorRun, initial: pa.Table, column: str, clock: EpochClock) -> None:
-    """Hand one operator its rows of the initial state (a struct column of their own columns)."""
-    if column not in initial.column_names:
-        return
-    mine = initial.filter(pc.is_valid(initial.column(column)))
-    if not mine.num_rows:
-        return
-    rows = pa.Table.from_struct_array(mine.column(column).combine_chunks())
-    run.initial(mine.column("key").to_pylist(), mine.column("vnode").to_pylist(), rows, clock)
 
 
 def _fold_operator(
@@ -602,7 +583,7 @@ def run_task(
             else:
                 outputs = _fold_operator(spec, slot, store, replayed, records)
         stats = store.vnode_stats()
-        next_timer = _next_timer(spec, store, slot)
+        next_timer = next_timer_of(spec.operator, store, spec.owned[slot])
         if spec.snapshot is not None:
             _stage_copy(spec, store, pu)
     finally:
@@ -638,21 +619,6 @@ def run_task(
             "host": where[1],
         },
     )
-
-
-def _next_timer(spec: TaskSpec, store: StateStore, slot: int) -> int | None:
-    """The PU's earliest processing-time timer, which the runner runs a no-data epoch for once
-    it is due (Spark's no-data batch), or None."""
-    if not _is_processor(spec):
-        return None
-    region = isinstance(spec.operator, Region)
-    members = spec.operator.operators if isinstance(spec.operator, Region) else (spec.operator,)
-    sections = [
-        section_of(i) if region else b""
-        for i, op in enumerate(members)
-        if getattr(op, "time_mode", "none") == "processingtime"
-    ]
-    return next_timer_ms(store, spec.owned[slot], sections) if sections else None
 
 
 def _stage_copy(spec: TaskSpec, store: StateStore, pu: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from workers.barrier import owned_vnodes, route_slots
 from workers.config import RunnerConfig
-from workers.epoch import INITIAL_KIND, TaskSpec, make_task, output_schema
+from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import key_range_sql, vnode_sql
 from workers.natsio import redact
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
@@ -26,6 +26,7 @@ from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
 from workers.processor.initial import check_initial_states, has_initial_state, with_initial_states
+from workers.processor.layout import INITIAL_KIND
 from workers.processor.operator import processors_of
 from workers.processor.schema import wire_name
 from workers.sinks.base import Sink

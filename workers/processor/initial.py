@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.epoch import INITIAL_KIND, initial_column
+from workers.processor.layout import INITIAL_KIND, initial_column
 from workers.processor.operator import ProcessorOperator, processors_of
 from workers.processor.schema import UnsupportedProcessor
 

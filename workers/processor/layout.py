@@ -37,6 +37,15 @@ def timer_range(vnode: int, up_to_ms: int, section: bytes = b"") -> tuple[bytes,
     )
 
 
+#: the kind of the rows of a processor's initial state (the pipeline's first epoch), routed by
+#: key as records are; operator ``i`` of the fragment finds its own in ``initial_column(i)``
+INITIAL_KIND = "init"
+
+
+def initial_column(operator: int) -> str:
+    return f"_init{operator}"
+
+
 #: beyond every timer's expiry (the index's expiry is biased into 64 bits)
 NO_TIMER_AFTER = (1 << 62) - 1
 

@@ -14,6 +14,7 @@ from workers.processor.layout import (
     NO_TIMER_AFTER,
     in_ranges,
     parse_timer_key,
+    section_of,
     timer_key,
     timer_range,
 )
@@ -143,6 +144,20 @@ class ProcessorRun:
                         handler((key,), row, timer_values)
             finally:
                 self.handle.current = None
+
+    def initial_from(self, initial: pa.Table, column: str, clock: EpochClock) -> None:
+        """:meth:`initial` with this operator's rows of the epoch's ``init`` rows: those whose
+        ``column`` (a struct of the initial state's own columns) is set."""
+        if column not in initial.column_names:
+            return
+        import pyarrow.compute as pc
+
+        mine = initial.filter(pc.is_valid(initial.column(column)))
+        if mine.num_rows:
+            rows = pa.Table.from_struct_array(mine.column(column).combine_chunks())
+            self.initial(
+                mine.column("key").to_pylist(), mine.column("vnode").to_pylist(), rows, clock
+            )
 
     # -- one segment
     def fold(self, segment: Segment) -> None:
@@ -302,6 +317,20 @@ def next_timer_ms(store: Any, vnodes: Iterable[int], sections: Iterable[bytes]) 
                     earliest = parsed[0]
                 break
     return earliest
+
+
+def next_timer_of(operator: Any, store: Any, vnodes: Iterable[int]) -> int | None:
+    """The earliest processing-time timer of a processor (or a keyed region's processing-time
+    operators) among these vnodes, which the runner runs a no-data epoch for once it is due;
+    None for any other operator."""
+    chain = getattr(operator, "operators", None)
+    members = list(chain) if chain is not None else [operator]
+    sections = [
+        section_of(i) if chain is not None else b""
+        for i, op in enumerate(members)
+        if isinstance(op, ProcessorOperator) and op.time_mode == "processingtime"
+    ]
+    return next_timer_ms(store, vnodes, sections) if sections else None
 
 
 def spark_rows(table: pa.Table) -> list[Any]:

@@ -66,23 +66,8 @@ def _write_batches(spark: Any, case: Any, source: Path, staging: Path) -> None:
         os.utime(target, (base + i * 10, base + i * 10))
 
 
-def _wait_idle(query: Any, ran: Any, quiet_s: float = 3.0) -> None:
-    """Until Spark has run no batch for ``quiet_s`` (its no-data batches are over): ``ran()``
-    counts the batches foreachBatch was called for (an idle query's progress events name a
-    batch that has not run, so they are not counted)."""
-    last, since = ran(), time.monotonic()
-    deadline = since + 300
-    while time.monotonic() - since < quiet_s:
-        if time.monotonic() > deadline:
-            raise RuntimeError("Spark kept running batches on an idle stream")
-        time.sleep(0.2)
-        now = ran()
-        if now != last or query.status["isTriggerActive"]:
-            last, since = now, time.monotonic()
-
-
 def run_case(spark: Any, case: Any, work: Path) -> dict[str, Any]:
-    from tests.integration.workers.tws_reference import _spark_state
+    from tests.integration.workers.tws_reference import _spark_state, _wait_idle
     from workers.processor import ProcessorHandle
 
     source = work / case.name / "in"

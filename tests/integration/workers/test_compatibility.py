@@ -71,9 +71,9 @@ def _arrow_schema(ddl: str) -> pa.Schema:
 def _task_input(case: Case, op: Any, epoch: int, rows: list[tuple[Any, ...]]) -> pa.Table:
     """The epoch's rows as the routing hands them to a PU's task: kind, key, seq, vnode, slot,
     src, info and the columns (and, in the first epoch, the initial state's rows)."""
-    from workers.epoch import INITIAL_KIND, initial_column
     from workers.hashing import vnode_of
     from workers.processor import wire_name
+    from workers.processor.layout import INITIAL_KIND, initial_column
 
     schema = _arrow_schema(case.input_schema)
     table = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
