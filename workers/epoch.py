@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from workers import partials
 from workers.hashing import KeyRange
 from workers.layout import store_path
-from workers.operators import KeyedOperator, sort_by_seq
+from workers.operators import KeyedOperator, arrow_type, sort_by_seq
 from workers.pipeline.placement import EpochClock, SlotActions
 from workers.processor import ProcessorOperator, ProcessorRun, Segment, max_event_ms, section_of
 from workers.processor.layout import INITIAL_KIND, initial_column
@@ -46,13 +46,6 @@ from workers.state import open_store
 from workers.state.base import StateStore, Update, encode_key
 from workers.vectorised import apply_batch
 
-ARROW_TYPES = {
-    "int64": pa.int64(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "int32": pa.int32(),
-    "boolean": pa.bool_(),
-}
 #: the clock columns a processor's held rows carry, so their replay runs at their own epoch's time
 CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms", "_late_ms")
 
@@ -64,7 +57,7 @@ class RoutingError(Exception):
 def output_schema(operator: KeyedOperator) -> pa.Schema:
     """The schema every task of a fragment emits: kind, key, seq, the operator's fields, info."""
     fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]
-    fields += [(name, ARROW_TYPES[typ]) for name, typ in operator.output_fields]
+    fields += [(name, arrow_type(typ)) for name, typ in operator.output_fields]
     return pa.schema([*fields, ("info", pa.string())])
 
 
@@ -179,7 +172,7 @@ def apply_records(
         out_rows.extend(outputs)
         out_seq.extend([last_seq[key]] * len(outputs))
     names = ["key", *(n for n, _ in operator.output_fields)]
-    types = [pa.string(), *(ARROW_TYPES[t] for _, t in operator.output_fields)]
+    types = [pa.string(), *(arrow_type(t) for _, t in operator.output_fields)]
     columns: list[tuple[Any, ...]] = list(zip(*out_rows)) if out_rows else [() for _ in names]
     arrays = [pa.array(list(col), typ) for col, typ in zip(columns, types)]
     arrays.insert(1, pa.array(out_seq, pa.int64()))
@@ -636,7 +629,7 @@ def _stage_copy(spec: TaskSpec, store: StateStore, pu: int) -> None:
 
 def empty_outputs(operator: KeyedOperator) -> pa.Table:
     names = ["key", "seq", *(n for n, _ in operator.output_fields)]
-    types = [pa.string(), pa.int64(), *(ARROW_TYPES[t] for _, t in operator.output_fields)]
+    types = [pa.string(), pa.int64(), *(arrow_type(t) for _, t in operator.output_fields)]
     return pa.Table.from_arrays([pa.array([], t) for t in types], names=names)
 
 

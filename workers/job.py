@@ -260,7 +260,11 @@ class EpochJob:
         types = {f.name: f.dataType.simpleString() for f in prepared.schema}
         self.pipeline.check_prepared(types)
         first = self.pipeline.fragments[0]
+        # pandas processors read and write timestamps in the session's time zone, as in Spark
+        timezone = self.spark.conf.get("spark.sql.session.timeZone")
         for i, frag in enumerate(self.pipeline.fragments):
+            for op in processors_of(frag.operator):
+                op.timezone = timezone
             if has_initial_state(frag):
                 check_initial_states(self.spark, frag, types[first.key] if i == 0 else "string")
 

@@ -46,6 +46,20 @@ from workers.partials import aggregates_of, column_name, fold
 
 Record = tuple[Any, ...]
 Output = tuple[Any, ...]  # (output key, *output_fields)
+#: the Arrow type of each name a built-in operator's output field may have
+ARROW_TYPES = {
+    "int64": pa.int64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "int32": pa.int32(),
+    "boolean": pa.bool_(),
+}
+
+
+def arrow_type(typ: str | pa.DataType) -> pa.DataType:
+    """An output field's Arrow type: a built-in operator's names one of ``ARROW_TYPES``, a
+    processor's is an Arrow type already (any of Spark's, nested included)."""
+    return typ if isinstance(typ, pa.DataType) else ARROW_TYPES[typ]
 
 
 class OperatorError(Exception):
@@ -63,8 +77,9 @@ class KeyedOperator(ABC):
     state_version: ClassVar[int] = 1
     #: record columns the operator reads, besides the key and the sequence number
     columns: ClassVar[tuple[str, ...]] = ()
-    #: (name, Arrow type name) of each emitted field after the output key
-    output_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: (name, type) of each emitted field after the output key: a name of ``ARROW_TYPES``, or
+    #: an Arrow type (:func:`arrow_type`)
+    output_fields: ClassVar[tuple[tuple[str, str | pa.DataType], ...]] = ()
     #: whether a record's position matters (records then arrive in source order, uncombined)
     order_sensitive: ClassVar[bool] = True
     #: decomposable aggregates of a key's records, (column, function) with function one of

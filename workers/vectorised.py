@@ -196,11 +196,11 @@ def _decode_fixed(op: KeyedOperator, old: pa.Array) -> tuple[np.ndarray, list[np
 def _outputs_table(
     op: KeyedOperator, keys: pa.Array, seq: pa.Array, fields: Sequence[np.ndarray]
 ) -> pa.Table:
-    from workers.epoch import ARROW_TYPES
+    from workers.operators import arrow_type
 
     arrays = [pc.cast(keys, pa.string()), pc.cast(seq, pa.int64())]
     arrays += [
-        pa.array(column, ARROW_TYPES[typ])
+        pa.array(column, arrow_type(typ))
         for column, (_, typ) in zip(fields, op.output_fields, strict=True)
     ]
     names = ["key", "seq", *(name for name, _ in op.output_fields)]

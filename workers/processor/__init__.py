@@ -22,9 +22,11 @@ re-run sees the same times):
   fire after the epoch's rows, as in a Spark batch (an empty epoch is Spark's no-data batch);
 * a TTL counts in processing time: a value updated at batch time *t* is gone at ``t + ttl``.
 
-What Spark offers and Rescaler does not is refused when the pipeline starts (:func:`inspect`),
-never ignored: state and output types beyond the atomic ones (docs/pipelines.md, "Compatibility
-with transformWithState", lists every part of the API and what Rescaler does with it).
+State and output values are Spark's: every type, read and kept as Spark's Python client and
+JVM keep them (``values``), converted in and out as Spark's workers convert them (``run``). What
+Spark offers and Rescaler does not is refused when the pipeline starts (:func:`inspect`), never
+ignored (docs/pipelines.md, "Compatibility with transformWithState", lists every part of the API
+and what Rescaler does with it).
 """
 
 from workers.operators import Record
@@ -32,11 +34,10 @@ from workers.pipeline.placement import EpochClock
 from workers.processor.layout import parse_timer_key, section_of, timer_key, timer_range
 from workers.processor.operator import ProcessorOperator
 from workers.processor.run import ProcessorRun, Segment, max_event_ms
-from workers.processor.schema import OUTPUT_TYPES, UnsupportedProcessor, user_name, wire_name
+from workers.processor.schema import UnsupportedProcessor, user_name, wire_name
 from workers.processor.state import ProcessorHandle
 
 __all__ = [
-    "OUTPUT_TYPES",
     "EpochClock",
     "ProcessorHandle",
     "ProcessorOperator",

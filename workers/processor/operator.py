@@ -11,15 +11,16 @@ import pyarrow as pa
 from workers.operators import KeyedOperator, Output
 from workers.processor.schema import (
     INTERFACES,
-    OUTPUT_TYPES,
     TIME_MODES,
     UnsupportedProcessor,
+    output_arrow_type,
+    simple_output,
     struct_of,
-    type_name,
     user_name,
     wire_name,
 )
 from workers.processor.state import KeyState, ProcessorHandle, StateVariable
+from workers.processor.values import jsonable
 
 
 class ProcessorOperator(KeyedOperator):
@@ -66,10 +67,16 @@ class ProcessorOperator(KeyedOperator):
         out = struct_of(output_schema)
         self.output_key = output_key or (out.fields[0].name if out.fields else "")
         # every output column, under its name in Rescaler's tables (workers.processor.schema
-        # wire_name: a column named like one of Rescaler's, "key" or "seq", stays the user's)
+        # wire_name: a column named like one of Rescaler's, "key" or "seq", stays the user's),
+        # with the Arrow type Spark's transformWithState gives it (refused by inspect if none)
         self.output_fields = tuple(  # type: ignore[misc]
-            (wire_name(f.name), OUTPUT_TYPES.get(type_name(f.dataType), "?")) for f in out.fields
+            (wire_name(f.name), _arrow_or_none(f)) for f in out.fields
         )
+        #: whether every output column reaches Arrow as it is (no Spark conversion needed)
+        self.simple_outputs = all(simple_output(f) for f in out.fields)
+        #: Spark's session time zone, which pandas timestamps are read and written in (set by
+        #: the job from its Spark session)
+        self.timezone = "UTC"
         self.variables: dict[str, StateVariable] = {}
         self.deleted: frozenset[str] = frozenset()
         self.initial_state = initial_state
@@ -116,16 +123,8 @@ class ProcessorOperator(KeyedOperator):
             raise UnsupportedProcessor(
                 f"{type(self.processor).__name__} is not a pyspark.sql.streaming.StatefulProcessor"
             )
-        for wire, typ in self.output_fields:
-            if typ == "?":
-                name = user_name(wire)
-                spark_type = next(
-                    type_name(f.dataType) for f in self.output_struct.fields if f.name == name
-                )
-                raise UnsupportedProcessor(
-                    f"output column {name!r} has type {spark_type}; outputs may be "
-                    f"{', '.join(sorted(OUTPUT_TYPES))}"
-                )
+        for f in self.output_struct.fields:
+            output_arrow_type(f)  # refuses a type Rescaler does not carry, naming it
         if not self.output_struct.fields:
             raise UnsupportedProcessor("the output schema has no columns")
         if self.initial_state is not None and not callable(self.initial_state):
@@ -175,12 +174,20 @@ class ProcessorOperator(KeyedOperator):
                 state.timers,
             )
         for name, (value, expiry) in state.values.items():
-            out[name] = {"kind": "value", "value": value, "expires_ms": expiry}
+            out[name] = {"kind": "value", "value": jsonable(value), "expires_ms": expiry}
         for name, entries in state.lists.items():
-            out[name] = {"kind": "list", "values": [e[0] for e in entries]}
+            out[name] = {"kind": "list", "values": [jsonable(e[0]) for e in entries]}
         for name, entries in state.maps.items():
-            out[name] = {"kind": "map", "entries": [[e[0], e[1]] for e in entries.values()]}
+            pairs = [[jsonable(e[0]), jsonable(e[1])] for e in entries.values()]
+            out[name] = {"kind": "map", "entries": pairs}
         return {"state": out, "timers": sorted(state.timers)}
+
+
+def _arrow_or_none(field: Any) -> Any:
+    try:
+        return output_arrow_type(field)
+    except UnsupportedProcessor:
+        return None
 
 
 def processors_of(operator: Any) -> list[ProcessorOperator]:

@@ -92,17 +92,13 @@ class ProcessorRun:
         if results is None:
             return
         rows: list[tuple[Any, ...]] = []
+        names = self._out_names
         for item in results:
             if self.op.interface == "pandas":
-                frame = item
-                cols = [
-                    frame[n].tolist() if n in frame.columns else [None] * len(frame)
-                    for n in self._out_names
-                ]
-                rows.extend(tuple(row) for row in zip(*cols, strict=True))
-            elif hasattr(item, "asDict"):
-                d = item.asDict()
-                rows.append(tuple(d.get(n) for n in self._out_names))
+                rows.extend(self._frame_rows(item))
+            elif hasattr(item, "asDict"):  # as Spark: asDict(recursive), columns by name
+                d = item.asDict(True)
+                rows.append(tuple(d.get(n) for n in names))
             else:
                 rows.append(tuple(item))
         if self.same_key:
@@ -117,6 +113,28 @@ class ProcessorRun:
         self.outputs.extend(rows)
         self.output_seq.extend([seq] * len(rows))
         self.output_vnode.extend([vnode] * len(rows))
+
+    def _frame_rows(self, frame: Any) -> list[tuple[Any, ...]]:
+        """A pandas processor's output frame as rows of Python values: column by column where
+        every output type is one Arrow takes as it is, else through Spark's own conversion
+        (``PandasToArrowConversion``: timestamps in the session's time zone, nested types)."""
+        names = self._out_names
+        if self.op.simple_outputs:
+            cols = [frame[n].tolist() if n in frame.columns else [None] * len(frame) for n in names]
+            return [tuple(row) for row in zip(*cols, strict=True)]
+        from pyspark.sql.conversion import PandasToArrowConversion
+        from pyspark.sql.types import StructField, StructType
+
+        batch = PandasToArrowConversion.convert(
+            [frame],
+            StructType([StructField("_0", self.op.output_struct)]),
+            timezone=self.op.timezone,
+            safecheck=False,
+            arrow_cast=True,
+            assign_cols_by_name=True,
+        )
+        values = batch.column(0).to_pylist()
+        return [tuple(v.get(n) for n in names) for v in values]
 
     # -- the first epoch's initial state
     def initial(
@@ -138,7 +156,7 @@ class ProcessorRun:
             try:
                 part = rows.take(at)
                 if self.op.interface == "pandas":
-                    handler((key,), part.to_pandas(), timer_values)
+                    handler((key,), spark_frame(part, self.op.timezone), timer_values)
                 else:
                     for row in spark_rows(part):
                         handler((key,), row, timer_values)
@@ -181,36 +199,50 @@ class ProcessorRun:
         keys = ordered.column("key").to_pylist()
         vnodes = ordered.column("vnode").to_pylist()
         seqs = ordered.column("seq").to_pylist()
-        cols = [c for c in self.op.columns if c != self.op.key_column]
-        values = {c: ordered.column(wire_name(c)).to_pylist() for c in cols}
+        timer_values = self._timer_values(clock)
         groups: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
-        timer_values = self._timer_values(clock)
+        inputs = self._inputs(ordered)
         for key, rows in groups.items():
             _, state = self._load(vnodes[rows[0]], key)
             purge_expired(state, clock.batch_ms)
             self.handle.current = state
             try:
-                data = self._rows(key, rows, values)
-                results = self.op.processor.handleInputRows((key,), data, timer_values)
+                results = self.op.processor.handleInputRows((key,), inputs(key, rows), timer_values)
                 self._emit(results, key, vnodes[rows[0]], seqs[rows[-1]])
             finally:
                 self.handle.current = None
 
-    def _rows(self, key: str, rows: list[int], values: dict[str, list[Any]]) -> Iterator[Any]:
+    def _inputs(self, ordered: pa.Table) -> Any:
+        """The function from a key and its rows' positions to what ``handleInputRows`` gets, as
+        Spark hands it over: ``Row``s of each column's Python values (``as_py``: structs as
+        dicts, maps as lists of pairs) or one pandas frame (Spark's ``to_pandas`` of the
+        rows)."""
         names = list(self.op.columns)
-
-        def value(col: str, i: int) -> Any:
-            return key if col == self.op.key_column else values[col][i]
-
+        key_column = self.op.key_column
+        table = pa.table(
+            {
+                c: ordered.column("key") if c == key_column else ordered.column(wire_name(c))
+                for c in names
+            }
+        )
         if self.op.interface == "pandas":
-            import pandas as pd  # type: ignore[import-untyped]
+            frame = spark_frame(table, self.op.timezone)
 
-            return iter([pd.DataFrame({c: [value(c, i) for i in rows] for c in names})])
+            def frames(key: str, rows: list[int]) -> Iterator[Any]:
+                return iter([frame.take(rows).reset_index(drop=True)])
+
+            return frames
         from pyspark.sql import Row
 
-        return iter([Row(**{c: value(c, i) for c in names}) for i in rows])
+        values = [table.column(c).to_pylist() for c in names]
+        data_row = Row(*names)
+
+        def spark_rows_of(key: str, rows: list[int]) -> Iterator[Any]:
+            return iter([data_row(*(column[i] for column in values)) for i in rows])
+
+        return spark_rows_of
 
     def fire_timers(self, vnodes: Iterable[int], clock: EpochClock, up_to_ms: int) -> None:
         """Fire every timer of these vnodes' keys due at ``up_to_ms``, in expiry order."""
@@ -289,15 +321,13 @@ class ProcessorRun:
         return table
 
     def output_table(self) -> pa.Table:
-        from workers.epoch import ARROW_TYPES
-
         columns = list(zip(*self.outputs)) if self.outputs else [() for _ in self._out_names]
         by_name = dict(zip(self._out_names, columns, strict=True))
         keys = [None if v is None else str(v) for v in by_name[self.op.output_key]]
         arrays = [pa.array(keys, pa.string()), pa.array(self.output_seq, pa.int64())]
         names = ["key", "seq"]
         for wire, typ in self.op.output_fields:
-            arrays.append(pa.array(list(by_name[user_name(wire)]), ARROW_TYPES[typ]))
+            arrays.append(pa.array(list(by_name[user_name(wire)]), typ))
             names.append(wire)
         return pa.Table.from_arrays(arrays, names=names)
 
@@ -334,13 +364,31 @@ def next_timer_of(operator: Any, store: Any, vnodes: Iterable[int]) -> int | Non
 
 
 def spark_rows(table: pa.Table) -> list[Any]:
-    """A table's rows as PySpark gives them to a processor: ``Row``s, with Spark's own
-    conversion of every type (nested structs as Rows, timestamps, decimals, maps)."""
-    from pyspark.sql.conversion import ArrowTableToRowsConversion
-    from pyspark.sql.pandas.types import from_arrow_schema
+    """A table's rows as PySpark's ``transformWithState`` gives them to a processor: ``Row``s
+    of each column's ``as_py`` value (nested structs as dicts, maps as lists of pairs)."""
+    from pyspark.sql import Row
 
-    rows: list[Any] = ArrowTableToRowsConversion.convert(table, from_arrow_schema(table.schema))
-    return rows
+    data_row = Row(*table.column_names)
+    return [data_row(*row.values()) for row in table.to_pylist()]
+
+
+def spark_frame(table: pa.Table, timezone: str) -> Any:
+    """A table as the pandas frame ``transformWithStateInPandas`` gives a processor: Spark's
+    ``to_pandas`` of its columns (timestamps naive in the session's time zone, arrays as numpy
+    arrays, maps and structs as dicts), each column's dtype then as Spark's frame of one key's
+    rows has it (it is rebuilt from Python values: narrow ints and floats widen to 64 bits)."""
+    import pandas as pd  # type: ignore[import-untyped]
+    from pyspark.sql.conversion import ArrowBatchTransformer
+
+    series = ArrowBatchTransformer.to_pandas(table, timezone=timezone)
+    frame = pd.concat(series, axis=1) if series else pd.DataFrame(index=range(table.num_rows))
+    frame.columns = table.column_names
+    for name, dtype in frame.dtypes.items():
+        if dtype.kind in "iu" and dtype.itemsize < 8:
+            frame[name] = frame[name].astype("int64")
+        elif dtype.kind == "f" and dtype.itemsize < 8:
+            frame[name] = frame[name].astype("float64")
+    return frame
 
 
 def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -1,5 +1,5 @@
-"""What a processor's state and outputs may be: Spark's types, read from a StructType or a flat
-DDL string without Spark's JVM, and the refusal every unsupported use raises."""
+"""What a processor's state and outputs may be: Spark's types, read from a StructType or DDL
+without Spark's JVM (``workers.processor.ddl``), and the refusal every unsupported use raises."""
 
 from __future__ import annotations
 
@@ -7,34 +7,14 @@ from typing import Any
 
 TIME_MODES = ("none", "processingtime", "eventtime")
 INTERFACES = ("row", "pandas")
-#: Spark types a state variable may hold, and the Arrow type name of an output column
-_PLAIN_STATE_TYPES = (
-    "string",
-    "long",
-    "bigint",
-    "int",
-    "integer",
-    "short",
-    "smallint",
-    "byte",
-    "tinyint",
-    "double",
-    "float",
-    "boolean",
-    "binary",
-    "timestamp",
-    "timestamp_ntz",
-    "date",
+#: Spark's types a processor's state and outputs may have (nested ones: of these)
+SUPPORTED_TYPES = (
+    "string, long/bigint, int/integer, short/smallint, byte/tinyint, double, float/real, "
+    "boolean, binary, decimal(p,s), date, timestamp, timestamp_ntz, array<...>, map<...,...>, "
+    "struct<...>"
 )
-OUTPUT_TYPES = {
-    "string": "string",
-    "long": "int64",
-    "bigint": "int64",
-    "int": "int32",
-    "integer": "int32",
-    "double": "double",
-    "boolean": "boolean",
-}
+#: output types whose values go from a processor's rows to Arrow without Spark's conversions
+_SIMPLE_OUTPUTS = ("StringType", "LongType", "IntegerType", "DoubleType", "BooleanType")
 #: the columns Rescaler's own tables carry beside the user's: every task's rows, a
 #: pre-aggregated fragment's (workers.partials), a held row's clock, an initial state's
 INTERNAL_COLUMNS = frozenset(
@@ -70,76 +50,69 @@ def type_name(schema: Any) -> str:
     return str(schema.simpleString() if hasattr(schema, "simpleString") else schema).lower()
 
 
-_DDL_TYPES = {
-    "string": "StringType",
-    "long": "LongType",
-    "bigint": "LongType",
-    "int": "IntegerType",
-    "integer": "IntegerType",
-    "short": "ShortType",
-    "smallint": "ShortType",
-    "byte": "ByteType",
-    "tinyint": "ByteType",
-    "double": "DoubleType",
-    "float": "FloatType",
-    "real": "FloatType",
-    "boolean": "BooleanType",
-    "binary": "BinaryType",
-    "timestamp": "TimestampType",
-    "timestamp_ntz": "TimestampNTZType",
-    "date": "DateType",
-}
-
-
-def _top_level_fields(ddl: str) -> list[str]:
-    """``a long, b decimal(10,2), c map<string,int>`` -> its three fields."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(ddl):
-        depth += ch in "(<"
-        depth -= ch in ")>"
-        if ch == "," and depth == 0:
-            parts.append(ddl[start:i])
-            start = i + 1
-    parts.append(ddl[start:])
-    return parts
-
-
 def struct_of(schema: Any) -> Any:
-    """A state or output schema (StructType or flat DDL string) as a StructType.
-
-    Spark parses DDL in its JVM, which Spark's Python workers and a driver that has not started
-    Spark yet do not have; the flat schemas a processor's state and output use are parsed here.
-    """
+    """A state or output schema (StructType or DDL string) as a StructType, read as Spark reads
+    it (``workers.processor.ddl``: without the JVM, which Spark's Python workers lack)."""
     from pyspark.sql import types as T
+
+    from workers.processor.ddl import DDLError, parse_schema
 
     if isinstance(schema, T.StructType):
         return schema
     if not isinstance(schema, str):
         raise UnsupportedProcessor(f"a schema must be a StructType or a DDL string, not {schema!r}")
-    fields = []
-    for part in _top_level_fields(schema):
-        words = part.replace(":", " ").split()
-        if len(words) < 2:
-            raise UnsupportedProcessor(f"cannot read schema {schema!r}: {part.strip()!r}")
-        name, typ = words[0].strip("`"), " ".join(words[1:]).lower()
-        nullable = not typ.endswith("not null")
-        typ = typ.removesuffix("not null").strip()
-        if typ not in _DDL_TYPES:
-            raise UnsupportedProcessor(
-                f"schema {schema!r}: field {name!r} has type {typ}; Rescaler takes flat schemas "
-                f"of {', '.join(sorted(_DDL_TYPES))}"
-            )
-        fields.append(T.StructField(name, getattr(T, _DDL_TYPES[typ])(), nullable))
-    return T.StructType(fields)
+    try:
+        return parse_schema(schema)
+    except DDLError as exc:
+        raise UnsupportedProcessor(f"{exc}; Rescaler takes {SUPPORTED_TYPES}") from exc
 
 
-def check_plain(what: str, schema: Any) -> Any:
+def unsupported_type(data_type: Any) -> str | None:
+    """The simple name of the first type in ``data_type`` Rescaler does not carry (an interval,
+    a variant, ...), or None."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        return next((u for f in data_type.fields if (u := unsupported_type(f.dataType))), None)
+    if isinstance(data_type, T.ArrayType):
+        return unsupported_type(data_type.elementType)
+    if isinstance(data_type, T.MapType):
+        return unsupported_type(data_type.keyType) or unsupported_type(data_type.valueType)
+    atomic = (
+        T.StringType, T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.DoubleType,
+        T.FloatType, T.BooleanType, T.BinaryType, T.DecimalType, T.DateType, T.TimestampType,
+        T.TimestampNTZType,
+    )  # fmt: skip
+    return None if isinstance(data_type, atomic) else type_name(data_type)
+
+
+def check_state(what: str, schema: Any) -> Any:
+    """A state variable's schema, refused at start-up if it holds a type Rescaler does not."""
     struct_type = struct_of(schema)
     for f in struct_type.fields:
-        name = type_name(f.dataType)
-        if name not in _PLAIN_STATE_TYPES:
+        bad = unsupported_type(f.dataType)
+        if bad is not None:
             raise UnsupportedProcessor(
-                f"{what}: field {f.name!r} has type {name}; Rescaler stores state fields of "
-                f"types {', '.join(_PLAIN_STATE_TYPES)}"
+                f"{what}: field {f.name!r} has type {bad}; Rescaler stores state of types "
+                f"{SUPPORTED_TYPES}"
             )
     return struct_type
+
+
+def output_arrow_type(field: Any) -> Any:
+    """An output column's Arrow type, as Spark's ``transformWithState`` converts it
+    (``to_arrow_type``, timestamps in UTC); UnsupportedProcessor for a type Rescaler does not
+    carry."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    bad = unsupported_type(field.dataType)
+    if bad is not None:
+        raise UnsupportedProcessor(
+            f"output column {field.name!r} has type {bad}; outputs may be {SUPPORTED_TYPES}"
+        )
+    return to_arrow_type(field.dataType, timezone="UTC")
+
+
+def simple_output(field: Any) -> bool:
+    """Whether an output column's values reach Arrow as they are (no Spark conversion)."""
+    return type(field.dataType).__name__ in _SIMPLE_OUTPUTS

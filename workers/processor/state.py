@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
-from workers.processor.schema import UnsupportedProcessor, check_plain
+from workers.processor.schema import UnsupportedProcessor, check_state
+from workers.processor.values import packed, reader, store_value, unpacked
 
 STATE_VERSION = 1
 
@@ -24,6 +23,45 @@ class StateVariable:
     schema: Any  # StructType of the value
     key_schema: Any = None  # StructType of a map's user key
     ttl_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        self._codec: tuple[Any, ...] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_codec"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._codec = None
+
+    def _codecs(self) -> tuple[Any, ...]:
+        if self._codec is None:
+            key = self.key_schema
+            self._codec = (
+                store_value(self.schema),
+                reader(self.schema),
+                store_value(key) if key is not None else None,
+                reader(key) if key is not None else None,
+            )
+        return self._codec
+
+    def store(self, value: Any) -> list[Any]:
+        """A value the processor stores, as Spark keeps it (workers.processor.values)."""
+        kept: list[Any] = self._codecs()[0](value)
+        return kept
+
+    def read(self, stored: Any) -> tuple[Any, ...]:
+        """A stored value as Spark's ``get`` gives it."""
+        value: tuple[Any, ...] = self._codecs()[1](stored)
+        return value
+
+    def store_key(self, key: Any) -> list[Any]:
+        kept: list[Any] = self._codecs()[2](key)
+        return kept
+
+    def read_key(self, stored: Any) -> tuple[Any, ...]:
+        value: tuple[Any, ...] = self._codecs()[3](stored)
+        return value
 
     def describe(self) -> str:
         ttl = f", ttl {self.ttl_ms} ms" if self.ttl_ms else ""
@@ -53,14 +91,13 @@ class KeyState:
             {name: list(m.values()) for name, m in self.maps.items()},
             sorted(self.timers),
         ]
-        packed: bytes = msgpack.packb(body, use_bin_type=True)
-        return bytes([STATE_VERSION]) + packed
+        return bytes([STATE_VERSION]) + packed(body)
 
     @classmethod
     def decode(cls, data: bytes) -> KeyState:
         if data[0] != STATE_VERSION:
             raise ValueError(f"processor state version {data[0]}, this code reads {STATE_VERSION}")
-        values, lists, maps, timers = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+        values, lists, maps, timers = unpacked(data[1:])
         return cls(
             values,
             lists,
@@ -74,21 +111,6 @@ class KeyState:
 
 def _hashable(value: Any) -> Any:
     return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
-
-
-def _python(item: Any) -> Any:
-    """A numpy scalar (what a pandas processor's ``sum()``, ``len`` of a column or a frame's
-    values give) as the Python value Spark converts it to; anything else as it is."""
-    if type(item).__module__ == "numpy" and hasattr(item, "item"):
-        return item.item()
-    return item
-
-
-def _internal(schema: Any, value: Any) -> list[Any]:
-    """A value as Spark stores it (``StructType.toInternal``): a list for msgpack."""
-    if not isinstance(value, tuple | list):
-        raise TypeError(f"state values are tuples (one item per schema field), not {value!r}")
-    return list(schema.toInternal(tuple(_python(v) for v in value)))
 
 
 def _live(expiry: int | None, now_ms: int) -> bool:
@@ -131,14 +153,14 @@ class ProcessorHandle:
     def getValueState(
         self, stateName: str, schema: Any, ttlDurationMs: int | None = None
     ) -> ValueStateImpl:
-        var = StateVariable(stateName, "value", check_plain(stateName, schema), None, ttlDurationMs)
+        var = StateVariable(stateName, "value", check_state(stateName, schema), None, ttlDurationMs)
         self._declare(var)
         return ValueStateImpl(self, var)
 
     def getListState(
         self, stateName: str, schema: Any, ttlDurationMs: int | None = None
     ) -> ListStateImpl:
-        var = StateVariable(stateName, "list", check_plain(stateName, schema), None, ttlDurationMs)
+        var = StateVariable(stateName, "list", check_state(stateName, schema), None, ttlDurationMs)
         self._declare(var)
         return ListStateImpl(self, var)
 
@@ -152,8 +174,8 @@ class ProcessorHandle:
         var = StateVariable(
             stateName,
             "map",
-            check_plain(stateName, valueSchema),
-            check_plain(f"{stateName} (key)", userKeySchema),
+            check_state(stateName, valueSchema),
+            check_state(f"{stateName} (key)", userKeySchema),
             ttlDurationMs,
         )
         self._declare(var)
@@ -219,11 +241,11 @@ class ValueStateImpl(_StateBase):
         entry = self._handle.state().values.get(self._var.name)
         if entry is None or not _live(entry[1], self._handle.now_ms):
             return None
-        return tuple(entry[0])
+        return self._var.read(entry[0])
 
     def update(self, newValue: Any) -> None:
         self._handle.state().values[self._var.name] = [
-            _internal(self._var.schema, newValue),
+            self._var.store(newValue),
             self._handle.expiry(self._var),
         ]
 
@@ -240,11 +262,12 @@ class ListStateImpl(_StateBase):
         return bool(self._entries())
 
     def get(self) -> Iterator[tuple[Any, ...]]:
-        return iter([tuple(e[0]) for e in self._entries()])
+        read = self._var.read
+        return iter([read(e[0]) for e in self._entries()])
 
     def put(self, newState: list[Any]) -> None:
         expiry = self._handle.expiry(self._var)
-        entries = [[_internal(self._var.schema, v), expiry] for v in newState]
+        entries = [[self._var.store(v), expiry] for v in newState]
         self._set(entries)
 
     def appendValue(self, newState: Any) -> None:
@@ -252,7 +275,7 @@ class ListStateImpl(_StateBase):
 
     def appendList(self, newState: list[Any]) -> None:
         expiry = self._handle.expiry(self._var)
-        added = [[_internal(self._var.schema, v), expiry] for v in newState]
+        added = [[self._var.store(v), expiry] for v in newState]
         self._set(self._entries() + added)
 
     def clear(self) -> None:
@@ -277,35 +300,36 @@ class MapStateImpl(_StateBase):
         return bool(self._live_items())
 
     def getValue(self, key: Any) -> tuple[Any, ...] | None:
-        entry = self._map().get(_hashable(_internal(self._var.key_schema, key)))
+        entry = self._map().get(_hashable(self._var.store_key(key)))
         if entry is None or not _live(entry[2], self._handle.now_ms):
             return None
-        return tuple(entry[1])
+        return self._var.read(entry[1])
 
     def containsKey(self, key: Any) -> bool:
         return self.getValue(key) is not None
 
     def updateValue(self, key: Any, value: Any) -> None:
-        k = _internal(self._var.key_schema, key)
+        k = self._var.store_key(key)
         maps = self._handle.state().maps
         maps.setdefault(self._var.name, {})[_hashable(k)] = [
             k,
-            _internal(self._var.schema, value),
+            self._var.store(value),
             self._handle.expiry(self._var),
         ]
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        return iter([(tuple(e[0]), tuple(e[1])) for e in self._live_items()])
+        var = self._var
+        return iter([(var.read_key(e[0]), var.read(e[1])) for e in self._live_items()])
 
     def keys(self) -> Iterator[tuple[Any, ...]]:
-        return iter([tuple(e[0]) for e in self._live_items()])
+        return iter([self._var.read_key(e[0]) for e in self._live_items()])
 
     def values(self) -> Iterator[tuple[Any, ...]]:
-        return iter([tuple(e[1]) for e in self._live_items()])
+        return iter([self._var.read(e[1]) for e in self._live_items()])
 
     def removeKey(self, key: Any) -> None:
         m = self._map()
-        m.pop(_hashable(_internal(self._var.key_schema, key)), None)
+        m.pop(_hashable(self._var.store_key(key)), None)
         if not m:
             self.clear()
 

@@ -18,6 +18,9 @@ open connection (:meth:`Sink.__getstate__`).
 from __future__ import annotations
 
 import abc
+import base64
+import datetime
+import decimal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,3 +285,17 @@ def sink_from_uri(uri: str, state_root: str | None = None) -> Sink:
         f"unsupported sink URI {uri!r}: use one of " + "; ".join(SUPPORTED_URIS) + " (or "
         "FunctionSink(fn) in code)"
     )
+
+
+def json_default(value: Any) -> Any:
+    """A value JSON has no form of, as sinks write it: bytes in base64, times in ISO 8601,
+    decimals as strings, durations in seconds."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")

@@ -24,9 +24,6 @@ fragment names, within one stream.
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime
-import decimal
 import json
 import math
 import re
@@ -48,7 +45,7 @@ from workers.natsio import (
     connect,
     redact,
 )
-from workers.sinks.base import EpochOutputs, Sink, SinkError
+from workers.sinks.base import EpochOutputs, Sink, SinkError, json_default
 
 DEFAULT_DUPLICATE_WINDOW_S = 120.0
 MSG_ID = "Nats-Msg-Id"
@@ -83,18 +80,6 @@ def default_stream_name(subject: str) -> str:
     return "RESCALER_" + re.sub(r"[^A-Za-z0-9_-]", "_", subject).upper()
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
 def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -108,9 +93,9 @@ def _finite(value: Any) -> Any:
 def encode_row(row: dict[str, Any]) -> bytes:
     """A row as a JSON object: bytes as base64, times as ISO 8601, NaN and infinities as null."""
     try:
-        text = json.dumps(row, separators=(",", ":"), default=_json_default, allow_nan=False)
+        text = json.dumps(row, separators=(",", ":"), default=json_default, allow_nan=False)
     except ValueError:  # a NaN or an infinity: JSON has none
-        text = json.dumps(_finite(row), separators=(",", ":"), default=_json_default)
+        text = json.dumps(_finite(row), separators=(",", ":"), default=json_default)
     return text.encode("utf-8")
 
 

@@ -16,6 +16,7 @@ and applied with one ``INSERT ... SELECT DISTINCT ON (keys) ... ON CONFLICT`` st
 
 from __future__ import annotations
 
+import json
 import re
 import weakref
 from collections.abc import Sequence
@@ -25,8 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pyarrow as pa
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from workers.sinks.base import EpochOutputs, Sink, SinkError
+from workers.sinks.base import EpochOutputs, Sink, SinkError, json_default
 
 BOOKKEEPING = "rescaler_sink_epochs"
 START_POSTGRES_HINT = (
@@ -77,7 +79,46 @@ def pg_type(dtype: pa.DataType) -> str:
         return "date"
     if t.is_timestamp(dtype):
         return "timestamptz" if dtype.tz else "timestamp"
+    if _nested(dtype):
+        return "jsonb"
     raise SinkError(f"the Postgres sink cannot store Arrow type {dtype}")
+
+
+def _column_values(column: pa.ChunkedArray) -> list[Any]:
+    values: list[Any] = column.to_pylist()
+    if not _nested(column.type):
+        return values
+    return [None if v is None else Jsonb(json_value(v, column.type)) for v in values]
+
+
+def _nested(dtype: pa.DataType) -> bool:
+    t = pa.types
+    return bool(
+        t.is_list(dtype)
+        or t.is_large_list(dtype)
+        or t.is_fixed_size_list(dtype)
+        or t.is_struct(dtype)
+        or t.is_map(dtype)
+    )
+
+
+def json_value(value: Any, dtype: pa.DataType) -> Any:
+    """A nested value (array, map, struct) as the JSON its ``jsonb`` column holds: arrays as
+    arrays, structs as objects, maps as objects when their keys are strings (else as arrays of
+    ``[key, value]`` pairs); times in ISO 8601, decimals as strings, binaries in base64."""
+    if value is None:
+        return None
+    t = pa.types
+    if t.is_struct(dtype):
+        return {f.name: json_value(value.get(f.name), f.type) for f in dtype}
+    if t.is_map(dtype):
+        pairs = [(k, json_value(v, dtype.item_type)) for k, v in value]
+        if t.is_string(dtype.key_type) or t.is_large_string(dtype.key_type):
+            return dict(pairs)
+        return [[json_value(k, dtype.key_type), v] for k, v in pairs]
+    if t.is_list(dtype) or t.is_large_list(dtype) or t.is_fixed_size_list(dtype):
+        return [json_value(v, dtype.value_type) for v in value]
+    return json.loads(json.dumps(value, default=json_default))
 
 
 class PostgresSink(Sink):
@@ -315,7 +356,7 @@ class PostgresSink(Sink):
             copy_sql = sql.SQL("COPY {} ({}, {}) FROM STDIN").format(
                 temp, cols, sql.Identifier(_ORD)
             )
-            columns = [table.column(n).to_pylist() for n in names]
+            columns = [_column_values(table.column(n)) for n in names]
             with cur.copy(copy_sql) as copy:
                 for row in zip(*columns, range(table.num_rows)):
                     copy.write_row(row)

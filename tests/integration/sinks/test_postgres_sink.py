@@ -197,3 +197,67 @@ def test_an_existing_table_without_a_key_index_is_a_clear_error(sink_database: s
         conn.execute(f"ALTER TABLE {TABLE} DROP COLUMN page")
     with PostgresSink(sink_database, TABLE) as sink, pytest.raises(SinkError, match="lacks column"):
         sink.write(outputs(0, 0))
+
+
+def test_every_type_a_processor_outputs_is_stored(sink_database: str) -> None:
+    """Timestamps, dates, decimals and binaries as Postgres's own types; arrays, maps and
+    structs as jsonb (maps with string keys as objects)."""
+    import datetime as dt
+    from decimal import Decimal
+
+    schema = pa.schema(
+        [
+            ("key", pa.string()),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+            ("total", pa.decimal128(12, 2)),
+            ("blob", pa.binary()),
+            ("tags", pa.list_(pa.string())),
+            ("attrs", pa.map_(pa.string(), pa.int32())),
+            ("by_id", pa.map_(pa.int64(), pa.timestamp("us", tz="UTC"))),
+            ("point", pa.struct([("x", pa.float64()), ("y", pa.float64())])),
+        ]
+    )
+    at = dt.datetime(2024, 3, 1, 12, 0, 1, 250000, tzinfo=dt.UTC)
+    rows = [
+        {
+            "key": "a",
+            "at": at,
+            "day": dt.date(2024, 3, 1),
+            "total": Decimal("12.50"),
+            "blob": b"\x00\xff",
+            "tags": ["x", None],
+            "attrs": [("m", 1), ("z", None)],
+            "by_id": [(7, at)],
+            "point": {"x": 1.5, "y": -2.0},
+        },
+        {k: None for k in schema.names} | {"key": "b"},
+    ]
+    sink = PostgresSink(sink_database, "typed", key_columns=("key",))
+    assert sink.write(EpochOutputs(FRAGMENT, 0, 0, pa.Table.from_pylist(rows, schema=schema)))
+    sink.close()
+    with psycopg.connect(sink_database) as conn:
+        found = conn.execute(
+            "SELECT key, at, day, total, blob, tags, attrs, by_id, point FROM typed ORDER BY key"
+        ).fetchall()
+        types = dict(
+            conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = 'typed'"
+            ).fetchall()
+        )
+    assert found == [
+        (
+            "a",
+            at,
+            dt.date(2024, 3, 1),
+            Decimal("12.50"),
+            b"\x00\xff",
+            ["x", None],
+            {"m": 1, "z": None},
+            [[7, "2024-03-01T12:00:01.250000+00:00"]],
+            {"x": 1.5, "y": -2.0},
+        ),
+        ("b", None, None, None, None, None, None, None, None),
+    ]
+    assert types["at"] == "timestamp with time zone" and types["point"] == "jsonb"

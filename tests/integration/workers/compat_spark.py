@@ -125,10 +125,19 @@ def run_case(spark: Any, case: Any, work: Path) -> dict[str, Any]:
     return {
         "batches": [{"rows": inputs[b], "outputs": batches.get(b, [])} for b in kept],
         "state": {
-            key: {name: normal(v) for name, v in variables.items()}
+            key: {name: _normal_state(handle, name, v) for name, v in variables.items()}
             for key, variables in state.items()
         },
     }
+
+
+def _normal_state(handle: Any, name: str, value: Any) -> Any:
+    """A state variable in normal form; a map's entries in the order of their JSON."""
+    value = normal(value)
+    var = handle.variables.get(name)
+    if var is not None and var.kind == "map":
+        value = sorted(value, key=lambda pair: json.dumps(pair, sort_keys=True))
+    return value
 
 
 def main() -> None:

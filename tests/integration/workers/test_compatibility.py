@@ -116,7 +116,7 @@ def _task_input(case: Case, op: Any, epoch: int, rows: list[tuple[Any, ...]]) ->
 
 def _state(op: Any, store: Any) -> dict[str, Any]:
     """Every key's state in the form ``compat_spark`` reads Spark's in: each variable's values
-    as Spark gives them (``fromInternal``), the pending timers."""
+    as Spark's ``get`` gives them, the pending timers."""
     from workers.hashing import TIMER_MARK
     from workers.state.base import decode_key
 
@@ -128,20 +128,15 @@ def _state(op: Any, store: Any) -> dict[str, Any]:
         state = op.decode(raw)
         out: dict[str, Any] = {}
         for name, (value, _expiry) in state.values.items():
-            out[name] = normal(list(op.variables[name].schema.fromInternal(tuple(value))))
+            out[name] = normal(list(op.variables[name].read(value)))
         for name, entries in state.lists.items():
-            schema = op.variables[name].schema
-            out[name] = normal([list(schema.fromInternal(tuple(e[0]))) for e in entries])
+            var = op.variables[name]
+            out[name] = normal([list(var.read(e[0])) for e in entries])
         for name, entries in state.maps.items():
             var = op.variables[name]
-            pairs = [
-                [
-                    list(var.key_schema.fromInternal(tuple(k))),
-                    list(var.schema.fromInternal(tuple(v))),
-                ]
-                for k, v, _ in entries.values()
-            ]
-            out[name] = normal(sorted(pairs))
+            pairs = [[list(var.read_key(k)), list(var.read(v))] for k, v, _ in entries.values()]
+            pairs = [normal(p) for p in pairs]
+            out[name] = sorted(pairs, key=lambda p: json.dumps(p, sort_keys=True))
         if state.timers:
             out["$timers"] = sorted(state.timers)
         found[key.decode("utf-8")] = out
@@ -173,9 +168,14 @@ def run_under_rescaler(case: Case, tmp: Path) -> dict[str, Any]:
     written: dict[int, list[Any]] = {}
 
     def collect(table: pa.Table, epoch: int, pu: int) -> None:
-        rows = table.to_pylist()  # the output schema's columns, as foreachBatch gets them
+        # the output schema's columns, as foreachBatch gets them, read as Spark's collect()
+        # reads them (maps as dicts, structs as Rows)
+        from pyspark.sql.conversion import ArrowTableToRowsConversion
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        rows = ArrowTableToRowsConversion.convert(table, from_arrow_schema(table.schema))
         written[epoch] = sorted(
-            (normal(list(r.values())) for r in rows), key=lambda r: json.dumps(r, sort_keys=True)
+            (normal(list(r)) for r in rows), key=lambda r: json.dumps(r, sort_keys=True)
         )
 
     watermark = Watermark(

@@ -141,10 +141,10 @@ BAD = {
     "bad output": (
         """
         def build():
-            op = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema="user string, m map<string,int>")
+            op = ProcessorOperator(Sessions(), columns=COLUMNS, output_schema="user string, gap interval day")
             return events(Fragment("a", op, key="user", region=1))
         """,
-        "has type map<string,int>",
+        "'interval' is not a Spark SQL type Rescaler reads",
     ),
     "bad name": (
         """

@@ -13,7 +13,6 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
 
-from workers.epoch import ARROW_TYPES
 from workers.hashing import KeyRange, key_range_of, vnode_of
 from workers.pipeline.placement import EpochClock
 from workers.processor import (
@@ -285,10 +284,16 @@ class Refused(StatefulProcessor):
             handle.getValueState("v", "n long", 1_000)
         elif self.what == "delete":
             handle.deleteIfExists("v")
-        elif self.what == "decimal":
-            handle.getValueState("v", "amount decimal(10,2)")
-        elif self.what == "nested":
-            handle.getListState("v", "a array<int>")
+        elif self.what == "interval":
+            from pyspark.sql import types as T
+
+            interval = T.StructType([T.StructField("gap", T.DayTimeIntervalType())])
+            handle.getValueState("v", interval)
+        elif self.what == "nested interval":
+            from pyspark.sql import types as T
+
+            inner = T.ArrayType(T.YearMonthIntervalType())
+            handle.getListState("v", T.StructType([T.StructField("a", inner)]))
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
         return iter([])
@@ -298,8 +303,8 @@ class Refused(StatefulProcessor):
     ("what", "mode", "message"),
     [
         ("ttl", "EventTime", "TTL, which Spark allows only in timeMode ProcessingTime"),
-        ("decimal", "None", "has type decimal(10,2)"),
-        ("nested", "None", "has type array<int>"),
+        ("interval", "None", "field 'gap' has type interval day to second"),
+        ("nested interval", "None", "field 'a' has type interval year to month"),
         ("none", "Sometime", "timeMode 'sometime'"),
     ],
 )
@@ -312,8 +317,10 @@ def test_unsupported_features_are_refused_by_name(what: str, mode: str, message:
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ("user string, m map<string,int>", "has type map<string,int>"),
-        ("user string, d date", "outputs may be"),
+        ("user string, gap interval day", "'interval' is not a Spark SQL type Rescaler reads"),
+        ("user string, v variant", "'variant' is not a Spark SQL type"),
+        ("user string, m map<string,int", "expected '>', found the end"),
+        ("user string, d decimal(10,", "expected a number, found the end"),
     ],
 )
 def test_unsupported_outputs_are_refused(schema: str, message: str) -> None:
@@ -384,12 +391,6 @@ def test_output_and_input_names_are_the_user_s_even_where_rescaler_has_its_own(
         {"key": "k1!", "seq": 70, "kind": "a", "vnode": None, "slot": True, "~x": 1},
         {"key": "k2!", "seq": 80, "kind": "b", "vnode": None, "slot": True, "~x": 1},
     ]
-
-
-def test_output_types_have_arrow_types() -> None:
-    from workers.processor import OUTPUT_TYPES
-
-    assert set(OUTPUT_TYPES.values()) <= set(ARROW_TYPES)
 
 
 class Rekey(StatefulProcessor):
