@@ -83,6 +83,9 @@ class TaskSpec:
         default_factory=EpochClock
     )  # the epoch's processing time and watermark (processors)
     event_time: str | None = None  # the column giving event time, when the pipeline has one
+    # the event time is an upstream processor's output (its event_time_column): the watermark
+    # stays the source's, so this fragment's event times do not move it (as in Spark)
+    chained_event_time: bool = False
     # a snapshot taken at this epoch: after its commit, the task copies its store for it
     snapshot: str | None = None
     # outputs of epochs from this one on are kept (what a rebuild re-emits); None: the last two
@@ -531,7 +534,9 @@ def run_task(
     source_rows = sum(pc.sum(t.column("src")).as_py() or 0 for t in arrived)
     held_counts, held_bytes = _write_held(spec, actions, held)  # durable before the commit
     # what the runner's watermark advances by: every row that arrived, held ones included
-    event_ms = [max_event_ms(t, spec.event_time) for t in arrived]
+    event_ms = (
+        [] if spec.chained_event_time else [max_event_ms(t, spec.event_time) for t in arrived]
+    )
 
     n_records = partials.records_in(records)
     # the vnodes' load, records per vnode as they arrived here (the planner's "hot vnodes"):

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from workers.barrier import owned_vnodes, route_slots
@@ -49,6 +50,15 @@ _SPARK_TYPES = {
     "int32": "int",
     "bool": "boolean",
 }
+
+
+def _event_time(pipeline: Any, index: int, named: Callable[[str], str]) -> str | None:
+    """A fragment's event-time column in the epoch's tables: the source's for the first, an
+    upstream processor's output (``event_time_column``, under its name there) for a later one."""
+    column = pipeline.event_time_of(index)
+    if column is None:
+        return None
+    return named(column) if index == 0 else wire_name(column)
 
 
 def _columns_of(key: str, columns: tuple[str, ...], event_time: str | None) -> list[str]:
@@ -123,6 +133,12 @@ def spark_info(spark: Any) -> dict[str, Any]:
 def jetstream_options(config: RunnerConfig, pipeline: Pipeline) -> dict[str, str]:
     """A ``nats:STREAM`` source's options: the stream's messages are JSON objects of the
     pipeline's source kind (what ``python -m workers.sources.jetstream_feed`` publishes)."""
+    if pipeline.source_kind not in ("lines", "events"):
+        raise SourceMissing(
+            f"pipeline {pipeline.name!r} (source_kind {pipeline.source_kind!r}): --source "
+            f"nats:STREAM reads the built-in record shapes only; give the pipeline a source "
+            f"function reading your stream, or --source dir:PATH"
+        )
     schema = jsonl.schema_for(pipeline.source_kind)
     fields = ", ".join(
         f"`{f.name}` {_SPARK_TYPES[str(f.type)]}"
@@ -196,6 +212,12 @@ class EpochJob:
                     f"{type(stream).__name__}, not a streaming DataFrame (spark.readStream...load())"
                 )
             return stream
+        if self.pipeline.source_kind == "json" and not cfg.source_dir:
+            raise SourceMissing(
+                f"pipeline {self.pipeline.name!r} reads JSON records of its own "
+                f"(source_kind 'json'): give --source dir:PATH (a directory of JSON-lines files) "
+                f"or a source function in the pipeline"
+            )
         if cfg.source in ("", "generator"):
             options = {
                 "kind": self.pipeline.source_kind,
@@ -415,7 +437,8 @@ class EpochJob:
                 terminal=i == len(self.pipeline.fragments) - 1,
                 actions=tuple(actions.slot(pu) for pu in placement.parallel_units),
                 clock=plan.clock,
-                event_time=named(events) if events and i == 0 else None,
+                event_time=_event_time(self.pipeline, i, named),
+                chained_event_time=i > 0,
                 sink=self.sink if i == len(self.pipeline.fragments) - 1 else None,
                 snapshot=plan.snapshot,
                 outputs_from=plan.outputs_from,

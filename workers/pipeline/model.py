@@ -63,7 +63,9 @@ class Pipeline:
     """A source kind, a record preparation in Spark SQL, and stateful fragments in order."""
 
     name: str
-    source_kind: str  # "lines" or "events": the shape of the source's records
+    #: the shape of the runner's source records: "lines", "events" (the built-in pipelines') or
+    #: "json" (any JSON object, handed to prepare as its text, ``value``: workers.sources.jsonl)
+    source_kind: str
     fragments: tuple[Fragment, ...]
     # source DataFrame (seq, fields..., _malformed) -> the first fragment's input: seq, its key
     # column, its operator's columns, ``_malformed`` (every malformed source row kept as exactly
@@ -139,10 +141,16 @@ class Pipeline:
                         f"{where}: fragment {frag.name!r} runs in EventTime: give the pipeline "
                         f"event_time (a column) and watermark_delay_ms, as withWatermark would"
                     )
-                if mode == "eventtime" and i:
+                if mode == "eventtime" and i and self.event_time_of(i) is None:
                     raise InvalidPipeline(
-                        f"{where}: fragment {frag.name!r}: only the first fragment may run in "
-                        f"EventTime (the watermark is the source's)"
+                        f"{where}: fragment {frag.name!r} runs in EventTime after another "
+                        f"fragment: give the processor before it event_time_column (Spark's "
+                        f"eventTimeColumnName), the output column that carries event time on"
+                    )
+                if getattr(frag.operator, "event_time_column", None) and self.event_time is None:
+                    raise InvalidPipeline(
+                        f"{where}: fragment {frag.name!r} has an event_time_column, which needs "
+                        f"a watermark: give the pipeline event_time and watermark_delay_ms"
                     )
             _check_pickles(where, frag)
         if self.watermark_delay_ms < 0:
@@ -201,6 +209,18 @@ class Pipeline:
                 raise InvalidPipeline(
                     f"{where}: column {col!r} is a name the runner uses: rename it"
                 )
+
+    def event_time_of(self, index: int) -> str | None:
+        """The column a fragment's event time is in: the source's ``event_time`` for the first,
+        for a later one the ``event_time_column`` of the processor before it (Spark's
+        ``eventTimeColumnName``; the watermark stays the source's, as Spark's does), or None."""
+        if index == 0:
+            return self.event_time
+        from workers.processor.operator import processors_of
+
+        before = processors_of(self.fragments[index - 1].operator)
+        column: str | None = before[-1].event_time_column if before else None
+        return column
 
     def fragment(self, name: str) -> Fragment:
         for frag in self.fragments:

@@ -16,6 +16,7 @@ from workers.processor.schema import (
     output_arrow_type,
     simple_output,
     struct_of,
+    type_name,
     user_name,
     wire_name,
 )
@@ -34,7 +35,11 @@ class ProcessorOperator(KeyedOperator):
     ``initial_state``: Spark's ``initialState``, as a function of the Spark session returning the
     DataFrame (it is grouped by ``initial_state_key``, default the fragment's key column, which
     must have the type of the fragment's key): at the pipeline's first epoch, each key's rows
-    are handed to ``handleInitialState`` before any input row, as Spark does in its first batch.
+    are handed to ``handleInitialState`` before any input row, as Spark does in its first batch;
+    ``event_time_column``: Spark's ``eventTimeColumnName``, the timestamp output column that
+    carries event time into the next fragment (which may then run in EventTime on it); an
+    emitted row at or below the epoch's watermark for late rows fails the epoch, as Spark's
+    ``EMITTED_ROWS_OLDER_THAN_WATERMARK`` fails the batch.
     """
 
     name = "processor"
@@ -52,6 +57,7 @@ class ProcessorOperator(KeyedOperator):
         key_column: str | None = None,
         initial_state: Callable[[Any], Any] | None = None,
         initial_state_key: str | None = None,
+        event_time_column: str | None = None,
     ) -> None:
         self.processor = processor
         self.columns = tuple(columns)  # type: ignore[misc]
@@ -81,6 +87,7 @@ class ProcessorOperator(KeyedOperator):
         self.deleted: frozenset[str] = frozenset()
         self.initial_state = initial_state
         self.initial_state_key = initial_state_key
+        self.event_time_column = event_time_column
 
     def initial_state_frame(self, spark: Any) -> Any:
         """The initial state's DataFrame (Spark analyses it; nothing runs until it is read)."""
@@ -132,6 +139,16 @@ class ProcessorOperator(KeyedOperator):
                 "initial_state is a function of the Spark session returning the initial "
                 "state's DataFrame (for example lambda spark: spark.read.parquet(path))"
             )
+        if self.event_time_column is not None:
+            field = next(
+                (f for f in self.output_struct.fields if f.name == self.event_time_column), None
+            )
+            if field is None or type(field.dataType).__name__ != "TimestampType":
+                found = "not an output column" if field is None else type_name(field.dataType)
+                raise UnsupportedProcessor(
+                    f"event_time_column {self.event_time_column!r} (Spark's eventTimeColumnName) "
+                    f"must be a timestamp output column: it is {found}"
+                )
         if self.output_key not in self._names_out():
             raise UnsupportedProcessor(
                 f"output_key {self.output_key!r} is not an output column "

@@ -60,6 +60,8 @@ class ProcessorRun:
         self.outputs: list[tuple[Any, ...]] = []
         self.output_seq: list[int] = []
         self.output_vnode: list[int] = []
+        self.output_late: list[int] = []  # each output's watermark for late rows
+        self._late_ms = 0
         out = operator.output_struct
         self._out_names = [f.name for f in out.fields]
 
@@ -113,6 +115,7 @@ class ProcessorRun:
         self.outputs.extend(rows)
         self.output_seq.extend([seq] * len(rows))
         self.output_vnode.extend([vnode] * len(rows))
+        self.output_late.extend([self._late_ms] * len(rows))
 
     def _frame_rows(self, frame: Any) -> list[tuple[Any, ...]]:
         """A pandas processor's output frame as rows of Python values: column by column where
@@ -145,6 +148,7 @@ class ProcessorRun:
         one frame in pandas. ``rows`` holds the initial state's own columns, ``keys`` and
         ``vnodes`` each row's key and vnode."""
         self.handle.now_ms = clock.batch_ms
+        self._late_ms = clock.late_ms
         timer_values = self._timer_values(clock)
         groups: dict[Any, list[int]] = {}
         for i, key in enumerate(keys):
@@ -182,6 +186,7 @@ class ProcessorRun:
         """Spark's order within a batch: the input rows (late ones dropped), then the timers."""
         clock = segment.clock
         self.handle.now_ms = clock.batch_ms
+        self._late_ms = clock.late_ms
         records = segment.records
         if self.op.time_mode == "eventtime" and self.event_time and records.num_rows:
             records = records.filter(not_late(records.column(self.event_time), clock.late_ms))
@@ -272,6 +277,7 @@ class ProcessorRun:
         for key, (vnode, state) in touched.items():
             due |= {(t, key, vnode) for t in state.timers if t <= up_to_ms}
         timer_values = self._timer_values(clock)
+        self._late_ms = clock.late_ms
         for expiry, key, vnode in sorted(due):
             _, state = self._load(vnode, key)
             if expiry not in state.timers:  # deleted by an earlier timer of this key
@@ -317,7 +323,7 @@ class ProcessorRun:
         """The outputs since the last call, with each row's vnode (a region's next operator's
         input), and forget them."""
         table = self.output_table().append_column("vnode", pa.array(self.output_vnode, pa.int64()))
-        self.outputs, self.output_seq, self.output_vnode = [], [], []
+        self.outputs, self.output_seq, self.output_vnode, self.output_late = [], [], [], []
         return table
 
     def output_table(self) -> pa.Table:
@@ -329,7 +335,26 @@ class ProcessorRun:
         for wire, typ in self.op.output_fields:
             arrays.append(pa.array(list(by_name[user_name(wire)]), typ))
             names.append(wire)
-        return pa.Table.from_arrays(arrays, names=names)
+        table = pa.Table.from_arrays(arrays, names=names)
+        if self.op.event_time_column is not None:
+            self._check_event_times(table.column(wire_name(self.op.event_time_column)))
+        return table
+
+    def _check_event_times(self, column: pa.ChunkedArray) -> None:
+        """Spark's rule for ``eventTimeColumnName``: no output at or below its batch's watermark
+        for late rows (the next operator would drop it as late)."""
+        import pyarrow.compute as pc
+
+        late = pc.invert(not_late(column, pa.array(self.output_late, pa.int64())))
+        if pc.any(late).as_py():
+            at = pc.index(late, True).as_py()
+            raise ValueError(
+                f"{type(self.op.processor).__name__} emitted {self.op.event_time_column}="
+                f"{column[at].as_py()} at or below the watermark "
+                f"({self.output_late[at]} ms): an event_time_column (Spark's "
+                f"eventTimeColumnName) row must be newer, as Spark requires "
+                f"(EMITTED_ROWS_OLDER_THAN_WATERMARK)"
+            )
 
 
 def next_timer_ms(store: Any, vnodes: Iterable[int], sections: Iterable[bytes]) -> int | None:
@@ -405,12 +430,13 @@ def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.multiply(pc.cast(column, pa.int64()), 1_000_000)
 
 
-def not_late(column: pa.ChunkedArray, late_ms: int) -> pa.ChunkedArray:
+def not_late(column: pa.ChunkedArray, late_ms: int | pa.Array) -> pa.ChunkedArray:
     """Which rows are not late: Spark drops a row whose event time, in microseconds, is at or
-    below the previous watermark (milliseconds) times 1,000."""
+    below the previous watermark (milliseconds) times 1,000 (``late_ms``: one for all rows, or
+    each row's)."""
     import pyarrow.compute as pc
 
-    return pc.greater(_micros(column), late_ms * 1_000)
+    return pc.greater(_micros(column), pc.multiply(late_ms, 1_000))
 
 
 def max_event_ms(records: pa.Table | None, column: str | None) -> int | None:

@@ -88,9 +88,14 @@ def run_case(spark: Any, case: Any, work: Path) -> dict[str, Any]:
     initial = None
     if case.initial_state is not None:
         initial = spark.createDataFrame(case.initial_state, case.initial_schema).groupBy("key")
+    options = {"eventTimeColumnName": case.event_time_column} if case.event_time_column else {}
     result = transform(
-        case.make(), case.output_schema, "Append", case.time_mode, initialState=initial
+        case.make(), case.output_schema, "Append", case.time_mode, initialState=initial, **options
     )
+    if case.then is not None:  # chained: grouped by an output column of the first
+        result = result.groupBy(case.then.key).transformWithState(
+            case.then.make(), case.then.output_schema, "Append", case.then.time_mode
+        )
     batches: dict[int, list[Any]] = {}
 
     def collect(df: Any, batch: int) -> None:
@@ -118,16 +123,27 @@ def run_case(spark: Any, case: Any, work: Path) -> dict[str, Any]:
     # foreachBatch ran for every batch Spark ran (an idle stream's progress events name the
     # next batch, which has not run)
     kept = sorted(b for b in batches if inputs.get(b, 0) > 0 or idle)
-    handle = ProcessorHandle(case.time_mode.lower())
-    case.make().init(handle)  # its state variables, to read them back
-    variables = SimpleNamespace(variables=handle.variables, has_timers=case.time_mode != "None")
-    state = _spark_state(spark, checkpoint, kept[-1], variables)
+    stages = [(case.make, case.time_mode)]
+    if case.then is not None:
+        stages.append((case.then.make, case.then.time_mode))
+    states = []
+    for index, (make, time_mode) in enumerate(stages):
+        # Spark numbers stateful operators from the sink back: the last one is operator 0
+        operator_id = len(stages) - 1 - index
+        handle = ProcessorHandle(time_mode.lower())
+        make().init(handle)  # its state variables, to read them back
+        variables = SimpleNamespace(variables=handle.variables, has_timers=time_mode != "None")
+        state = _spark_state(spark, checkpoint, kept[-1], variables, operator_id)
+        states.append(
+            {
+                key: {name: _normal_state(handle, name, v) for name, v in variables.items()}
+                for key, variables in state.items()
+            }
+        )
     return {
         "batches": [{"rows": inputs[b], "outputs": batches.get(b, [])} for b in kept],
-        "state": {
-            key: {name: _normal_state(handle, name, v) for name, v in variables.items()}
-            for key, variables in state.items()
-        },
+        "state": states[0],
+        "then_state": states[1] if len(states) > 1 else None,
     }
 
 

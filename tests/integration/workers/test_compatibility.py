@@ -13,6 +13,7 @@ routing in Spark, a live rescale, a kill -9) is compared with Spark by
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 
 from tests.integration.workers.compat_spark import normal
 from tests.integration.workers.fixtures import REPO
+from workers.processor import wire_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -163,8 +165,19 @@ def run_under_rescaler(case: Case, tmp: Path) -> dict[str, Any]:
         interface=case.interface,
         key_column="key",
         initial_state=(lambda spark: None) if case.initial_state is not None else None,
+        event_time_column=case.event_time_column,
     )
     op.inspect()
+    then = None
+    if case.then is not None:  # grouped by an output column of the first, as Spark's groupBy
+        then = ProcessorOperator(
+            case.then.make(),
+            columns=[f.name for f in op.output_struct.fields],
+            output_schema=case.then.output_schema,
+            time_mode=case.then.time_mode,
+            key_column=case.then.key,
+        )
+        then.inspect()
     written: dict[int, list[Any]] = {}
 
     def collect(table: pa.Table, epoch: int, pu: int) -> None:
@@ -181,7 +194,8 @@ def run_under_rescaler(case: Case, tmp: Path) -> dict[str, Any]:
     watermark = Watermark(
         tmp / "watermark.json", case.watermark_delay_ms, event_time=bool(case.event_time)
     )
-    no_data = NoDataEpochs([op.time_mode], lambda: watermark.advanced, 0.0)
+    modes = [op.time_mode, *([then.time_mode] if then is not None else [])]
+    no_data = NoDataEpochs(modes, lambda: watermark.advanced, 0.0)
     sink = FunctionSink(collect, name=f"compat {case.name} {tmp}")
     batches = list(case.batches)
     epoch, counts = 0, []
@@ -196,18 +210,28 @@ def run_under_rescaler(case: Case, tmp: Path) -> dict[str, Any]:
             owned=(tuple(range(VNODES)),),
             state_root=str(tmp),
             backend="lmdb",
-            terminal=True,
-            sink=sink,
+            terminal=then is None,
+            sink=sink if then is None else None,
             clock=clock,
             event_time=case.event_time,
         )
         table = _task_input(case, op, epoch, rows)
         out = pa.Table.from_batches(list(run_task(spec, 0, iter(table.to_batches()))))
-        stats = [
-            json.loads(i)
-            for k, i in zip(out["kind"].to_pylist(), out["info"].to_pylist(), strict=True)
-            if k == "stat"
-        ]
+        stats = _stats(out)
+        if then is not None:
+            assert case.then is not None and case.event_time_column is not None
+            then_spec = dataclasses.replace(
+                spec,
+                fragment="g",
+                operator=then,
+                terminal=True,
+                sink=sink,
+                event_time=wire_name(case.event_time_column),
+                chained_event_time=True,
+            )
+            table = _chained_input(out, op, case.then.key)
+            done = pa.Table.from_batches(list(run_task(then_spec, 0, iter(table.to_batches()))))
+            stats += _stats(done)
         watermark.committed(EpochPlan(epoch, {}, clock=clock), stats)
         no_data.epoch_committed(stats)
         counts.append(len(rows))
@@ -216,10 +240,47 @@ def run_under_rescaler(case: Case, tmp: Path) -> dict[str, Any]:
 
     with open_store("lmdb", store_path(tmp, "f", 0)) as store:
         state = _state(op, store)
+    then_state = None
+    if then is not None:
+        with open_store("lmdb", store_path(tmp, "g", 0)) as store:
+            then_state = _state(then, store)
     return {
         "batches": [{"rows": n, "outputs": written.get(i, [])} for i, n in enumerate(counts)],
         "state": state,
+        "then_state": then_state,
     }
+
+
+def _stats(out: pa.Table) -> list[Any]:
+    return [
+        json.loads(i)
+        for k, i in zip(out["kind"].to_pylist(), out["info"].to_pylist(), strict=True)
+        if k == "stat"
+    ]
+
+
+def _chained_input(out: pa.Table, op: Any, key: str) -> pa.Table:
+    """A fragment's outputs as the next fragment's records, as the epoch's routing hands them
+    over: keyed by the column it is grouped by, every output column by its name in Rescaler's
+    tables."""
+    import pyarrow.compute as pc
+
+    from workers.hashing import vnode_of
+
+    rows = out.filter(pc.equal(out.column("kind"), "out"))
+    keys = [None if v is None else str(v) for v in rows.column(wire_name(key)).to_pylist()]
+    n = rows.num_rows
+    columns = {
+        "kind": pa.array(["rec"] * n, pa.string()),
+        "key": pa.array(keys, pa.string()),
+        "seq": rows.column("seq"),
+        **{wire: rows.column(wire) for wire, _ in op.output_fields},
+        "src": pa.array([0] * n, pa.int64()),
+        "info": pa.nulls(n, pa.string()),
+        "vnode": pa.array([vnode_of(k, VNODES) for k in keys], pa.int64()),
+        "slot": pa.array([0] * n, pa.int32()),
+    }
+    return pa.table(columns)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -231,6 +292,7 @@ def test_the_processor_gives_spark_s_outputs_and_state(
     assert [b["rows"] for b in ours["batches"]] == [b["rows"] for b in spark["batches"]]
     for i, (theirs, mine) in enumerate(zip(spark["batches"], ours["batches"], strict=True)):
         assert mine["outputs"] == theirs["outputs"], f"batch {i}"
+    assert ours["then_state"] == spark["then_state"]
     spark_state = spark["state"]
     # timers of processing time are wall-clock times: only whether a key has them is compared
     if case.time_mode == "ProcessingTime":

@@ -124,6 +124,16 @@ def test_jsonl_parse_reports_each_kind_of_malformed_line(tmp_path: Path) -> None
     assert "not a JSON object" in problems[4]
 
 
+def test_a_json_kind_source_hands_each_record_to_prepare_as_its_text(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    record = {"order": 7, "items": [{"sku": "x", "n": 2}], "at": "2024-03-01T12:00:00Z"}
+    path.write_text("\n".join([json.dumps(record), "{oops", json.dumps([1]), ""]))
+    rows = jsonl.read_file("json", path, 0).to_pylist()
+    assert [json.loads(r["value"]) if r["value"] else None for r in rows] == [record, None, None]
+    assert [r["_malformed"] is None for r in rows] == [True, False, False]
+    assert jsonl.schema_for("json").names == ["seq", "value", "_malformed"]
+
+
 def test_manifest_appends_late_files_in_discovery_order(tmp_path: Path) -> None:
     inbox = tmp_path / "in"
     inbox.mkdir()

@@ -136,7 +136,7 @@ BAD = {
                           Fragment("b", later, key="user", region=1, upstream="a"),
                           event_time="event_time", watermark_delay_ms=0)
         """,
-        "only the first fragment may run in EventTime",
+        "give the processor before it event_time_column",
     ),
     "bad output": (
         """

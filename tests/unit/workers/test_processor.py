@@ -627,3 +627,47 @@ def test_delete_if_exists_outside_init_is_refused_as_spark_refuses_it(tmp_path: 
     made.inspect()
     with pytest.raises(UnsupportedProcessor, match=r"deleteIfExists\('count'\) outside init"):
         epoch(tmp_path, made, 0, [("a", "p", 1)], EpochClock(1_000, -1, -1))
+
+
+class Stamped(StatefulProcessor):
+    """Emits each row with an event time of ``ts`` milliseconds."""
+
+    def init(self, handle: Any) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
+        import datetime as dt
+
+        for row in rows:
+            at = dt.datetime.fromtimestamp(row.ts / 1000, dt.UTC)
+            yield Row(user=key[0], at=at)
+
+
+def test_an_event_time_column_row_at_or_below_the_watermark_fails_the_epoch(
+    tmp_path: Path,
+) -> None:
+    """Spark's EMITTED_ROWS_OLDER_THAN_WATERMARK: the next operator would drop the row as
+    late, so Spark fails the batch rather than lose it."""
+    op = ProcessorOperator(
+        Stamped(),
+        columns=("user", "page", "ts"),
+        output_schema="user string, at timestamp",
+        time_mode="EventTime",
+        key_column="user",
+        event_time_column="at",
+    )
+    op.inspect()
+    clock = EpochClock(batch_ms=10_000, watermark_ms=6_000, late_ms=5_000)
+    out = epoch(tmp_path / "ok", op, 0, [("a", "p", 5_001)], clock)
+    assert [r["at"].timestamp() for r in out] == [5.001]
+    with pytest.raises(ValueError, match="EMITTED_ROWS_OLDER_THAN_WATERMARK"):
+        epoch(tmp_path / "late", op, 0, [("a", "p", 5_000)], clock)
+
+
+def test_an_event_time_column_must_be_a_timestamp_output() -> None:
+    for schema, found in (("user string, at long", "bigint"), ("user string", "not an output")):
+        op = ProcessorOperator(
+            Stamped(), columns=("user",), output_schema=schema, event_time_column="at"
+        )
+        with pytest.raises(UnsupportedProcessor, match=found):
+            op.inspect()
