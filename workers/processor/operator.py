@@ -70,7 +70,7 @@ class ProcessorOperator(KeyedOperator):
         self.output_schema_spark = output_schema
         self._output_schema = output_schema
         self.key_column = key_column  # set by the fragment: its key column, if among columns
-        out = struct_of(output_schema)
+        out = self._output_struct = struct_of(output_schema)
         self.output_key = output_key or (out.fields[0].name if out.fields else "")
         # every output column, under its name in Rescaler's tables (workers.processor.schema
         # wire_name: a column named like one of Rescaler's, "key" or "seq", stays the user's),
@@ -102,7 +102,7 @@ class ProcessorOperator(KeyedOperator):
 
     @property
     def output_struct(self) -> Any:
-        return struct_of(self._output_schema)
+        return self._output_struct
 
     def _names_out(self) -> list[str]:
         return [f.name for f in self.output_struct.fields]

@@ -3,13 +3,14 @@ Spark's order, and the store updates and outputs they leave."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from workers.pipeline.placement import EpochClock
+from workers.processor.convert import frame_rows, inputs_of, spark_frame, spark_rows
 from workers.processor.layout import (
     NO_TIMER_AFTER,
     in_ranges,
@@ -97,7 +98,7 @@ class ProcessorRun:
         names = self._out_names
         for item in results:
             if self.op.interface == "pandas":
-                rows.extend(self._frame_rows(item))
+                rows.extend(frame_rows(item, self.op))
             elif hasattr(item, "asDict"):  # as Spark: asDict(recursive), columns by name
                 d = item.asDict(True)
                 rows.append(tuple(d.get(n) for n in names))
@@ -116,28 +117,6 @@ class ProcessorRun:
         self.output_seq.extend([seq] * len(rows))
         self.output_vnode.extend([vnode] * len(rows))
         self.output_late.extend([self._late_ms] * len(rows))
-
-    def _frame_rows(self, frame: Any) -> list[tuple[Any, ...]]:
-        """A pandas processor's output frame as rows of Python values: column by column where
-        every output type is one Arrow takes as it is, else through Spark's own conversion
-        (``PandasToArrowConversion``: timestamps in the session's time zone, nested types)."""
-        names = self._out_names
-        if self.op.simple_outputs:
-            cols = [frame[n].tolist() if n in frame.columns else [None] * len(frame) for n in names]
-            return [tuple(row) for row in zip(*cols, strict=True)]
-        from pyspark.sql.conversion import PandasToArrowConversion
-        from pyspark.sql.types import StructField, StructType
-
-        batch = PandasToArrowConversion.convert(
-            [frame],
-            StructType([StructField("_0", self.op.output_struct)]),
-            timezone=self.op.timezone,
-            safecheck=False,
-            arrow_cast=True,
-            assign_cols_by_name=True,
-        )
-        values = batch.column(0).to_pylist()
-        return [tuple(v.get(n) for n in names) for v in values]
 
     # -- the first epoch's initial state
     def initial(
@@ -208,7 +187,7 @@ class ProcessorRun:
         groups: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
-        inputs = self._inputs(ordered)
+        inputs = inputs_of(self.op, ordered)
         for key, rows in groups.items():
             _, state = self._load(vnodes[rows[0]], key)
             purge_expired(state, clock.batch_ms)
@@ -218,36 +197,6 @@ class ProcessorRun:
                 self._emit(results, key, vnodes[rows[0]], seqs[rows[-1]])
             finally:
                 self.handle.current = None
-
-    def _inputs(self, ordered: pa.Table) -> Any:
-        """The function from a key and its rows' positions to what ``handleInputRows`` gets, as
-        Spark hands it over: ``Row``s of each column's Python values (``as_py``: structs as
-        dicts, maps as lists of pairs) or one pandas frame (Spark's ``to_pandas`` of the
-        rows)."""
-        names = list(self.op.columns)
-        key_column = self.op.key_column
-        table = pa.table(
-            {
-                c: ordered.column("key") if c == key_column else ordered.column(wire_name(c))
-                for c in names
-            }
-        )
-        if self.op.interface == "pandas":
-            frame = spark_frame(table, self.op.timezone)
-
-            def frames(key: str, rows: list[int]) -> Iterator[Any]:
-                return iter([frame.take(rows).reset_index(drop=True)])
-
-            return frames
-        from pyspark.sql import Row
-
-        values = [table.column(c).to_pylist() for c in names]
-        data_row = Row(*names)
-
-        def spark_rows_of(key: str, rows: list[int]) -> Iterator[Any]:
-            return iter([data_row(*(column[i] for column in values)) for i in rows])
-
-        return spark_rows_of
 
     def fire_timers(self, vnodes: Iterable[int], clock: EpochClock, up_to_ms: int) -> None:
         """Fire every timer of these vnodes' keys due at ``up_to_ms``, in expiry order."""
@@ -386,34 +335,6 @@ def next_timer_of(operator: Any, store: Any, vnodes: Iterable[int]) -> int | Non
         if isinstance(op, ProcessorOperator) and op.time_mode == "processingtime"
     ]
     return next_timer_ms(store, vnodes, sections) if sections else None
-
-
-def spark_rows(table: pa.Table) -> list[Any]:
-    """A table's rows as PySpark's ``transformWithState`` gives them to a processor: ``Row``s
-    of each column's ``as_py`` value (nested structs as dicts, maps as lists of pairs)."""
-    from pyspark.sql import Row
-
-    data_row = Row(*table.column_names)
-    return [data_row(*row.values()) for row in table.to_pylist()]
-
-
-def spark_frame(table: pa.Table, timezone: str) -> Any:
-    """A table as the pandas frame ``transformWithStateInPandas`` gives a processor: Spark's
-    ``to_pandas`` of its columns (timestamps naive in the session's time zone, arrays as numpy
-    arrays, maps and structs as dicts), each column's dtype then as Spark's frame of one key's
-    rows has it (it is rebuilt from Python values: narrow ints and floats widen to 64 bits)."""
-    import pandas as pd  # type: ignore[import-untyped]
-    from pyspark.sql.conversion import ArrowBatchTransformer
-
-    series = ArrowBatchTransformer.to_pandas(table, timezone=timezone)
-    frame = pd.concat(series, axis=1) if series else pd.DataFrame(index=range(table.num_rows))
-    frame.columns = table.column_names
-    for name, dtype in frame.dtypes.items():
-        if dtype.kind in "iu" and dtype.itemsize < 8:
-            frame[name] = frame[name].astype("int64")
-        elif dtype.kind == "f" and dtype.itemsize < 8:
-            frame[name] = frame[name].astype("float64")
-    return frame
 
 
 def _micros(column: pa.ChunkedArray) -> pa.ChunkedArray:
