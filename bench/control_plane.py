@@ -205,7 +205,9 @@ def build_cluster(pus: int, pus_per_worker: int, vnodes: int) -> dict[str, Any]:
 
 
 def scale_out_body(added: list[int], **extra: Any) -> dict[str, Any]:
-    return {"changes": {FRAGMENT: {"added_parallel_units": added}}, **extra}
+    # fluid unless told: one step per vnode, the most steps a plan can have (the auto default
+    # would cut a 2x scale-out into a few large steps)
+    return {"changes": {FRAGMENT: {"added_parallel_units": added}}, "granularity": "fluid", **extra}
 
 
 # -- planner, dry run, GET /cluster ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from workers.rescale.protocol import PRESETS as GRANULARITY_PRESETS
 from workers.rescale.protocol import REASON_MAX_CHARS, Granularity
 
 PRESETS = (
+    ("auto", "auto — chosen from the plan's size (the preview says what, and why)"),
     ("fluid", "fluid — one vnode per step: flattest latency, longest"),
     ("batched", "batched — 8 vnodes per step, 2 in flight"),
     ("all_at_once", "all at once — fastest, one spike"),
@@ -71,7 +72,7 @@ class RescaleForm(forms.Form):
         initial="live",
         widget=forms.RadioSelect,
     )
-    preset = forms.ChoiceField(label="Granularity (live)", choices=PRESETS, initial="batched")
+    preset = forms.ChoiceField(label="Granularity (live)", choices=PRESETS, initial="auto")
     hot_vnodes = forms.ChoiceField(
         label="Order of moves",
         choices=HOT_VNODES,
@@ -247,8 +248,10 @@ def plan_view(
         )
     steps = int(plan.get("steps_total") or 0)
     live = plan.get("strategy") == "live"
+    reason = plan.get("granularity_reason") or ""
     estimate = (
         f"{count(steps)} steps{_order_text(plan.get('granularity'))}"
+        + (f" ({reason})" if reason else "")
         if live
         else "one barrier (stop-start)"
     ) + f"; estimated duration {float(plan.get('estimated_duration_s') or 0):.1f} s."

@@ -162,7 +162,9 @@ def main(
     resc.add_argument("--remove", default="", help="parallel units to remove, e.g. 1")
     resc.add_argument("--strategy", default="live", choices=[s.value for s in Strategy])
     resc.add_argument(
-        "--granularity", default="fluid", help="fluid, batched, all_at_once, or a JSON object"
+        "--granularity",
+        default="auto",
+        help="auto (chosen from the plan's size), fluid, batched, all_at_once, or a JSON object",
     )
     resc.add_argument("--weighted", action="store_true", help="balance measured bytes too")
     resc.add_argument("--dry-run", action="store_true", help="print the plan, move nothing")

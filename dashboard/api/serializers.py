@@ -32,6 +32,7 @@ from rescaler.runner.workers import (
 from workers.rescale import errors
 from workers.rescale.protocol import (
     FRAGMENT_NAME_MAX_CHARS,
+    GRANULARITY_CHOSEN,
     GRANULARITY_MAXIMUMS,
     GRANULARITY_MINIMUMS,
     GRANULARITY_OPTIONAL,
@@ -72,6 +73,12 @@ def _granularity_property(name: str) -> dict[str, Any]:
         prop["nullable"] = True
     else:
         prop["default"] = getattr(Granularity(), name)
+    if name in GRANULARITY_CHOSEN:
+        prop["description"] = (
+            "Left out or null: chosen from the plan's size (the fewest waves that hold at most "
+            "an eighth of a fragment's vnodes each and transfer within about one epoch); the "
+            "dry run says what was chosen, and why, in granularity_reason."
+        )
     return prop
 
 
@@ -254,7 +261,13 @@ class DryRunSerializer(serializers.Serializer):
     (the whole plan is kept on the server; its size grows with the PUs, not with the moves)."""
 
     strategy = serializers.ChoiceField(choices=STRATEGY_CHOICES)
-    granularity = GranularitySerializer()
+    granularity = GranularitySerializer(
+        help_text="The granularity the steps were cut by: the request's, with vnodes_per_step "
+        "and steps_in_flight chosen from the plan's size where it left them out."
+    )
+    granularity_reason = serializers.CharField(
+        help_text="Why the planner chose those figures; empty when the request set them."
+    )
     fragments = serializers.DictField(child=FragmentPlanSummarySerializer())
     steps_total = serializers.IntegerField(help_text="Steps of the plan (0 with stop_start).")
     estimated_duration_s = serializers.FloatField()
@@ -297,6 +310,11 @@ class OperationPlanSerializer(serializers.Serializer):
 
     fragments = serializers.DictField(child=FragmentPlanSerializer())
     estimated_duration_s = serializers.FloatField()
+    granularity_reason = serializers.CharField(
+        required=False,
+        help_text="Why the planner chose the operation's vnodes_per_step and steps_in_flight; "
+        "empty when the request set them (absent on operations planned before it was kept).",
+    )
 
 
 @extend_schema_field(OperationPlanSerializer)

@@ -168,7 +168,7 @@ def _operation_create(
         weighted=request.weighted,
         reason=request.reason,
         strategy=request.strategy,
-        granularity=request.granularity.to_json(),
+        granularity=plan.granularity.to_json(),
         plan=plan.stored_json(),
         fragments=sorted(request.changes),
     )

@@ -179,6 +179,19 @@ def test_past_32_pus_the_matrix_is_one_column_per_worker() -> None:
     assert len(columns) > PU_COLUMNS_MAX and view.by == "worker" and len(view.columns) == 8
 
 
+def test_the_rescale_form_defaults_to_a_granularity_chosen_from_the_plan_s_size(
+    signed_in: Client,
+) -> None:
+    """The page opens on ``auto``, and its preview says what the planner chose, and why."""
+    page = signed_in.get("/rescale/").content.decode()
+    assert re.search(r'<option value="auto"[^>]*selected', page)
+    form = {"fragment": "word_count", "target": "4", "strategy": "live", "preset": "auto"}
+    preview = signed_in.post("/rescale/", {**form, "reason": "more room", "action": "preview"})
+    page = preview.content.decode()
+    assert preview.status_code == 200 and "scale out: 8 vnodes move" in page
+    assert "chosen from the plan&#x27;s size: 8 vnodes" in page
+
+
 def test_the_rescale_form_previews_then_starts_exactly_the_plan_shown(signed_in: Client) -> None:
     """The page's form is the API's request: a dry run first, then its plan_id; the service's
     refusals land on the field the API names, "reason required" on the reason."""

@@ -194,7 +194,7 @@ class OperationState:
         holding = [s for s in self.steps.values() if s.phase in STEP_HOLDING]
         free = len(pending)
         if self.granularity is not None:
-            free = max(self.granularity.steps_in_flight - len(holding), 0)
+            free = max(self.granularity.window - len(holding), 0)
         busy = {(s.spec.fragment, s.spec.vnodes[0]) for s in holding if s.spec.key_range}
         chosen: list[StepState] = []
         for step in pending:

@@ -116,7 +116,7 @@ class Orchestrator:
 
     @property
     def granularity(self) -> Granularity:
-        return self.plan.request.granularity
+        return self.plan.granularity
 
     def start(self) -> None:
         """Begin the operation (idempotent: the runner ignores a second begin)."""
@@ -190,7 +190,7 @@ class Orchestrator:
         waves go right behind the begin and the finish right behind the last step: the runner
         applies commands in order at one barrier and completes only when every step is done, so
         no epoch is spent waiting for replies."""
-        window = self.granularity.steps_in_flight * max(self.issue_ahead, 1)
+        window = self.granularity.window * max(self.issue_ahead, 1)
         # issued and not yet acquired: pending or holding in the runner, or not seen by it yet
         ahead = sum(1 for s in steps.open.values() if s.phase in STEP_NOT_ACQUIRED)
         ahead += len(self._unseen)
@@ -269,7 +269,7 @@ class Orchestrator:
             if phase in STEP_ENDED or since is None:
                 continue
             if phase == StepPhase.PENDING:
-                if holding >= self.granularity.steps_in_flight:
+                if holding >= self.granularity.window:
                     continue
                 since = max(since, slot_freed)
             if now - since > self.step_timeout_s:

@@ -17,6 +17,7 @@ from itertools import accumulate
 
 from workers.cycles import cycle_collection_paused
 from workers.hashing import MAX_KEY_RANGES, KeyRange
+from workers.rescale.pacing import chosen_granularity
 from workers.rescale.protocol import (
     FragmentChange,
     FragmentPlan,
@@ -194,7 +195,7 @@ def _chunks(group: list[Move], granularity: Granularity) -> list[list[Move]]:
     """Consecutive moves cut at the vnode, key and byte caps (one vnode always fits alone)."""
     if len(group) == 1:  # one move always fits alone (most groups of a weighted plan)
         return [group]
-    most = granularity.vnodes_per_step
+    most = granularity.step_vnodes
     max_keys, max_bytes = granularity.max_keys_per_step, granularity.max_bytes_per_step
     if max_keys is None and max_bytes is None:  # the vnode cap alone: slices of ``most``
         return [group[i : i + most] for i in range(0, len(group), most)]
@@ -346,7 +347,7 @@ def estimate_seconds(
     steps, and one more for the last wave's acquire (its epoch also drops the source copy)."""
     total_bytes = sum(s.bytes for s in steps)
     rate = min(bytes_per_s, granularity.bytes_per_second or math.inf)
-    waves = math.ceil(len(steps) / granularity.steps_in_flight) if steps else 0
+    waves = math.ceil(len(steps) / granularity.window) if steps else 0
     epochs = waves * EPOCHS_PER_WAVE + (EPOCHS_AFTER_LAST_WAVE if waves else 0)
     return total_bytes / rate + epochs * epoch_s
 
@@ -384,11 +385,12 @@ def _plan_request(
     }
     moves = [m for plan in fragments.values() for m in plan.moves]
     moves = order_by_load(moves, cluster.fragments, request.granularity.hot_vnodes)
-    steps = split_steps(moves, request.granularity)
-    estimate = estimate_seconds(
-        steps, request.granularity, bytes_per_s=bytes_per_s, epoch_s=epoch_s
+    granularity, why = chosen_granularity(
+        request.granularity, moves, fragments, bytes_per_s=bytes_per_s, epoch_s=epoch_s
     )
+    steps = split_steps(moves, granularity)
+    estimate = estimate_seconds(steps, granularity, bytes_per_s=bytes_per_s, epoch_s=epoch_s)
     if request.strategy == Strategy.STOP_START:
         # one barrier moves everything: there are no steps to issue, show or wait for
         steps = []
-    return Plan(request, fragments, tuple(steps), estimate)
+    return Plan(request, fragments, tuple(steps), estimate, granularity, why)

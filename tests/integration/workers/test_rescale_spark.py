@@ -84,10 +84,14 @@ def pus_of(state: Path, pipeline: str) -> dict[str, tuple[int, ...]]:
 
 
 def run_op(
-    state: Path, pipeline: str, change: dict[str, list[int]], strategy: str
+    state: Path,
+    pipeline: str,
+    change: dict[str, list[int]],
+    strategy: str,
+    granularity: Any = BATCHED,
 ) -> dict[str, Any]:
     result = rescale(
-        state / pipeline, request(pipeline, change, strategy, BATCHED), timeout_s=600
+        state / pipeline, request(pipeline, change, strategy, granularity), timeout_s=600
     ).to_json()
     assert result["status"] == "completed", result
     return result["progress"]
@@ -103,7 +107,8 @@ def test_scale_out_scale_in_and_migrate_keep_exact_state(
 
     run_op(tmp_path, pipeline, {"added_parallel_units": [2, 3]}, strategy)
     assert all(pus == (0, 1, 2, 3) for pus in pus_of(tmp_path, pipeline).values())
-    run_op(tmp_path, pipeline, {"removed_parallel_units": [1, 2, 3]}, strategy)
+    # the default granularity: chosen from the plan's size (workers.rescale.pacing)
+    run_op(tmp_path, pipeline, {"removed_parallel_units": [1, 2, 3]}, strategy, None)
     assert all(pus == (0,) for pus in pus_of(tmp_path, pipeline).values())
     progress = run_op(
         tmp_path, pipeline, {"added_parallel_units": [3], "removed_parallel_units": [0]}, strategy

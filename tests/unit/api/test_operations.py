@@ -16,7 +16,7 @@ from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.progress import operation_progress_record
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import make_user, request_body, token_client
+from tests.unit.api.fixtures import FRAGMENT, make_user, request_body, token_client
 from workers.rescale.protocol import (
     OperationProgress,
     OperationStatus,
@@ -95,6 +95,38 @@ def test_granularity_presets_and_stop_start(operator_client: APIClient, cluster:
 
 
 @pytest.mark.parametrize(
+    ("granularity", "vnodes_per_step", "steps_in_flight"),
+    [
+        # 5 of 16 vnodes move to PU 2 (2 from PU 0, 3 from PU 1): at most 2 (an eighth) per
+        # wave makes 3 waves, so steps of 1 vnode (3 / 3) and 2 of them in flight (5 / 3)
+        (None, 1, 2),
+        ("auto", 1, 2),
+        ({"steps_in_flight": None, "vnodes_per_step": None}, 1, 2),
+        ({"vnodes_per_step": 3}, 3, 1),  # 2 steps over 3 waves
+        ({"steps_in_flight": 4}, 1, 4),
+    ],
+)
+def test_a_granularity_left_out_is_chosen_from_the_plan_s_size(
+    operator_client: APIClient,
+    cluster: Pipeline,
+    granularity: Any,
+    vnodes_per_step: int,
+    steps_in_flight: int,
+) -> None:
+    body = {"changes": {FRAGMENT: {"added_parallel_units": [2]}}, "dry_run": True}
+    if granularity is not None:
+        body["granularity"] = granularity
+    plan = post(operator_client, body).json()
+    assert plan["granularity"]["vnodes_per_step"] == vnodes_per_step
+    assert plan["granularity"]["steps_in_flight"] == steps_in_flight
+    assert plan["granularity_reason"].startswith("chosen from the plan's size: 5 vnodes")
+    # what a request sets is its own, and the plan says nothing was chosen
+    body["granularity"] = "fluid"
+    fluid = post(operator_client, body).json()
+    assert fluid["granularity"]["vnodes_per_step"] == 1 and fluid["granularity_reason"] == ""
+
+
+@pytest.mark.parametrize(
     ("body", "status", "code"),
     [
         ({"changes": {"nope": {"added_parallel_units": [2]}}}, 400, "unknown_fragment"),
@@ -138,17 +170,9 @@ def test_granularity_presets_and_stop_start(operator_client: APIClient, cluster:
             400,
             "malformed_request",
         ),
-        # found by the fuzz: a TypeError and an infinite estimate (now refused by the parser)
-        (
-            {**request_body(added_parallel_units=[2]), "granularity": {"steps_in_flight": None}},
-            400,
-            "malformed_request",
-        ),
-        (
-            {**request_body(added_parallel_units=[2]), "granularity": {"vnodes_per_step": None}},
-            400,
-            "malformed_request",
-        ),
+        # found by the fuzz: an infinite estimate (now refused by the parser); a null
+        # vnodes_per_step or steps_in_flight is the planner's choice
+        # (test_a_granularity_left_out_is_chosen_from_the_plan_s_size)
         (
             {
                 **request_body(added_parallel_units=[2]),
@@ -383,7 +407,7 @@ def test_the_document_carries_each_step_once(
     data = viewer_client.get(f"{URL}/{op.operation_id}").json()
     assert step_lists(data) == [".steps"]
     assert len(data["steps"]) == data["steps_total"] == op.steps.count()
-    assert set(data["plan"]) == {"fragments", "estimated_duration_s"}
+    assert set(data["plan"]) == {"fragments", "estimated_duration_s", "granularity_reason"}
     assert data["progress"] == {
         "status": "running", "phase": "begun", "cancel_requested": False, "begun_epoch": 4,
         "finished_epoch": None, "error": "", "executors": [], "hold_queue_full": [],

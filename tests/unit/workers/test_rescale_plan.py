@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -230,15 +231,17 @@ def test_plan_json_round_trip_and_estimate() -> None:
     )
     plan = plan_request(request, _cluster(frag), bytes_per_s=1e9, epoch_s=0.5)
     assert plan.estimate_s >= 50_000 / 1000, "the rate cap bounds the estimate"
-    stored = Plan.from_stored(request, plan.stored_json(), list(plan.steps))
+    # an operation keeps the plan's granularity as its own (``RescaleOperation.granularity``)
+    kept = dataclasses.replace(request, granularity=plan.granularity)
+    stored = Plan.from_stored(kept, plan.stored_json(), list(plan.steps))
     assert stored.to_json() == plan.to_json()
 
 
 @pytest.mark.parametrize(
     "granularity",
     [
-        {"steps_in_flight": None},
-        {"vnodes_per_step": None},
+        {"steps_in_flight": 0},
+        {"vnodes_per_step": True},
         {"bytes_per_second": 5e-324},
         {"bytes_per_second": 0.5},
         {"bytes_per_second": float("inf")},

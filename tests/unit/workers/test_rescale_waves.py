@@ -328,12 +328,13 @@ def test_a_step_waiting_for_a_slot_is_not_stuck() -> None:
 def test_the_runner_bounds_the_hold_window_from_the_begin_payload(tmp_path: Path) -> None:
     """Steps issued all at once still start ``steps_in_flight`` at a time."""
     h = started(tmp_path)
-    plan = make_plan(h.sim, "scale_out", {"granularity": {"steps_in_flight": 2}})
+    granularity = {"vnodes_per_step": 1, "steps_in_flight": 2}
+    plan = make_plan(h.sim, "scale_out", {"granularity": granularity})
     orch = Orchestrator(Channel(h.sim), "op1", plan, issue_ahead=len(plan.steps))
     orch.tick()
     h.run_epoch()
     op = h.sim.executor.ops["op1"]
-    assert op.granularity == Granularity(steps_in_flight=2)
+    assert op.granularity == Granularity(**granularity)
     phases = [op.steps[n].phase for n in sorted(op.steps)]
     assert len(phases) == len(plan.steps) == 128
     assert phases[:2] == [StepPhase.COLLECTING] * 2

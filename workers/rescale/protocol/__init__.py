@@ -39,6 +39,7 @@ from workers.rescale.protocol.events import (
 from workers.rescale.protocol.operation_request import (
     FRAGMENT_NAME_MAX_CHARS,
     FRAGMENT_NAME_PATTERN,
+    GRANULARITY_CHOSEN,
     GRANULARITY_MAXIMUMS,
     GRANULARITY_MINIMUMS,
     GRANULARITY_OPTIONAL,
@@ -88,6 +89,7 @@ __all__ = [
     "FINAL",
     "FRAGMENT_NAME_MAX_CHARS",
     "FRAGMENT_NAME_PATTERN",
+    "GRANULARITY_CHOSEN",
     "GRANULARITY_MAXIMUMS",
     "GRANULARITY_MINIMUMS",
     "GRANULARITY_OPTIONAL",

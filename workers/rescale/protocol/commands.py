@@ -94,7 +94,7 @@ class BeginPayload:
         return cls(
             operation_id=operation_id,
             strategy=plan.request.strategy,
-            granularity=plan.request.granularity,
+            granularity=plan.granularity,
             fragments={
                 name: FragmentBegin(
                     added_parallel_units=plan.request.changes[name].added_parallel_units,

@@ -44,7 +44,18 @@ GRANULARITY_MAXIMUMS: dict[str, int] = {
     "bytes_per_second": _MOST_EXACT,
     "steps_in_flight": _MOST_VNODES,
 }
-GRANULARITY_OPTIONAL = frozenset({"max_keys_per_step", "max_bytes_per_step", "bytes_per_second"})
+GRANULARITY_OPTIONAL = frozenset(
+    {
+        "vnodes_per_step",
+        "steps_in_flight",
+        "max_keys_per_step",
+        "max_bytes_per_step",
+        "bytes_per_second",
+    }
+)
+# the two figures the planner chooses from the plan's size when a request leaves them out
+# (``workers.rescale.pacing.chosen_granularity``)
+GRANULARITY_CHOSEN = ("vnodes_per_step", "steps_in_flight")
 GRANULARITY_TYPES: dict[str, type | tuple[type, ...]] = {
     "vnodes_per_step": int,
     "max_keys_per_step": int,
@@ -69,19 +80,41 @@ class Granularity:
     """How an operation is cut into steps and paced (Megaphone's knob).
 
     ``vnodes_per_step`` 1 is *fluid*: flat latency, longest total time; a step as large as the
-    whole move is *all at once*: fastest, with a spike. Keys and bytes caps cut a step earlier.
-    ``hot_vnodes`` orders the moves by the vnodes' measured load (records per epoch, then keys
-    and bytes): ``"first"`` (the default: the moving load reaches its new PUs soonest, and no
-    order was measurably kinder to the keys that stay, ``bench/results/rescale_hot_order*``)
-    moves the hottest first, ``"last"`` last; None keeps the placement's order (by vnode).
+    whole move is *all at once*: fastest, with a spike. Left out (None, the default and the
+    ``auto`` preset), ``vnodes_per_step`` and ``steps_in_flight`` are chosen by the planner from
+    the plan's size (``workers.rescale.pacing``): a plan's own granularity always has both.
+    Keys and bytes caps cut a step earlier. ``hot_vnodes`` orders the moves by the vnodes'
+    measured load (records per epoch, then keys and bytes): ``"first"`` (the default: the moving
+    load reaches its new PUs soonest, and no order was measurably kinder to the keys that stay,
+    ``bench/results/rescale_hot_order*``) moves the hottest first, ``"last"`` last; None keeps
+    the placement's order (by vnode).
     """
 
-    vnodes_per_step: int = 1
+    vnodes_per_step: int | None = None
     max_keys_per_step: int | None = None
     max_bytes_per_step: int | None = None
-    steps_in_flight: int = 1
+    steps_in_flight: int | None = None
     bytes_per_second: float | None = None
     hot_vnodes: str | None = "first"
+
+    @property
+    def chosen(self) -> bool:
+        """Whether both of the figures the planner may choose are set (a plan's are)."""
+        return self.vnodes_per_step is not None and self.steps_in_flight is not None
+
+    @property
+    def step_vnodes(self) -> int:
+        """``vnodes_per_step`` of a plan's granularity (a request's may be left to the plan)."""
+        if self.vnodes_per_step is None:
+            raise ValueError("vnodes_per_step is chosen when the request is planned")
+        return self.vnodes_per_step
+
+    @property
+    def window(self) -> int:
+        """``steps_in_flight`` of a plan's granularity (a request's may be left to the plan)."""
+        if self.steps_in_flight is None:
+            raise ValueError("steps_in_flight is chosen when the request is planned")
+        return self.steps_in_flight
 
     def __post_init__(self) -> None:
         if self.hot_vnodes is not None and self.hot_vnodes not in HOT_VNODES_ORDERS:
@@ -130,6 +163,7 @@ class Granularity:
 
 
 PRESETS = {
+    "auto": Granularity(),  # chosen from the plan's size
     "fluid": Granularity(vnodes_per_step=1, steps_in_flight=1),
     "batched": Granularity(vnodes_per_step=8, steps_in_flight=2),
     "all_at_once": Granularity(vnodes_per_step=1 << 16, steps_in_flight=1 << 16),

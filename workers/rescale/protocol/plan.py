@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workers.hashing import KeyRange
-from workers.rescale.protocol.operation_request import ChangeKind, OperationRequest
+from workers.rescale.protocol.operation_request import ChangeKind, Granularity, OperationRequest
 
 
 # -- the plan ------------------------------------------------------------------------------------
@@ -286,11 +286,27 @@ class Plan:
     fragments: dict[str, FragmentPlan]
     steps: tuple[StepSpec, ...]
     estimate_s: float
+    # the granularity the steps were cut by: the request's, with what it left out chosen from
+    # the plan's size (``workers.rescale.pacing``), and why ("" when the request set it all)
+    granularity: Granularity = field(default_factory=Granularity)
+    granularity_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.granularity.chosen:  # a plan's granularity is whole: the request's, if so
+            if not self.request.granularity.chosen:
+                raise ValueError("a plan needs its granularity chosen (workers.rescale.pacing)")
+            object.__setattr__(self, "granularity", self.request.granularity)
+
+    def _granularity_json(self) -> dict[str, Any]:
+        return {
+            "granularity": self.granularity.to_json(),
+            "granularity_reason": self.granularity_reason,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
             "strategy": self.request.strategy,
-            "granularity": self.request.granularity.to_json(),
+            **self._granularity_json(),
             "fragments": {n: p.to_json() for n, p in self.fragments.items()},
             "steps": [s.to_json() for s in self.steps],
             "estimated_duration_s": round(self.estimate_s, 3),
@@ -301,6 +317,8 @@ class Plan:
         return {
             "fragments": {n: p.to_json() for n, p in self.fragments.items()},
             "estimated_duration_s": round(self.estimate_s, 3),
+            # the operation's own granularity column holds the figures
+            "granularity_reason": self.granularity_reason,
         }
 
     def summary_json(self) -> dict[str, Any]:
@@ -313,7 +331,7 @@ class Plan:
                 cut[step.fragment]["vnodes_cut"] += step.key_range.index == 0
         return {
             "strategy": self.request.strategy,
-            "granularity": self.request.granularity.to_json(),
+            **self._granularity_json(),
             "fragments": {
                 n: {
                     **p.summary_json(),
@@ -332,6 +350,7 @@ class Plan:
         rounds it)."""
         steps = self.steps
         return {
+            **self._granularity_json(),
             "fragments": {n: p.compact_json() for n, p in self.fragments.items()},
             "steps": {
                 "step": [s.step for s in steps],
@@ -376,6 +395,9 @@ class Plan:
                 for i, (n, f, s, t, v, k, b) in enumerate(zip(*columns, strict=True))
             ),
             estimate_s=data["estimated_duration_s"],
+            # a plan kept before the planner chose granularities: the request's
+            granularity=Granularity.parse(data.get("granularity", request.granularity.to_json())),
+            granularity_reason=data.get("granularity_reason", ""),
         )
 
     @classmethod
@@ -387,4 +409,8 @@ class Plan:
             fragments={n: FragmentPlan.from_json(f) for n, f in stored["fragments"].items()},
             steps=tuple(steps),
             estimate_s=stored["estimated_duration_s"],
+            # an operation's own column holds the figures (its request's); a dry run's plan
+            # kept whole, the plan's
+            granularity=Granularity.parse(stored.get("granularity", request.granularity.to_json())),
+            granularity_reason=stored.get("granularity_reason", ""),
         )
