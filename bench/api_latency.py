@@ -41,11 +41,12 @@ def build_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from rest_framework.authtoken.models import Token
 
     from rescaler.cluster import services as cluster_services
+    from rescaler.operations import enqueue
     from rescaler.operations import requests as operation_requests
     from workers.control import EpochReport, PuLoad, Topology
     from workers.pipeline.placement import VnodeMapping
 
-    operation_requests._enqueue_drive = lambda pk: None  # no Celery here
+    enqueue.operation_drive_enqueue = lambda pk: None  # no Celery here
     workers = {
         f"executor-{w}": list(range(w * args.pus_per_worker, (w + 1) * args.pus_per_worker))
         for w in range(args.workers)

@@ -733,9 +733,7 @@ def run(sizes: Sizes, only: tuple[str, ...] = PARTS) -> dict[str, Any]:
     owns it)."""
     from django.test import Client
 
-    from rescaler.operations import requests as operation_requests
-
-    with mock.patch.object(operation_requests, "_enqueue_drive", lambda pk: None):
+    with mock.patch("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None):
         log(f"registering {sizes.pus} PUs, {sizes.vnodes} vnodes", prefix=PREFIX)
         built = build_cluster(sizes.pus, sizes.pus_per_worker, sizes.vnodes)
         client = Client(HTTP_AUTHORIZATION=f"Token {built.pop('token')}")

@@ -15,7 +15,7 @@ from workers.rescale.protocol import REASON_MAX_CHARS
 
 class CancelForm(forms.Form):
     """Cancel an operation: steps being acquired finish, held steps go back to their source, no
-    new step starts. The service (``rescaler.operations.requests.operation_cancel``) decides
+    new step starts. The service (``rescaler.operations.cancel.operation_cancel``) decides
     whether it still can."""
 
     confirm = forms.BooleanField(

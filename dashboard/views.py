@@ -42,8 +42,9 @@ from dashboard.tables import HistoryTable, StepTable, WorkerTable
 from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
 from rescaler.operations import plans
+from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import OperationPlan, RescaleOperation, RescaleStep
-from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from rescaler.runner import workers as worker_services
 from rescaler.runner.workers import CORES_MAX, CORES_MIN

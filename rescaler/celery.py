@@ -11,6 +11,12 @@ from kombu.exceptions import OperationalError as BrokerUnavailable
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rescaler.settings.local")
 
+# the names of the tasks that drive operations (rescaler.operations.tasks), by which the services
+# queue them without importing the tasks' module (rescaler.operations.enqueue)
+DRIVE_OPERATION = "rescaler.operations.drive_operation"
+WATCH_OPERATION = "rescaler.operations.watch_operation"
+RESUME_OPERATIONS = "rescaler.operations.resume_operations"
+
 app = Celery("rescaler")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # the tasks.py of every installed app (rescaler.operations.tasks drives operations), then the
@@ -32,7 +38,7 @@ class ResumeOnConnect(bootsteps.StartStopStep):
 
     def start(self, c: Any) -> None:
         try:
-            c.app.send_task("rescaler.operations.resume_operations", countdown=1)
+            c.app.send_task(RESUME_OPERATIONS, countdown=1)
         except BrokerUnavailable:
             logging.getLogger(__name__).warning("resume_operations not queued: broker unavailable")
 

@@ -58,8 +58,9 @@ from dashboard.api.serializers import (
     WorkerReasonSerializer,
 )
 from rescaler.audit.models import AuditEvent
+from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import RescaleOperation
-from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.operations.requests import operation_request
 from rescaler.runner import workers as worker_services
 
 

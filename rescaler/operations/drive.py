@@ -23,13 +23,13 @@ from rescaler.audit.services import audit_record
 from rescaler.cluster.models import RunnerCommand
 from rescaler.cluster.services import command_submit, commands_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
-from rescaler.operations.models import OperationFragment, RescaleOperation
-from rescaler.operations.progress import operation_progress, operation_progress_since
-from rescaler.operations.requests import (
+from rescaler.operations.cancel import (
     operation_begin_sent,
     operation_cancel,
     operation_cancel_command,
 )
+from rescaler.operations.models import OperationFragment, RescaleOperation
+from rescaler.operations.progress import operation_progress, operation_progress_since
 from rescaler.operations.signals import operation_finished
 from rescaler.operations.summary import operation_summary
 from workers.cycles import cycle_collection_paused

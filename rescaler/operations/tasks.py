@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
+from rescaler.celery import DRIVE_OPERATION, RESUME_OPERATIONS, WATCH_OPERATION
 from rescaler.operations import drive
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ RETRY = {
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
-    name="rescaler.operations.drive_operation",
+    name=DRIVE_OPERATION,
     **RETRY,
 )
 def drive_operation(self: Any, pk: int) -> str:
@@ -53,7 +54,7 @@ def drive_operation(self: Any, pk: int) -> str:
     return status
 
 
-@shared_task(name="rescaler.operations.watch_operation", **RETRY)
+@shared_task(name=WATCH_OPERATION, **RETRY)
 def watch_operation(pk: int) -> str:
     """The operation's watchdog, queued with its first driver: once per lease period until the
     operation ends, queue a driver if the last one's lease expired (its worker was killed, or
@@ -70,7 +71,7 @@ def watch_operation(pk: int) -> str:
     return state
 
 
-@shared_task(name="rescaler.operations.resume_operations", **RETRY)
+@shared_task(name=RESUME_OPERATIONS, **RETRY)
 def resume_operations() -> list[int]:
     """A watchdog for every unfinished operation: queued each time a worker (re)connects to the
     broker, which may have come back empty (a Redis without persistence keeps no message)."""

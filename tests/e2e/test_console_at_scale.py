@@ -41,9 +41,8 @@ PUS = WORKERS * PUS_PER_WORKER
 @pytest.fixture
 def at_scale(live_url: str, monkeypatch: pytest.MonkeyPatch) -> RescaleOperation:
     """The cluster, and a pending 2x scale-out of it (no Celery: it stays pending)."""
-    from rescaler.operations import requests
 
-    monkeypatch.setattr(requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     made: list[RescaleOperation] = []
 
     def seed() -> None:

@@ -32,9 +32,10 @@ def _shown_as_text(page: Any, url: str) -> None:
 def test_a_reason_holding_html_is_text_on_every_page_that_shows_it(
     browser: Any, live_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rescaler.operations import requests as operation_requests
 
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    monkeypatch.setattr(
+        "rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None
+    )  # no Celery
 
     def cluster_and_operation() -> None:
         register_cluster(vnodes=16, initial_pus=(0, 1))

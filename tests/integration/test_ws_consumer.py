@@ -138,9 +138,10 @@ async def test_every_event_type_reaches_the_page_and_the_socket_stays_open(
     redis_service: str, monkeypatch: pytest.MonkeyPatch, page: str
 ) -> None:
     """A consumer without the handler of an event it receives closes its socket: each type."""
-    from rescaler.operations import requests as operation_requests
 
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    monkeypatch.setattr(
+        "rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None
+    )  # no Celery
     operation_id, _ = await database_sync_to_async(_operation_with_two_reports)()
     path = "/ws/cluster/" if page == "cluster" else f"/ws/operations/{operation_id}/"
     cookie = await database_sync_to_async(_session_cookie)()
@@ -229,9 +230,10 @@ def _operation_with_two_reports() -> tuple[str, Callable[[int], None]]:
 async def test_an_operations_page_receives_its_progress_as_versioned_deltas(
     redis_service: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rescaler.operations import requests as operation_requests
 
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    monkeypatch.setattr(
+        "rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None
+    )  # no Celery
     operation_id, report = await database_sync_to_async(_operation_with_two_reports)()
     cookie = await database_sync_to_async(_session_cookie)()
     path = f"/ws/operations/{operation_id}/"
@@ -264,9 +266,10 @@ async def test_the_operation_page_receives_rendered_rows_and_rereads_after_a_gap
     the page did not hold before, or a gap, as the order to re-read."""
     from dashboard.consumers import RESYNC
     from dashboard.live import PAGE_CHANGES
-    from rescaler.operations import requests as operation_requests
 
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)  # no Celery
+    monkeypatch.setattr(
+        "rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None
+    )  # no Celery
     operation_id, report = await database_sync_to_async(_operation_with_two_reports)()
     cookie = await database_sync_to_async(_session_cookie)()
 

@@ -60,9 +60,8 @@ def test_moved_is_said_against_planned_never_over_100_percent(
 def finished_with_arrivals(db: None, monkeypatch: pytest.MonkeyPatch) -> RescaleOperation:
     """A 2 -> 4 scale-out of 16 vnodes (8 move, 10 keys each) whose every step moved 5 keys and
     50 bytes more than planned: keys written to its vnodes while they moved."""
-    from rescaler.operations import requests
 
-    monkeypatch.setattr(requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     register_cluster(vnodes=16, initial_pus=(0, 1))
     op = operation_request(
         user=make_user("operator", rescale=True), body=request_body(added_parallel_units=[2, 3])

@@ -41,9 +41,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def op(monkeypatch: pytest.MonkeyPatch) -> RescaleOperation:
-    from rescaler.operations import requests
 
-    monkeypatch.setattr(requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     register_cluster(vnodes=16, initial_pus=(0, 1))
     made = operation_request(
         user=make_user("operator", rescale=True),

@@ -24,9 +24,8 @@ PAGES = ("/", "/rescale/", "/operations/", "/partials/matrix")
 
 @pytest.fixture
 def signed_in(client: Client, monkeypatch: pytest.MonkeyPatch) -> Client:
-    from rescaler.operations import requests
 
-    monkeypatch.setattr(requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     register_cluster(vnodes=16, initial_pus=(0, 1))
     client.force_login(make_user("someone", rescale=True))
     return client

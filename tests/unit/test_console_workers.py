@@ -17,7 +17,6 @@ from dashboard.templatetags.console import percent
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline, Worker
-from rescaler.operations import requests as operation_requests
 from rescaler.runner.workers import tasks as worker_tasks
 from rescaler.runner.workers import worker_cordon, worker_drain, workers_record
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster
@@ -33,7 +32,7 @@ W3 = WorkerInfo("w3", "3", "host-c", 2, (4, 5), True, 7)
 @pytest.fixture(autouse=True)
 def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     """No Celery for the drain's operation, no provider thread for a removed worker."""
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     monkeypatch.setattr(worker_tasks, "release_later", lambda pk: None)
 
 

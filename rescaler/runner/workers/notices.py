@@ -25,8 +25,8 @@ from django.utils import timezone
 from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Worker
 from rescaler.cluster.reasons import clean_reason
+from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import OperationFragment, RescaleOperation
-from rescaler.operations.requests import operation_cancel
 from rescaler.runner.workers.changes import (
     announce,
     audit_object,

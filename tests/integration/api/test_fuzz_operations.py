@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from rescaler.operations import requests as operation_requests
 from tests.unit.api.fixtures import FRAGMENT, make_user, register_cluster, token_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db, pytest.mark.timeout(600)]
@@ -60,7 +59,7 @@ body = st.fixed_dictionaries(
 def operator_client(
     db: None, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> APIClient:
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)
     return token_client(make_user("fuzzer", rescale=True))

@@ -37,7 +37,6 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from rescaler.operations import requests as operation_requests
 from tests.unit.api.fixtures import make_user, register_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db, pytest.mark.timeout(600)]
@@ -69,7 +68,7 @@ def cluster(
 ) -> None:
     """The wordcount pipeline registered and alive; operations are queued, never driven; "add a
     worker" meets no provider (never a Spark worker started by the fuzzer)."""
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     monkeypatch.setenv("RESCALER_WORKER_PROVIDER", "none")
     settings.STATE_DIR = tmp_path / "state"
     register_cluster(epochs=2)

@@ -9,7 +9,6 @@ import pytest
 from rest_framework.test import APIClient
 
 from rescaler.cluster.models import Pipeline
-from rescaler.operations import requests as operation_requests
 from tests.unit.api.fixtures import make_user, register_cluster, token_client
 
 
@@ -17,7 +16,7 @@ from tests.unit.api.fixtures import make_user, register_cluster, token_client
 def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Operations are queued, never driven: no Celery worker takes part in these tests."""
     queued: list[int] = []
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", queued.append)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", queued.append)
     return queued
 
 

@@ -7,8 +7,8 @@ from django.http import Http404
 from rest_framework import exceptions
 
 from dashboard.api.errors import FIELD_BY_CODE, STATUS_BY_CODE, ApiError, exception_handler
+from rescaler.operations.errors import OperationFinal
 from rescaler.operations.plans import PlanError, PlanStale
-from rescaler.operations.requests import OperationFinal
 from workers.rescale import errors
 
 CONTEXT: dict[str, object] = {"view": None, "args": (), "kwargs": {}, "request": None}

@@ -20,7 +20,6 @@ from dashboard.api.serializers import (
 )
 from rescaler.audit.models import AuditEvent
 from rescaler.audit.services import audit_record_many
-from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import FRAGMENT, make_user, register_cluster
@@ -45,7 +44,7 @@ def same(serializer: serializers.Serializer, instances: list[Any]) -> None:
 
 @pytest.fixture
 def op(monkeypatch: pytest.MonkeyPatch) -> RescaleOperation:
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     register_cluster()
     operation = operation_request(
         user=make_user("operator", rescale=True),

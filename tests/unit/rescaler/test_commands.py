@@ -15,10 +15,10 @@ from rescaler.audit.models import AuditEvent
 from rescaler.cluster import snapshots
 from rescaler.cluster.models import Pipeline, RunnerCommand
 from rescaler.operations import drive
-from rescaler.operations import requests as operation_requests
+from rescaler.operations.cancel import operation_cancel, operation_cancel_command
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.progress import operation_progress_record
-from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.operations.requests import operation_request
 from rescaler.runner.workers import worker_drain
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_cluster
 from workers.rescale.protocol import (
@@ -40,7 +40,7 @@ CANCEL = CommandKind.OPERATION_CANCEL
 
 @pytest.fixture(autouse=True)
 def _no_celery(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
 
 
 @pytest.fixture
@@ -203,7 +203,7 @@ def test_a_cancel_the_runner_refused_may_be_sent_again(cluster: Pipeline, user: 
     operation_cancel(user=user, operation=op)
     (refused,) = cancels(op)
     RunnerCommand.objects.filter(pk=refused.pk).update(status=RunnerCommand.Status.FAILED)
-    again = operation_requests.operation_cancel_command(operation=op)
+    again = operation_cancel_command(operation=op)
     assert again.pk != refused.pk and len(cancels(op)) == 2
     assert audit_of(again).actor == user
 

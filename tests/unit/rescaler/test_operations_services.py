@@ -16,6 +16,8 @@ from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline, RunnerCommand
 from rescaler.operations import drive
 from rescaler.operations import requests as operation_requests
+from rescaler.operations.cancel import operation_cancel
+from rescaler.operations.errors import OperationFinal
 from rescaler.operations.models import (
     OperationFragment,
     OperationPlan,
@@ -23,7 +25,7 @@ from rescaler.operations.models import (
     RescaleStep,
 )
 from rescaler.operations.progress import operation_progress_record
-from rescaler.operations.requests import OperationFinal, operation_cancel, operation_request
+from rescaler.operations.requests import operation_request
 from rescaler.operations.tasks import drive_operation, resume_operations, watch_operation
 from workers.control import Topology
 from workers.pipeline.placement import VnodeMapping
@@ -45,7 +47,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     queued: list[int] = []
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", queued.append)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", queued.append)
     return queued
 
 

@@ -14,7 +14,6 @@ from django.test.utils import CaptureQueriesContext
 
 from rescaler import events
 from rescaler.audit.models import AuditEvent
-from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.progress import (
     operation_progress,
@@ -39,7 +38,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _no_celery(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
 
 
 @pytest.fixture

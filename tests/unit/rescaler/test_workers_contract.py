@@ -12,7 +12,6 @@ from django.contrib.auth import get_user_model
 
 from rescaler.cluster.models import ParallelUnit, RunnerCommand, Worker
 from rescaler.operations import drive
-from rescaler.operations import requests as operation_requests
 from rescaler.operations.models import OperationPlan
 from rescaler.operations.requests import operation_request
 from rescaler.runner import control
@@ -34,7 +33,7 @@ E0, E1, E2 = (ExecutorSeen(str(i), f"10.0.0.{i}", 2) for i in range(3))
 def _quiet(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """No Celery, no thread, and the test's own database connection kept."""
     released: list[int] = []
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", lambda pk: None)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     monkeypatch.setattr(worker_tasks, "release_later", released.append)
     monkeypatch.setattr(control, "close_old_connections", lambda: None)
     return released

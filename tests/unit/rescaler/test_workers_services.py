@@ -12,9 +12,9 @@ from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import ParallelUnit, Pipeline, RunnerCommand, Worker
 from rescaler.operations import drive
-from rescaler.operations import requests as operation_requests
+from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import RescaleOperation
-from rescaler.operations.requests import operation_cancel, operation_request
+from rescaler.operations.requests import operation_request
 from rescaler.runner import control
 from rescaler.runner.control import OrmControl
 from rescaler.runner.workers import (
@@ -44,7 +44,7 @@ PIPELINE = "wordcount"
 @pytest.fixture(autouse=True)
 def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     queued: list[int] = []
-    monkeypatch.setattr(operation_requests, "_enqueue_drive", queued.append)
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", queued.append)
     return queued
 
 
