@@ -20,6 +20,7 @@ from django.db.models import Count, Prefetch, Q
 from dashboard.api.selectors import operation_events
 from dashboard.format import count, duration, moved_figures
 from rescaler.audit.models import AuditEvent
+from rescaler.operations.cancel import operation_cancellable
 from rescaler.operations.counts import StepCounts, StepGroup, step_counts, step_groups
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.selectors import plan_fragments_read
@@ -27,7 +28,6 @@ from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
 from workers.rescale.protocol import (
     ROUTING_BY_PHASE,
     STEP_ENDED,
-    OperationStatus,
     Routing,
     StepPhase,
 )
@@ -81,7 +81,7 @@ class Summary:
     eta: str
     steps_done: int
     steps_total: int
-    cancellable: bool  # still running and not already cancelling (the service decides)
+    cancellable: bool  # ``rescaler.operations.cancel.operation_cancellable``
     progress_version: int
     key_ranges: str = ""  # hot vnodes cut by key, and their key ranges moved ("" when none)
 
@@ -167,7 +167,7 @@ def operation_summary(
         eta=eta,
         steps_done=counts.done,
         steps_total=counts.total,
-        cancellable=not final and op.status != OperationStatus.CANCELLING,
+        cancellable=operation_cancellable(op),
         progress_version=op.progress_version,
         key_ranges=key_ranges_text(op),
     )

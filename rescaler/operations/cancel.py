@@ -30,6 +30,22 @@ from workers.rescale.protocol import (
 )
 
 
+def operation_cancellable(op: RescaleOperation) -> bool:
+    """Whether ``op`` may be cancelled now: pending or running. A cancelling one is not (a
+    second cancel records nothing), nor an ended one (a cancel is refused: ``OperationFinal``).
+    The one rule the cancel, the operation page and a preemption notice ask; decided on the row
+    as the caller has it (``operation_cancel`` asks it of the row it locked)."""
+    return not op.is_final and op.status != OperationStatus.CANCELLING
+
+
+def operation_runner_may_hold(op: RescaleOperation) -> bool:
+    """Whether the runner may hold ``op``: it reported on it, or an ``operation.begin`` of it was
+    written that the runner did not refuse (it may have taken one before its first report). Only
+    the runner can then say the operation ended: a cancel tells it (``operation_cancel_command``);
+    otherwise nothing can have moved, and the drive loop ends the cancel without asking it."""
+    return bool(op.progress) or operation_begin_sent(op)
+
+
 def operation_cancel(
     *,
     operation: RescaleOperation,
@@ -47,10 +63,10 @@ def operation_cancel(
     """
     with transaction.atomic():
         op = RescaleOperation.objects.select_for_update().get(pk=operation.pk)
-        if op.is_final:
-            raise OperationFinal(f"operation {op.operation_id} already ended: {op.status}")
-        if op.status == OperationStatus.CANCELLING:
-            return op
+        if not operation_cancellable(op):
+            if op.is_final:
+                raise OperationFinal(f"operation {op.operation_id} already ended: {op.status}")
+            return op  # cancelling already
         before = operation_summary(op)
         op.status = OperationStatus.CANCELLING
         op.cancel_requested_by = user if user is not None and user.is_authenticated else None
@@ -68,9 +84,8 @@ def operation_cancel(
             before=before,
             after={**after, "reason": reason} if reason else after,
         )
-        if op.progress or operation_begin_sent(op):
-            # the runner holds it, or may (a begin it took before its first report): tell it
-            # now, whatever the orchestrator does; it applies the cancel after the begin
+        if operation_runner_may_hold(op):
+            # tell it now, whatever the orchestrator does; it applies the cancel after the begin
             operation_cancel_command(operation=op, user=user, actor_name=actor_name)
         transaction.on_commit(lambda: enqueue.operation_drive_enqueue(op.id))
     publish(

@@ -24,9 +24,9 @@ from rescaler.cluster.models import RunnerCommand
 from rescaler.cluster.services import command_submit, commands_submit
 from rescaler.events import CLUSTER_GROUP, operation_group, publish
 from rescaler.operations.cancel import (
-    operation_begin_sent,
     operation_cancel,
     operation_cancel_command,
+    operation_runner_may_hold,
 )
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.progress import operation_progress, operation_progress_since
@@ -54,7 +54,9 @@ class OrmChannel:
         self.op = op
 
     def submit(self, kind: CommandKind, payload: dict[str, Any]) -> int:
-        if kind == CommandKind.OPERATION_CANCEL:  # the drive loop's or the watchdog's: sent once
+        if kind == CommandKind.OPERATION_CANCEL:
+            # the orchestrator's (relaying a cancel, or a stuck step's): the one writer of the
+            # cancel's command, which sends it once whoever asks
             return operation_cancel_command(operation=self.op, actor_name="orchestrator").id
         command = command_submit(
             pipeline=self.op.pipeline,
@@ -162,7 +164,7 @@ def operation_drive(
     op = RescaleOperation.objects.select_related("pipeline").defer("plan").get(pk=pk)
     if op.is_final:
         return op.status
-    if op.status == OperationStatus.CANCELLING and not op.progress and not operation_begin_sent(op):
+    if op.status == OperationStatus.CANCELLING and not operation_runner_may_hold(op):
         # never sent to the runner (or refused by it): nothing can have moved. A begin it may
         # have taken is cancelled through it like any running operation, below
         _finalize(op, OperationStatus.CANCELLED, "cancelled before it started: nothing moved")

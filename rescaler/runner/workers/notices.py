@@ -26,6 +26,7 @@ from rescaler.audit.services import audit_record
 from rescaler.cluster.models import Worker
 from rescaler.cluster.reasons import clean_reason
 from rescaler.operations.cancel import operation_cancel
+from rescaler.operations.errors import OperationFinal
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.runner.workers.changes import (
     announce,
@@ -37,7 +38,7 @@ from rescaler.runner.workers.changes import (
 from rescaler.runner.workers.drains import worker_drain
 from workers.control import WorkerStatus
 from workers.rescale import errors
-from workers.rescale.protocol import FINAL, Event, OperationStatus
+from workers.rescale.protocol import Event
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +162,17 @@ def _drain_with_priority(worker: Worker, *, user: Any = None) -> WorkerNotice:
     except errors.FragmentBusy:
         busy = _busy_operations(worker)
         for op in busy:
-            if op.status != OperationStatus.CANCELLING and op.status not in FINAL:
+            # the cancel decides on the row it locks (``operation_cancellable``): one already
+            # cancelling records nothing, one that ended since it was read is refused
+            try:
                 operation_cancel(
                     operation=op,
                     actor_name=f"worker {worker.name} (preemption notice)"[:150],
                     reason=f"a preemption notice for worker {worker.name} takes priority: "
                     f"its drain starts when this operation ends",
                 )
+            except OperationFinal:
+                pass  # it ended since it was read: nothing to cancel, its end resumes the drain
         worker.refresh_from_db()
         ids = tuple(op.operation_id for op in busy)
         return WorkerNotice(
