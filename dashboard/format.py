@@ -9,6 +9,7 @@ from typing import Any
 from rescaler.operations.counts import StepCounts
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import Moved, operation_moved
+from rescaler.percent import whole_percent
 
 SIZE_UNITS = ("B", "KB", "MB", "GB", "TB")
 
@@ -65,8 +66,10 @@ def vnode_ranges(vnodes: Any) -> str:
 
 
 def percent(share: float | None) -> str:
-    """A share (0..1) as a whole percentage, never over 100 %."""
-    return "" if share is None else f"{min(round(share * 100), 100)} %"
+    """A share (0..1) in words, "75 %" (``rescaler.percent.whole_percent``: rounded down, never
+    over 100 %); "–" when there is none yet (nothing planned, no task counted), which is not 0 %."""
+    whole = whole_percent(share)
+    return "–" if whole is None else f"{whole} %"
 
 
 def moved_text(measure: str, moved: Moved) -> str:
@@ -74,7 +77,7 @@ def moved_text(measure: str, moved: Moved) -> str:
     vnodes, "34,467 moved: 34,033 of 34,033 planned at the start (100 %); 434 arrived during
     the move" (never a share over 100 %)."""
     show = size if measure == "bytes" else count
-    share = percent(moved.share)
+    share = "" if moved.share is None else percent(moved.share)
     if not moved.arrived:
         return f"{show(moved.moved)} of {show(moved.planned)}" + (f" ({share})" if share else "")
     return (

@@ -9,7 +9,7 @@ from typing import Any
 import django_tables2 as tables
 from django.utils.html import format_html
 
-from dashboard.format import count, duration, size, vnode_ranges
+from dashboard.format import count, duration, percent, size, vnode_ranges
 from dashboard.operation_page import PHASE_SYMBOL, in_phase
 from rescaler.operations.models import RescaleStep
 
@@ -131,7 +131,7 @@ class WorkerTable(tables.Table):
         return vnode_ranges(value) if value else "none"
 
     def render_locality(self, value: float | None) -> str:
-        return "–" if value is None else f"{round(value * 100)} %"
+        return percent(value)
 
     def render_reason(self, value: str) -> str:
         return value

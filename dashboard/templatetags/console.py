@@ -44,11 +44,9 @@ def get_field(form: Any, name: str) -> Any:
 
 @register.filter
 def percent(share: float | None) -> str:
-    """A share (0..1) as a whole percentage; "–" when there is none yet (no task counted),
-    which is not the same as 0 % (every task ran away from home)."""
-    if share is None:
-        return "–"
-    return f"{round(share * 100)} %"
+    """A share (0..1) as a whole percent, as every page prints it (``dashboard.format.percent``:
+    "–" when there is none yet, which is not 0 %)."""
+    return console_format.percent(share)
 
 
 @register.filter

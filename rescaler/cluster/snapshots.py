@@ -37,6 +37,7 @@ from rescaler.cluster.models import Pipeline, RunnerCommand
 from rescaler.cluster.reasons import clean_reason
 from rescaler.cluster.selectors import runner_alive
 from rescaler.cluster.services import command_submit
+from rescaler.percent import whole_percent
 from workers.config import RunnerConfig
 from workers.recovery.format import SnapshotError, SnapshotManifest
 from workers.recovery.location import RecoveryLocation
@@ -274,7 +275,8 @@ class RestoreProgressRecord:
 
     @property
     def percent(self) -> int:
-        return min(100, int(100 * self.keys / self.keys_total)) if self.keys_total else 0
+        """The keys restored, in percent (``rescaler.percent.whole_percent``); 0 of none."""
+        return whole_percent(self.keys / self.keys_total if self.keys_total else None) or 0
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from django.test import Client
 
 from dashboard.api.selectors import cluster_info
 from dashboard.console import PuColumn, WorkerRow, cluster_matrix, worker_rows
-from dashboard.templatetags.console import percent
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline, Worker
@@ -121,15 +120,6 @@ def test_the_workers_table_offers_what_each_status_allows(workers: Pipeline) -> 
     assert w3.bootstrap == "epoch 7"
     assert WorkerRow(**{**w3.__dict__, "bootstrapped_epoch": -1}).bootstrap == "not yet"
     assert WorkerRow(**{**w3.__dict__, "bootstrapped_epoch": None}).bootstrap == "from the start"
-
-
-def test_percent_tells_none_from_zero() -> None:
-    assert (percent(None), percent(0.0), percent(0.756), percent(1.0)) == (
-        "–",
-        "0 %",
-        "76 %",
-        "100 %",
-    )
 
 
 # -- the page ------------------------------------------------------------------------------------
