@@ -14,7 +14,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg, JSONBAgg
 from django.db.models import (
-    Count,
     JSONField,
     OuterRef,
     Prefetch,
@@ -39,6 +38,7 @@ from rescaler.cluster.models import (
     Worker,
 )
 from rescaler.cluster.selectors import runner_alive
+from rescaler.operations.counts import with_step_counts
 from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
 from workers.hashing import vnode_of
 from workers.pipeline.model import PipelineError
@@ -357,13 +357,9 @@ def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dic
 # -- operations ----------------------------------------------------------------------------------
 def operation_list() -> QuerySet[RescaleOperation]:
     """Operations, newest first, without their large JSON (plan, progress), with step counts."""
-    return (
+    return with_step_counts(
         RescaleOperation.objects.select_related("pipeline", "requested_by", "cancel_requested_by")
         .defer("plan", "progress")
-        .annotate(
-            steps_total=Count("steps"),
-            steps_done=Count("steps", filter=Q(steps__phase=StepPhase.DONE)),
-        )
         .order_by("-created_at", "-id")
     )
 
@@ -371,11 +367,10 @@ def operation_list() -> QuerySet[RescaleOperation]:
 def operation_get(*, operation_id: str) -> RescaleOperation:
     """One operation with its steps; ``unknown_operation`` (404) if there is none."""
     op = (
-        RescaleOperation.objects.select_related("pipeline", "requested_by", "cancel_requested_by")
-        .prefetch_related(Prefetch("steps", queryset=RescaleStep.objects.order_by("step")))
-        .annotate(
-            steps_total=Count("steps"),
-            steps_done=Count("steps", filter=Q(steps__phase=StepPhase.DONE)),
+        with_step_counts(
+            RescaleOperation.objects.select_related(
+                "pipeline", "requested_by", "cancel_requested_by"
+            ).prefetch_related(Prefetch("steps", queryset=RescaleStep.objects.order_by("step")))
         )
         .filter(operation_id=operation_id)
         .first()

@@ -23,6 +23,7 @@ from django.db.models import (
     IntegerField,
     Min,
     Q,
+    QuerySet,
     Sum,
     Value,
     When,
@@ -32,6 +33,26 @@ from django.db.models.functions import Cast, Coalesce, Greatest
 
 from rescaler.operations.models import RescaleOperation, RescaleStep
 from workers.rescale.protocol import STEP_ENDED, StepPhase
+
+
+def step_done(phase: str) -> bool:
+    """Whether a step in ``phase`` counts among the operation's steps done: once it moved. A
+    cancelled step ended without moving, and a step on its way has not arrived. The one rule of
+    every "steps done": ``StepCounts`` (the page, the live delta) and ``with_step_counts`` (the
+    API's ``steps_done``, counted in SQL by the phases this answers for)."""
+    return phase == StepPhase.DONE
+
+
+_DONE_PHASES = tuple(phase.value for phase in StepPhase if step_done(phase))
+
+
+def with_step_counts(operations: QuerySet[RescaleOperation]) -> QuerySet[RescaleOperation]:
+    """The operations with ``steps_total`` and ``steps_done`` (``step_done``) counted in SQL:
+    one query for a page of operations, as the API's list and document read them."""
+    return operations.annotate(
+        steps_total=Count("steps"),
+        steps_done=Count("steps", filter=Q(steps__phase__in=_DONE_PHASES)),
+    )
 
 
 class JsonArrayLength(Func):
@@ -85,7 +106,7 @@ class StepCounts:
             if g.phase == StepPhase.PLANNED:
                 continue
             known += g.steps
-            done += g.steps if g.phase == StepPhase.DONE else 0
+            done += g.steps if step_done(g.phase) else 0
             moving += g.steps if g.phase not in STEP_ENDED else 0
             if g.phase == StepPhase.COLLECTING:
                 exporting += g.steps
