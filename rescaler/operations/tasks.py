@@ -7,24 +7,13 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
 from rescaler.celery import DRIVE_OPERATION, RESUME_OPERATIONS, WATCH_OPERATION
 from rescaler.operations import drive
+from rescaler.retries import database_retry
 
 log = logging.getLogger(__name__)
-
-# Postgres restarting under a task: the task runs again (a new connection), with backoff up to
-# half a minute, for about ten minutes; Celery's Django fix-up drops the broken connection.
-DATABASE_DOWN = (OperationalError, InterfaceError)
-RETRY = {
-    "autoretry_for": DATABASE_DOWN,
-    "retry_backoff": 1,
-    "retry_backoff_max": 30,
-    "retry_jitter": False,
-    "max_retries": 25,
-}
 
 
 @shared_task(
@@ -32,7 +21,7 @@ RETRY = {
     acks_late=True,
     reject_on_worker_lost=True,
     name=DRIVE_OPERATION,
-    **RETRY,
+    **database_retry(),  # Postgres restarting under it: it runs again
 )
 def drive_operation(self: Any, pk: int) -> str:
     """Drive an operation for a while; re-queue itself until it ends.
@@ -54,7 +43,7 @@ def drive_operation(self: Any, pk: int) -> str:
     return status
 
 
-@shared_task(name=WATCH_OPERATION, **RETRY)
+@shared_task(name=WATCH_OPERATION, **database_retry())
 def watch_operation(pk: int) -> str:
     """The operation's watchdog, queued with its first driver: once per lease period until the
     operation ends, queue a driver if the last one's lease expired (its worker was killed, or
@@ -71,7 +60,7 @@ def watch_operation(pk: int) -> str:
     return state
 
 
-@shared_task(name=RESUME_OPERATIONS, **RETRY)
+@shared_task(name=RESUME_OPERATIONS, **database_retry())
 def resume_operations() -> list[int]:
     """A watchdog for every unfinished operation: queued each time a worker (re)connects to the
     broker, which may have come back empty (a Redis without persistence keeps no message)."""

@@ -11,18 +11,18 @@ import logging
 from typing import Any
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
+from rescaler.retries import database_retry
 from rescaler.runner.workers import machines
 
 log = logging.getLogger(__name__)
 
 # A provider's failure is tried this many times in all, backing off up to two minutes, then
-# recorded as ``worker.release_failed``. Postgres restarting under the task: it runs again.
+# recorded as ``worker.release_failed``. Postgres restarting under the task: it runs again
+# (rescaler.retries).
 RELEASE_ATTEMPTS = 5
 RELEASE_BACKOFF_S, RELEASE_BACKOFF_MAX_S = 5, 120
-DATABASE_DOWN = (OperationalError, InterfaceError)
 
 
 @shared_task(
@@ -30,11 +30,7 @@ DATABASE_DOWN = (OperationalError, InterfaceError)
     acks_late=True,
     reject_on_worker_lost=True,
     name="rescaler.runner.release_worker",
-    autoretry_for=DATABASE_DOWN,
-    retry_backoff=1,
-    retry_backoff_max=30,
-    retry_jitter=False,
-    max_retries=25,
+    **database_retry(),
 )
 def release_worker(self: Any, worker_pk: int) -> str:
     """Give a removed worker's machine back (``machines.worker_release``)."""
