@@ -32,16 +32,23 @@ RELEASE_BACKOFF_S, RELEASE_BACKOFF_MAX_S = 5, 120
     name="rescaler.runner.release_worker",
     **database_retry(),
 )
-def release_worker(self: Any, worker_pk: int) -> str:
-    """Give a removed worker's machine back (``machines.worker_release``)."""
-    attempt = self.request.retries
+def release_worker(self: Any, worker_pk: int, attempt: int = 0) -> str:
+    """Give a removed worker's machine back (``machines.worker_release``). ``attempt`` counts
+    the provider's failures so far, apart from the task's retries: a run again for the database
+    down (``database_retry``) keeps it, so an outage spends none of the provider's attempts."""
     try:
         return machines.worker_release(
             worker_pk=worker_pk, last_attempt=attempt >= RELEASE_ATTEMPTS - 1
         )
     except machines.ReleaseFailed as exc:
         countdown = min(RELEASE_BACKOFF_S * 2**attempt, RELEASE_BACKOFF_MAX_S)
-        raise self.retry(exc=exc, countdown=countdown) from exc
+        raise self.retry(
+            exc=exc,
+            countdown=countdown,
+            kwargs={**(self.request.kwargs or {}), "attempt": attempt + 1},
+            # bounded by RELEASE_ATTEMPTS, not by what the database's retries left
+            max_retries=self.request.retries + 1,
+        ) from exc
 
 
 def release_later(worker_pk: int) -> None:
