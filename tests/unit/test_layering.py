@@ -4,6 +4,11 @@
   and nothing of the control plane (``rescaler``, ``dashboard``).
 - The Django apps (every package with an ``apps.py`` under ``rescaler/`` and ``dashboard/``)
   import each other in no circle, so each one can be read, tested and changed from the bottom up.
+- Nor do the modules inside them (issue 48: ``rescaler.operations`` had drive -> requests ->
+  tasks -> drive): a module is read from the modules it imports. A package's ``__init__`` that
+  re-exports its submodules is no circle with them (``from pkg import sub`` imports ``pkg.sub``);
+  a submodule importing a name its package's ``__init__`` defines is an edge to the package.
+  ``workers/`` is not checked yet: it has circles of its own.
 
 Every ``import`` counts, wherever it is written: at module level, inside a function (an import
 moved into a function to dodge a cycle is still a dependency) or under ``TYPE_CHECKING``. A
@@ -17,6 +22,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = ("rescaler", "dashboard")
@@ -38,15 +45,15 @@ class Import:
         return f"{self.path}:{self.line} {self.module} imports {self.target}"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _sources(package: str) -> Iterator[Path]:
-    yield from sorted((ROOT / package).rglob("*.py"))
+def _sources(package: str, root: Path = ROOT) -> Iterator[Path]:
+    yield from sorted((root / package).rglob("*.py"))
 
 
 def imports_of(path: Path) -> Iterator[Import]:
@@ -56,8 +63,7 @@ def imports_of(path: Path) -> Iterator[Import]:
 
 
 def parse_imports(text: str, module: str, is_package: bool, rel: str) -> Iterator[Import]:
-    # the package a relative import starts from
-    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = _relative_base(module, is_package)
     for node in ast.walk(ast.parse(text, filename=rel)):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -72,6 +78,64 @@ def parse_imports(text: str, module: str, is_package: bool, rel: str) -> Iterato
             for alias in node.names:
                 if alias.name != "*":
                     yield Import(module, rel, node.lineno, f"{source}.{alias.name}")
+
+
+def _relative_base(module: str, is_package: bool) -> list[str]:
+    """The package a relative import of ``module`` starts from."""
+    return module.split(".") if is_package else module.split(".")[:-1]
+
+
+def parse_module_imports(
+    text: str, module: str, is_package: bool, rel: str, known: frozenset[str]
+) -> Iterator[Import]:
+    """The modules of ``known`` that one file imports, each with its line, wherever the import
+    is written: ``import a.b`` imports the module ``a.b``; ``from p import n`` imports ``p.n``
+    when that is a module, else ``p`` (a name ``p`` defines). A name below a module
+    (``a.b.f``) is its module's; a target outside ``known`` (a library) is left out."""
+    base = _relative_base(module, is_package)
+
+    def known_module(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for node in ast.walk(ast.parse(text, filename=rel)):
+        targets: list[str | None] = []
+        if isinstance(node, ast.Import):
+            targets = [known_module(alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[: len(base) - (node.level - 1)]
+                source = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            targets = [
+                f"{source}.{alias.name}"
+                if f"{source}.{alias.name}" in known
+                else known_module(source)
+                for alias in node.names
+            ]
+        for target in dict.fromkeys(targets):
+            if target is not None and target != module:
+                yield Import(module, rel, node.lineno, target)
+
+
+def module_graph(
+    packages: tuple[str, ...] = CONTROL_PLANE, root: Path = ROOT
+) -> dict[str, dict[str, list[Import]]]:
+    """module -> module it imports -> the imports that make the edge, over every module of
+    ``packages`` (under ``root``)."""
+    files = {
+        _module_name(path, root): path for package in packages for path in _sources(package, root)
+    }
+    known = frozenset(files)
+    graph: dict[str, dict[str, list[Import]]] = {module: {} for module in files}
+    for module, path in files.items():
+        rel = str(path.relative_to(root))
+        text = path.read_text()
+        for imp in parse_module_imports(text, module, path.name == "__init__.py", rel, known):
+            graph[module].setdefault(imp.target, []).append(imp)
+    return graph
 
 
 def app_packages() -> list[str]:
@@ -138,16 +202,28 @@ def test_the_data_plane_imports_no_django_and_no_control_plane() -> None:
     assert not breaches, "workers/ must not import these:\n" + "\n".join(sorted(set(breaches)))
 
 
-def test_the_apps_import_each_other_in_no_circle() -> None:
-    graph = app_graph()
-    cycle = find_cycle(graph)
-    if cycle is None:
-        return
+def circle_text(graph: dict[str, dict[str, list[Import]]], cycle: list[str]) -> str:
+    """A circle, and each import that makes each of its edges."""
     lines = [" -> ".join(cycle)]
     for a, b in itertools.pairwise(cycle):
         lines.append(f"{a} -> {b}:")
         lines.extend(f"    {imp}" for imp in graph[a][b])
-    raise AssertionError("the apps import each other in a circle:\n" + "\n".join(lines))
+    return "\n".join(lines)
+
+
+def assert_no_circle(graph: dict[str, dict[str, list[Import]]], what: str) -> None:
+    """Fail naming one circle of ``graph`` and every import that makes it, if it has one."""
+    cycle = find_cycle(graph)
+    if cycle is not None:
+        raise AssertionError(f"{what} import each other in a circle:\n{circle_text(graph, cycle)}")
+
+
+def test_the_apps_import_each_other_in_no_circle() -> None:
+    assert_no_circle(app_graph(), "the apps")
+
+
+def test_the_modules_import_each_other_in_no_circle() -> None:
+    assert_no_circle(module_graph(), "modules of rescaler/ and dashboard/")
 
 
 # --- the checker checks itself -------------------------------------------------------------------
@@ -186,3 +262,52 @@ def test_a_cycle_is_found_and_a_chain_is_not() -> None:
         "c",
         "a",
     ]
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_planted_circle_is_found_with_the_import_inside_a_function(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/drive.py": "from pkg.cancel import cancel\n",
+            "pkg/cancel.py": "def cancel():\n    from . import tasks\n",
+            "pkg/tasks.py": "import pkg.drive\nimport json\n",
+        },
+    )
+    graph = module_graph(("pkg",), root)
+    cycle = find_cycle(graph)
+    assert cycle == ["pkg.cancel", "pkg.tasks", "pkg.drive", "pkg.cancel"]
+    text = circle_text(graph, cycle)
+    assert "pkg/cancel.py:2 pkg.cancel imports pkg.tasks" in text
+    assert "pkg/drive.py:1 pkg.drive imports pkg.cancel" in text
+    with pytest.raises(AssertionError, match=r"pkg\.cancel -> pkg\.tasks -> pkg\.drive"):
+        assert_no_circle(graph, "modules")
+
+
+def test_a_facade_package_and_a_chain_are_no_circle(tmp_path: Path) -> None:
+    """A package's __init__ re-exporting its submodules, which import each other by the
+    package's name (``from pkg import sub``) in a chain: no circle."""
+    root = _plant(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.reports import record\nfrom pkg.tasks import release\n",
+            "pkg/reports.py": "from pkg import tasks\nfrom pkg.tasks import release\n",
+            "pkg/tasks.py": "from pkg import machines\n",
+            "pkg/machines.py": "import os\n",
+        },
+    )
+    graph = module_graph(("pkg",), root)
+    assert graph["pkg.reports"] == {"pkg.tasks": graph["pkg.reports"]["pkg.tasks"]}
+    assert set(graph["pkg"]) == {"pkg.reports", "pkg.tasks"}
+    assert find_cycle(graph) is None
+    # a submodule that imports a name the __init__ defines does close a circle with it
+    (root / "pkg/machines.py").write_text("from pkg import record\n")
+    assert find_cycle(module_graph(("pkg",), root)) is not None
