@@ -33,8 +33,9 @@ from workers.rescale.protocol import (
 def operation_cancellable(op: RescaleOperation) -> bool:
     """Whether ``op`` may be cancelled now: pending or running. A cancelling one is not (a
     second cancel records nothing), nor an ended one (a cancel is refused: ``OperationFinal``).
-    The one rule the cancel, the operation page and a preemption notice ask; decided on the row
-    as the caller has it (``operation_cancel`` asks it of the row it locked)."""
+    The one rule: ``operation_cancel`` asks it of the row it locks, for whoever cancels (the
+    API, the console's form, a preemption notice, the orchestrator), and the operation page's
+    head asks it of the row it shows, to offer the cancel form or not."""
     return not op.is_final and op.status != OperationStatus.CANCELLING
 
 
