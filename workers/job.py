@@ -31,6 +31,7 @@ from workers.processor.layout import INITIAL_KIND
 from workers.processor.operator import processors_of
 from workers.processor.schema import wire_name
 from workers.sinks.base import Sink
+from workers.source_order import position_seq, read_partitions, with_read_ids
 from workers.sources import jsonl
 from workers.sources.control import ControlStream
 from workers.sources.jetstream import JETSTREAM, JetStreamStreamReader
@@ -407,13 +408,19 @@ class EpochJob:
         # one pass over the source: malformed rows ride along (kind "malformed") instead of
         # being split off into a second branch, which would make Spark read the source twice
         prepared = self.pipeline.prepare(df)
+        if self.pipeline.order is None:  # no order column: the runner's (workers.source_order)
+            partitions = read_partitions(prepared)
+            prepared = with_read_ids(prepared)
+            seq = position_seq(plan.epoch, partitions)
+        else:
+            seq = f"`{self.pipeline.order}`"
         bad = "_malformed IS NOT NULL"
         # a processor's columns are the user's; a built-in operator's are Rescaler's own
         named = wire_name if processors_of(first.operator) else str
         stream = prepared.selectExpr(
             f"CASE WHEN {bad} THEN 'malformed' ELSE 'rec' END AS kind",
             f"CASE WHEN {bad} THEN NULL ELSE `{first.key}` END AS `{first.key}`",
-            f"`{self.pipeline.order}` AS seq",
+            f"{seq} AS seq",
             # the user's columns under their names in Rescaler's tables (a column named like
             # one of Rescaler's, kind or seq, stays the user's: workers.processor.schema)
             *(

@@ -78,8 +78,10 @@ class Pipeline:
     #: where the last fragment's outputs go (workers.sinks); None: the runner's ``--sink``
     sink: Sink | None = None
     #: the prepared bigint column that orders one key's records as the source did (Kafka:
-    #: ``offset`` when the topic is partitioned by this key; docs/sources-and-sinks.md)
-    order: str = "seq"
+    #: ``offset`` when the topic is partitioned by this key; docs/sources-and-sinks.md). None:
+    #: the source has none, and the runner numbers the records as Spark reads them
+    #: (``workers.source_order``: epoch by epoch, each partition in its order)
+    order: str | None = "seq"
     extra: dict[str, Any] = field(default_factory=dict)
     #: the prepared column giving event time (a timestamp, or seconds), for watermarks
     event_time: str | None = None
@@ -155,12 +157,14 @@ class Pipeline:
             _check_pickles(where, frag)
         if self.watermark_delay_ms < 0:
             raise InvalidPipeline(f"{where}: watermark_delay_ms must be >= 0")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.order) or (
-            self.order in INTERNAL_COLUMNS
+        if self.order is not None and (
+            not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.order)
+            or self.order in INTERNAL_COLUMNS
         ):
             raise InvalidPipeline(
                 f"{where}: order {self.order!r} must name a prepared column (not one of "
-                f"{', '.join(INTERNAL_COLUMNS)})"
+                f"{', '.join(INTERNAL_COLUMNS)}), or be None for the runner's order of a source "
+                f"that has none"
             )
         if self.source is not None and not callable(self.source):
             raise InvalidPipeline(
@@ -177,13 +181,21 @@ class Pipeline:
         """The prepared records' columns (name -> Spark type) against what the fragments read."""
         where = f"pipeline {self.name!r}"
         first = self.fragments[0]
-        needed = {self.order: "bigint", "_malformed": "string", "src": None}
+        needed: dict[str, str | None] = {"_malformed": "string", "src": None}
+        if self.order is not None:
+            needed = {self.order: "bigint", **needed}
+        order = (
+            f"{self.order!r} (the source order of each key's records, or order=None when the "
+            f"source has none), "
+            if self.order is not None
+            else ""
+        )
         for name, typ in needed.items():
             if name not in columns:
                 raise InvalidPipeline(
                     f"{where}: the prepared records lack column {name!r}; prepare must give "
-                    f"{self.order!r} (the source order of each key's records), _malformed (the "
-                    f"reason a row is malformed, or null) and src (1 per source row)"
+                    f"{order}_malformed (the reason a row is malformed, or null) and src (1 per "
+                    f"source row)"
                 )
             if typ and columns[name] != typ:
                 raise InvalidPipeline(

@@ -5,6 +5,8 @@ state equal to the oracle key by key."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -90,3 +92,57 @@ def test_a_spark_file_source_rescales_idle_and_busy(tmp_path: Path) -> None:
     assert json.loads(control)["logOffset"] >= 0, "the control stream is Spark's file source"
     ticks = list((tmp_path / NAME / "barrier-ticks.d").glob("tick-*"))
     assert ticks, "barriers were forced through the control stream"
+
+
+def test_a_source_without_an_order_is_folded_in_the_order_its_files_hold(tmp_path: Path) -> None:
+    """``Pipeline(order=None)``: Spark's JSON file source with no sequence in its records. The
+    runner numbers them (``workers.source_order``); each key's records are folded in the order
+    the files hold them, through a live scale-out (held records replayed with the acquiring
+    epoch's) and a stop-start, and nothing is lost or counted twice."""
+    inbox = tmp_path / "inbox"
+    runner = start_runner(tmp_path, "spark_unordered", ref="userpipe.spark_files:unordered")
+    runner.wait_for(lambda: len(runner.epochs()) >= 1, 240, "the first (empty) epoch")
+    words = [f"w{(i * 7919) % 41}" for i in range(4_000)]
+
+    def put(k: int) -> None:  # file k holds lines n = 500k .. 500k + 499, in that order
+        lines = [
+            {"word": w, "n": k * 500 + i} for i, w in enumerate(words[k * 500 : (k + 1) * 500])
+        ]
+        tmp = inbox / f".part-{k}.tmp"
+        tmp.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        tmp.rename(inbox / f"part-{k}.json")
+
+    for k in range(3):
+        put(k)
+    runner.wait_for(lambda: rows(runner) >= 1_500, 300, "the first files")
+
+    # files keep arriving while the live scale-out holds and moves vnodes
+    def feed() -> None:
+        for k in range(3, 7):
+            put(k)
+            time.sleep(0.7)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    request = OperationRequest.parse({"changes": {"words": {"added_parallel_units": [2, 3]}}})
+    result = rescale(tmp_path / "spark_unordered", request, timeout_s=300).to_json()
+    feeder.join()
+    assert result["status"] == "completed", result
+    runner.wait_for(lambda: rows(runner) >= 3_500, 300, "the files sent during the scale-out")
+    result = rescale(
+        tmp_path / "spark_unordered",
+        OperationRequest.parse(
+            {"changes": {"words": {"removed_parallel_units": [0]}}, "strategy": "stop_start"}
+        ),
+        timeout_s=300,
+    ).to_json()
+    assert result["status"] == "completed", result
+    put(7)
+    runner.wait_for(lambda: rows(runner) >= 4_000, 300, "the last file")
+    LocalControl(runner.control_dir).submit("stop")
+    runner.wait_exit()
+
+    last = {w: i for i, w in enumerate(words)}
+    expected = {w: {"count": c, "last": last[w], "disorder": 0} for w, c in Counter(words).items()}
+    state = {k: r["value"] for k, r in exported(tmp_path, "spark_unordered", "words").items()}
+    assert state == expected

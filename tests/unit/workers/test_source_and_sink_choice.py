@@ -15,6 +15,7 @@ from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import InvalidPipeline
 from workers.sinks import EpochOutputs, FanOut, FunctionSink, Sink, sink_from_uri
 from workers.sinks.files import FileSink
+from workers.source_order import POSITION_BITS, position_seq
 
 
 class Recording(Sink):
@@ -117,6 +118,23 @@ def test_the_order_column_must_be_prepared_and_a_bigint() -> None:
     pipeline.check_prepared({**prepared, "offset": "bigint"})
     with pytest.raises(InvalidPipeline, match="order 'vnode'"):
         replace(wordcount(), order="vnode").validate()
+
+
+def test_without_an_order_column_the_runner_numbers_the_records() -> None:
+    """``order=None``: prepare gives no order column, and the seq is the runner's position of
+    each record in its epoch (``workers.source_order``), above every earlier epoch's."""
+    pipeline = replace(wordcount(), order=None)
+    pipeline.validate()
+    pipeline.check_prepared({"word": "string", "_malformed": "string", "src": "int"})
+    with pytest.raises(InvalidPipeline, match="lack column '_malformed'") as refused:
+        pipeline.check_prepared({"word": "string", "src": "int"})
+    assert "order=None" not in str(refused.value)
+    with pytest.raises(InvalidPipeline, match="or order=None when the source has none"):
+        wordcount().check_prepared({"word": "string", "_malformed": "string", "src": "int"})
+    expr = position_seq(7, 3)
+    assert f"CAST({7 << POSITION_BITS} + " in expr and "* 3 + " in expr
+    assert "raise_error" in expr and f">= {1 << POSITION_BITS}" in expr
+    assert expr.count("'") == 2, "the message is one SQL string literal, with no quote inside"
 
 
 def test_a_source_that_is_not_a_function_or_a_sink_that_is_not_a_sink_is_refused() -> None:
