@@ -1458,8 +1458,8 @@ class Stack:
         except psycopg.Error as exc:
             raise SoakError(
                 f"cannot create the sink's database on {urlsplit(server).netloc}: {exc}. Start "
-                "the machine's Postgres (README, Services), point --sink-server at one, or "
-                "pass --no-sink (the state is still checked)"
+                "the machine's Postgres (docs/development.md, Services), point --sink-server at "
+                "one, or pass --no-sink (the state is still checked)"
             ) from exc
         return with_database(server, name)
 

@@ -2,7 +2,7 @@
 
 django-axes counts failed sign-ins (the dashboard's ``/accounts/login/`` and the admin's login
 both go through ``django.contrib.auth.authenticate``) and locks the client out for a cool-off
-once ``AXES_FAILURE_LIMIT`` is reached (README.md, "Configuration"). Three adjustments live here:
+once ``AXES_FAILURE_LIMIT`` is reached (docs/configuration.md). Three adjustments live here:
 
 * the client's address is read the way DRF's throttles read it, so one setting
   (``RESCALER_TRUSTED_PROXIES``) decides for both whether ``X-Forwarded-For`` is believed;

@@ -1,5 +1,5 @@
 """Settings shared by every environment. Values that differ between machines come from the
-environment (see README.md, "Configuration"); local/test/production adjust what they must.
+environment (see docs/configuration.md); local/test/production adjust what they must.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_SEND_TASK_EVENTS = False
 
-# --- abuse: sign-in lockout, API throttles (README.md, "Configuration") ------------------------
+# --- abuse: sign-in lockout, API throttles (docs/configuration.md) ------------------------------
 # How many proxies in front of daphne append to X-Forwarded-For: 0 believes only REMOTE_ADDR, so
 # a client cannot pick its own address to dodge per-client limits. Behind one TLS proxy: 1.
 RESCALER_TRUSTED_PROXIES = int(env_float("RESCALER_TRUSTED_PROXIES", 0))

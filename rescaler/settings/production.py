@@ -15,7 +15,8 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [])
 if not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS must name the host(s) the site is served as.")
 
-# --- TLS (README.md, "Behind a TLS proxy"); `manage.py check --deploy` passes with the defaults.
+# --- TLS (docs/configuration.md, "Behind a TLS proxy"); `manage.py check --deploy` passes with
+# the defaults.
 # How HTTPS reaches Django: "proxy" (default) a proxy terminates TLS and sets X-Forwarded-Proto,
 # which is then trusted; "direct" daphne itself serves TLS (no header is trusted); "off" plain
 # HTTP (docker-compose.yml without a proxy): no redirect, HSTS or secure-only cookies.

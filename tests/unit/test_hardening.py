@@ -1,5 +1,5 @@
 """Abuse and exposure: sign-in lockout, API throttles, deploy-ready production settings, the API
-docs and /healthz's details for signed-in users only (README.md, "Behind a TLS proxy").
+docs and /healthz's details for signed-in users only (docs/configuration.md, "Behind a TLS proxy").
 
 The suite's settings (rescaler.settings.test) leave the throttles off and the docs and health
 details public, as the other tests expect; each test here sets the production behaviour it
