@@ -50,11 +50,11 @@ def spark_conf(partitions: int, *extra: tuple[str, str]) -> tuple[tuple[str, str
 
 
 def spark_session(app: str, workdir: Path, conf: Sequence[tuple[str, str]]) -> Any:
-    """A session with the project's settings (``workers.job.build_spark``: ``local[2]``, the
+    """A session with the project's settings (``workers.spark_session.build_spark``: ``local[2]``, the
     fast checkpoint file manager, no UI), so that only the stateful operator differs from the
     rescaler's runner."""
     from workers.config import RunnerConfig
-    from workers.job import build_spark
+    from workers.spark_session import build_spark
 
     config = RunnerConfig(
         spark_ui=False, state_dir=workdir, spark_master="local[2]", spark_conf=tuple(conf)

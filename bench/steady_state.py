@@ -21,7 +21,7 @@ generator, the same records for every contender) runs through:
 
 Spark contenders use the RocksDB state store provider, a noop sink in update mode and
 ``--shuffle-partitions`` (4) partitions; all four share the project's SparkSession settings
-(``workers.job.build_spark``: ``local[2]``, the fast checkpoint file manager, no UI).
+(``workers.spark_session.build_spark``: ``local[2]``, the fast checkpoint file manager, no UI).
 
 Each contender runs in its own fresh subprocess (this script with ``--contender``), so no JVM,
 Python worker or page cache of one is reused by the next. Per contender it measures, over the

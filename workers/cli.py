@@ -20,11 +20,11 @@ from workers.rescale.protocol import Strategy
 def start_errors() -> tuple[type[BaseException], ...]:
     """What stops a start with a message instead of a traceback: the source, the sink, the
     state directory or the snapshot to restore cannot be used (each message says what to do)."""
-    from workers.job import SourceMissing
     from workers.natsio import NatsUnavailable
     from workers.recovery.format import SnapshotError
     from workers.runner import RunnerError
     from workers.sinks.base import SinkError
+    from workers.source_stream import SourceMissing
     from workers.sources.jetstream import StreamMissing
 
     return (SourceMissing, NatsUnavailable, StreamMissing, SinkError, SnapshotError, RunnerError)

@@ -135,7 +135,9 @@ class Heartbeat:
     pipeline: str
     epoch: int  # the last committed epoch (-1: none yet)
     status: str  # "starting", "running", "stopping" or "stopped"
-    spark: dict[str, Any]  # its Spark application (workers.job.spark_info); {} before it is up
+    spark: dict[
+        str, Any
+    ]  # its Spark application (workers.spark_session.spark_info); {} before it is up
     # its start, phase by phase (workers.start_phases.StartPhases.to_json)
     start: dict[str, Any] = field(default_factory=dict)
 

@@ -1,4 +1,5 @@
-"""The Spark side of the runner: the session, the source stream and one epoch's job.
+"""One epoch's Spark job (the session: ``workers.spark_session``; what it reads:
+``workers.source_stream``).
 
 One Spark job per epoch: source records → the first fragment's key → ``vnode`` and PU slot in
 Spark SQL (no Python UDF for routing) → ``repartitionById`` (exactly one task per PU) →
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,6 @@ from workers.barrier import owned_vnodes, route_slots
 from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import key_range_sql, vnode_sql
-from workers.natsio import redact
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
 from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
@@ -32,25 +30,10 @@ from workers.processor.operator import processors_of
 from workers.processor.schema import wire_name
 from workers.sinks.base import Sink
 from workers.source_order import position_seq, read_partitions, with_read_ids
-from workers.sources import jsonl
+from workers.source_stream import SourceStreams
 from workers.sources.control import ControlStream
-from workers.sources.jetstream import JETSTREAM, JetStreamStreamReader
-from workers.sources.jetstream import register as register_jetstream
-from workers.sources.spark import GENERATOR, JSONL, register
-from workers.spark_tasks import scheduler_conf
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_MANAGER = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-)
-_SPARK_TYPES = {
-    "string": "string",
-    "int64": "bigint",
-    "double": "double",
-    "int32": "int",
-    "bool": "boolean",
-}
 
 
 def _event_time(pipeline: Any, index: int, named: Callable[[str], str]) -> str | None:
@@ -76,98 +59,6 @@ def _array_literal(items: str, element: str) -> str:
     return f"from_json('[{items}]', 'array<{element}>')"
 
 
-class SourceMissing(Exception):
-    """The configured source cannot be read; the message says what to do."""
-
-
-def build_spark(config: RunnerConfig, app_name: str) -> Any:
-    """A SparkSession configured for epoch jobs (one task per PU, no partition coalescing)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(config.spark_master)
-        # one task per PU: adaptive execution must not coalesce or split the PU partitions
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(max(config.pus_per_worker, 2)))
-        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_MANAGER)
-        .config("spark.ui.enabled", "true" if config.spark_ui else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000")
-        .config("spark.sql.streaming.minBatchesToRetain", "20")
-        # a decommissioning executor (its worker got SIGPWR, its pod an eviction) is the
-        # worker's preemption notice (docs/elastic-workers.md, "Preemption")
-        .config("spark.decommission.enabled", "true")
-    )
-    for key, value in scheduler_conf(config.pipeline_dir).items():
-        builder = builder.config(key, value)
-    for key, value in config.spark_conf:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    # no Python data source is registered here: the first registration makes Spark look for
-    # installed ones in a Python process of its own (a second or two of every start), which a
-    # pipeline on a JVM source (Kafka, files) never needs; EpochJob registers the one it reads
-    return spark
-
-
-def spark_info(spark: Any) -> dict[str, Any]:
-    sc = spark.sparkContext
-    try:
-        alive = not sc._jsc.sc().isStopped()
-        executors = max(sc._jsc.sc().getExecutorMemoryStatus().size() - 1, 1)
-    except Exception:  # the JVM is gone: report Spark as down, the heartbeat says so
-        return {"alive": False, "master": sc.master, "app_id": sc.applicationId}
-    return {
-        "alive": alive,
-        "master": sc.master,
-        "app_id": sc.applicationId,
-        "ui_url": sc.uiWebUrl or "",
-        "version": sc.version,
-        "executors": executors,
-    }
-
-
-def jetstream_options(config: RunnerConfig, pipeline: Pipeline) -> dict[str, str]:
-    """A ``nats:STREAM`` source's options: the stream's messages are JSON objects of the
-    pipeline's source kind (what ``python -m workers.sources.jetstream_feed`` publishes)."""
-    if pipeline.source_kind not in ("lines", "events"):
-        raise SourceMissing(
-            f"pipeline {pipeline.name!r} (source_kind {pipeline.source_kind!r}): --source "
-            f"nats:STREAM reads the built-in record shapes only; give the pipeline a source "
-            f"function reading your stream, or --source dir:PATH"
-        )
-    schema = jsonl.schema_for(pipeline.source_kind)
-    fields = ", ".join(
-        f"`{f.name}` {_SPARK_TYPES[str(f.type)]}"
-        for f in schema
-        if f.name not in ("seq", "_malformed")
-    )
-    return {
-        "stream": str(config.source_stream_name),
-        "url": config.nats_url,
-        "schema": fields,
-        "max_records_per_epoch": str(config.rows_per_epoch),
-        "partitions": str(config.source_partitions),
-        # shows the query's progress in `nats consumer info` (read by nothing)
-        "consumer": f"rescaler-{pipeline.name}",
-    }
-
-
-def check_source(config: RunnerConfig, pipeline: Pipeline) -> None:
-    """Stop the start, before Spark, with the source's own message when it cannot be read (a
-    JetStream server or stream missing, a source directory absent) instead of failing the
-    query's first epoch."""
-    if config.source_stream_name is not None:
-        JetStreamStreamReader(jetstream_options(config, pipeline)).initialOffset()
-    directory = config.source_dir
-    if directory is not None and not directory.is_dir():
-        raise SourceMissing(f"source directory {directory} does not exist: create it first")
-
-
 class EpochJob:
     """Builds and runs one epoch's Spark job for a pipeline."""
 
@@ -186,96 +77,20 @@ class EpochJob:
         self.pipeline = pipeline
         self.sink: Sink = sink or resolve_sink(config, pipeline)
         self.last_timings: tuple[float, float] = (0.0, 0.0)
-        self._source: Any = None  # the source's streaming DataFrame, analysed once
-        self._stream: Any = None  # and unioned with the control stream
+        self.sources = SourceStreams(spark, config, pipeline, self.control)
         # fragment -> the aggregates its records are folded by in Spark (workers.partials)
         self._preaggregated: dict[str, Aggregates] = {}
 
     def source_stream(self) -> Any:
-        """The pipeline's own stream of source records: the pipeline's ``source`` function, or
-        the source the runner was given (``--source``). It knows nothing of barriers.
-
-        Built once: each query start (the first, a restart after a failure, a rebuild's re-runs)
-        starts from the same DataFrame, so Spark looks a Python data source up (a Python process
-        on the driver) and analyses the user's ``prepare`` once per runner, not at every start."""
-        if self._source is None:
-            self._source = self._new_source_stream()
-        return self._source
-
-    def _new_source_stream(self) -> Any:
-        cfg = self.config
-        reader = self.spark.readStream
-        if not cfg.source and self.pipeline.source is not None:
-            stream = self.pipeline.source(self.spark)
-            if not getattr(stream, "isStreaming", False):
-                raise SourceMissing(
-                    f"pipeline {self.pipeline.name!r}: its source function returned "
-                    f"{type(stream).__name__}, not a streaming DataFrame (spark.readStream...load())"
-                )
-            return stream
-        if self.pipeline.source_kind == "json" and not cfg.source_dir:
-            raise SourceMissing(
-                f"pipeline {self.pipeline.name!r} reads JSON records of its own "
-                f"(source_kind 'json'): give --source dir:PATH (a directory of JSON-lines files) "
-                f"or a source function in the pipeline"
-            )
-        if cfg.source in ("", "generator"):
-            options = {
-                "kind": self.pipeline.source_kind,
-                "key_space": cfg.key_space,
-                "zipf_s": cfg.zipf_s,
-                "seed": cfg.seed,
-                "pages": cfg.pages,
-                "words_per_line": cfg.words_per_line,
-                "rows_per_epoch": cfg.rows_per_epoch,
-                "partitions": cfg.source_partitions,
-            }
-            if cfg.source_rows is not None:
-                options["max_rows"] = cfg.source_rows
-            elif cfg.epochs is not None:
-                options["max_rows"] = cfg.epochs * cfg.rows_per_epoch
-            register(self.spark)
-            return (
-                reader.format(GENERATOR).options(**{k: str(v) for k, v in options.items()}).load()
-            )
-        if cfg.source_stream_name is not None:
-            register_jetstream(self.spark)
-            return reader.format(JETSTREAM).options(**self._jetstream_options()).load()
-        directory = cfg.source_dir
-        assert directory is not None
-        if not directory.is_dir():
-            raise SourceMissing(f"source directory {directory} does not exist: create it first")
-        register(self.spark)
-        return (
-            reader.format(JSONL)
-            .option("kind", self.pipeline.source_kind)
-            .option("path", str(directory))
-            .option("manifest", str(cfg.pipeline_dir / "source-manifest.txt"))
-            .option("max_files_per_epoch", str(cfg.max_files_per_epoch))
-            .load()
-        )
-
-    def _jetstream_options(self) -> dict[str, str]:
-        return jetstream_options(self.config, self.pipeline)
+        """The pipeline's own stream of source records (``SourceStreams.source_stream``)."""
+        return self.sources.source_stream()
 
     def stream(self) -> Any:
-        """What the query reads: the pipeline's stream unioned with the runner's control stream,
-        so that the runner can force a barrier on any source (workers/sources/control.py)."""
-        if self._stream is None:
-            self._stream = self.control.union(self.spark, self.source_stream())
-        return self._stream
+        """What the query reads (``SourceStreams.stream``)."""
+        return self.sources.stream()
 
     def describe_source(self) -> str:
-        """One line for the fragment matrix: what the pipeline reads."""
-        cfg = self.config
-        if not cfg.source and self.pipeline.source is not None:
-            fn = self.pipeline.source
-            return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-        if cfg.source_stream_name:
-            return f"JetStream stream {cfg.source_stream_name} at {redact(cfg.nats_url)}"
-        if cfg.source_dir:
-            return f"JSON-lines files in {cfg.source_dir}"
-        return f"generator, {cfg.rows_per_epoch} rows per epoch"
+        return self.sources.describe_source()
 
     def check_prepared(self) -> None:
         """The user's ``prepare`` against the source's schema: Spark analyses it, nothing runs."""

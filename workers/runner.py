@@ -46,7 +46,7 @@ from workers.control import (
 from workers.cycles import cycle_collection_paused
 from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID
 from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
-from workers.job import EpochJob, build_spark, check_source, spark_info
+from workers.job import EpochJob
 from workers.pipeline.loading import (
     check_on_executors,
     load_pipeline,
@@ -69,7 +69,9 @@ from workers.rescale.exports import ExportWaitStopped
 from workers.rescale.protocol import ProgressAck
 from workers.restarts import QueryGivenUp, QueryRestarts
 from workers.sinks.base import Sink, SinkError
+from workers.source_stream import check_source
 from workers.sources.control import ControlStream
+from workers.spark_session import build_spark, spark_info
 from workers.start_phases import Background, StartPhases
 from workers.vnode_load import RecordsPerVnode
 from workers.worker_pool import ExecutorsMissing, WorkerPool

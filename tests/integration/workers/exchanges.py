@@ -13,10 +13,11 @@ from pathlib import Path
 def count(ref: str) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from workers.config import RunnerConfig
-    from workers.job import EpochJob, build_spark
+    from workers.job import EpochJob
     from workers.pipeline.loading import load_pipeline
     from workers.pipeline.placement import EpochPlan, VnodeMapping
     from workers.sources.generator import GeneratorConfig, generate
+    from workers.spark_session import build_spark
 
     pipeline = load_pipeline(ref)
     config = RunnerConfig(

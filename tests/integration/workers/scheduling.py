@@ -42,7 +42,7 @@ def _epoch(index: int) -> tuple[str, int, float]:
 
 def order(fifo: bool) -> list[list[Any]]:
     from workers.config import RunnerConfig
-    from workers.job import build_spark
+    from workers.spark_session import build_spark
     from workers.spark_tasks import run_tasks
 
     state = Path(tempfile.mkdtemp())
@@ -90,7 +90,7 @@ def workers() -> dict[str, list[int]]:
     """The Python processes of an epoch's job (``mapInArrow``, as ``workers.job`` runs a PU's
     task) and of the background tasks run after it."""
     from workers.config import RunnerConfig
-    from workers.job import build_spark
+    from workers.spark_session import build_spark
     from workers.spark_tasks import run_tasks
 
     state = Path(tempfile.mkdtemp())
