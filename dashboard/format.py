@@ -54,6 +54,22 @@ def duration(seconds: Any) -> str:
     return f"{h // 24} d {h % 24} h"
 
 
+def operator_name(described: str) -> str:
+    """An operator's description without its parenthesised details (a processor's interface,
+    time mode and state variables): "Sessions (row, time EventTime; value session<...>)" is
+    "Sessions", a region "Sessions → Totals". The matrix shows it, and the whole in a
+    disclosure, so that a long state schema never widens the fragment's column."""
+    out, depth = [], 0
+    for ch in described:
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
 def vnode_ranges(vnodes: Any) -> str:
     """Vnodes as runs: "0–127 256 300–301" (16,384 vnodes in a row stay one word)."""
     runs: list[list[int]] = []

@@ -43,6 +43,12 @@ def get_field(form: Any, name: str) -> Any:
 
 
 @register.filter
+def operator_name(described: str) -> str:
+    """An operator's description without its details (``dashboard.format.operator_name``)."""
+    return console_format.operator_name(described or "")
+
+
+@register.filter
 def percent(share: float | None) -> str:
     """A share (0..1) as a whole percent, as every page prints it (``dashboard.format.percent``:
     "–" when there is none yet, which is not 0 %)."""

@@ -118,3 +118,50 @@ def test_the_matrix_shows_placement_and_follows_a_change_live(browser: Any, live
     assert "vnodes: 10–15" in page.locator("#cell-detail").inner_text(), "the selection is kept"
     assert "mapping v2" in page.locator("table.matrix tbody th.frag").inner_text()
     print(f"placement change to matrix on screen: {seen:.2f}s")
+
+
+def off_the_card(page: Any) -> list[int]:
+    """The PUs whose matrix column ends past the matrix card's right edge, measured in one
+    go (a live update may swap the matrix between two separate reads)."""
+    return list(
+        page.evaluate(
+            """() => {
+              const card = document.querySelector("#matrix").getBoundingClientRect();
+              return [...document.querySelectorAll("table.matrix thead th.pu")]
+                .filter((th) => th.getBoundingClientRect().right > card.right + 1)
+                .map((th) => Number(th.dataset.pu));
+            }"""
+        )
+    )
+
+
+SESSIONS = (
+    "Sessions (row, time EventTime; value session<struct<start:bigint,last:bigint,events:bigint,"
+    "bytes:bigint>>; list recent<struct<page:string>>; map visits<struct<page:string>, "
+    "struct<n:bigint>>; value total<struct<sessions:bigint>>)"
+)
+
+
+def test_a_long_state_schema_folds_and_every_pu_column_stays_in_view(
+    browser: Any, live_url: str
+) -> None:
+    """Issue 48: a processor's whole state schema widened the fragment's column until the other
+    PUs were off the card. At 1,440 px, with eight PUs, every PU column is in view; the
+    description shows the processor's name and folds its state variables."""
+    workers = {"local-0": [0, 1, 2, 3], "local-1": [4, 5, 6, 7]}
+    as_the_runner(
+        lambda: register_cluster(workers=workers, initial_pus=(0, 1), operator=SESSIONS) and None
+    )
+    page = sign_in(browser, live_url, "viewer")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.reload()
+    assert page.locator("table.matrix thead th.pu").count() == 8
+    assert off_the_card(page) == [], "every PU column in view"
+    folded = page.locator("th.frag details.operator")
+    assert folded.locator("summary").inner_text() == "by word · Sessions"
+    assert not folded.locator(".operator-detail").is_visible()
+    folded.locator("summary").click()
+    assert "map visits<struct<page:string>" in folded.locator(".operator-detail").inner_text()
+    # opened, it wraps within the column: still every PU in view
+    assert off_the_card(page) == []
+    screenshot(page, "cluster-long-schema")

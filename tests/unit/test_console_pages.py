@@ -295,3 +295,18 @@ def test_the_rescale_form_orders_the_moves_by_measured_load(
     assert started.status_code == 302
     granularity = RescaleOperation.objects.get().granularity
     assert granularity["hot_vnodes"] == stored and granularity["vnodes_per_step"] == 8
+
+
+@pytest.mark.parametrize(
+    ("described", "name"),
+    [
+        ("count", "count"),
+        ("Sessions (row, time EventTime; value session<struct<start:bigint>>)", "Sessions"),
+        ("Price (row, time None; value p<struct<d:decimal(10,2)>>)", "Price"),
+        ("Sessions (row, time EventTime) → Totals (pandas, time None)", "Sessions → Totals"),
+    ],
+)
+def test_the_matrix_names_an_operator_without_its_details(described: str, name: str) -> None:
+    from dashboard.format import operator_name
+
+    assert operator_name(described) == name

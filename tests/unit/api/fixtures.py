@@ -29,8 +29,10 @@ def register_cluster(
     workers: dict[str, list[int]] | None = None,
     initial_pus: tuple[int, ...] = (0, 1),
     epochs: int = 1,
+    operator: str = "count",
 ) -> Pipeline:
-    """The wordcount pipeline (source → word_count → sink), alive, with ``epochs`` reported."""
+    """The wordcount pipeline (source → word_count → sink), alive, with ``epochs`` reported;
+    ``operator``: how the runner describes word_count's operator."""
     workers = workers or {"local-0": [0, 1, 2, 3]}
     placement = VnodeMapping.initial(FRAGMENT, vnodes, list(initial_pus))
     topology = Topology(
@@ -47,7 +49,7 @@ def register_cluster(
                 "region": 1,
                 "vnodes": vnodes,
                 "key": "word",
-                "operator": "count",
+                "operator": operator,
                 "parallel_units": list(initial_pus),
                 "mapping": list(placement.mapping),
                 "version": 1,
