@@ -191,6 +191,8 @@ class MatrixRow:
     cells: tuple[MatrixCell | None, ...]
     # metric -> max/mean over the fragment's PUs (1.0 is perfectly even; None without data)
     skew: dict[str, float | None]
+    # whether a runner reports for its pipeline (``runner_alive``); not: an earlier run's state
+    running: bool = True
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,7 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
         if info.get("status") != ParallelUnit.Status.REMOVED or int(pu) in running
     )
     index = {c.pu: i for i, c in enumerate(columns)}
+    running = {p["name"] for p in cluster.get("pipelines", []) if p.get("runner_alive")}
     rows = []
     epoch = None
     ends: dict[str, dict[str, str]] = {}
@@ -284,6 +287,7 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
                 busy_with=frag.get("busy_with"),
                 cells=tuple(cells),
                 skew={m: skew([c.value(m) for c in found]) for m, _ in METRICS},
+                running=frag["pipeline"] in running,
             )
         )
     described = tuple(

@@ -100,6 +100,7 @@ class RescaleForm(forms.Form):
         self,
         *args: Any,
         fragments: list[dict[str, Any]],
+        running: set[str],
         parallel_units: list[Any],
         open_pus: set[int],
         **kwargs: Any,
@@ -112,7 +113,8 @@ class RescaleForm(forms.Form):
             (
                 f["name"],
                 f"{f['name']} ({f['pipeline']}) — on PUs {vnode_ranges(f['parallel_units'])}"
-                + (f" — busy with {f['busy_with']}" if f.get("busy_with") else ""),
+                + (f" — busy with {f['busy_with']}" if f.get("busy_with") else "")
+                + ("" if f["pipeline"] in running else " — not running"),
             )
             for f in fragments
         ]

@@ -414,12 +414,19 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
     ``plan_id``): a Django form whose body is the API's request, given to the service the API
     calls, so the page has no rules of its own and its refusals land on their fields."""
     cluster = cluster_info()
-    fragments = [f for f in cluster["fragments"] if f["kind"] == "stateful"]
+    running = {p["name"] for p in cluster["pipelines"] if p["runner_alive"]}
+    # a running pipeline's fragments first, so that the form opens on one of them; a pipeline
+    # no runner reports for (an earlier run's state directory) is listed, marked, after them
+    fragments = sorted(
+        (f for f in cluster["fragments"] if f["kind"] == "stateful"),
+        key=lambda f: f["pipeline"] not in running,
+    )
     columns = cluster_matrix(cluster).columns
     open_pus = set(parallel_units_open_to_vnodes())
     can_rescale = request.user.has_perm(RESCALE_PERMISSION)
     options: dict[str, Any] = {
         "fragments": fragments,
+        "running": running,
         "parallel_units": columns,
         "open_pus": open_pus,
     }

@@ -3,11 +3,13 @@ operations. What they show is checked in a real browser (tests/e2e)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from dashboard.api.selectors import cluster_info
 from dashboard.console import cluster_matrix, skew
@@ -310,3 +312,53 @@ def test_the_matrix_names_an_operator_without_its_details(described: str, name: 
     from dashboard.format import operator_name
 
     assert operator_name(described) == name
+
+
+def test_a_pipeline_no_runner_reports_for_is_marked_and_not_preselected(signed_in: Client) -> None:
+    """Issue 48: an earlier run's pipeline (its runner gone) was listed and preselected as if it
+    were live. Its matrix row is marked "not running", and the rescale form opens on the
+    fragment of the running pipeline, listing the other after it, marked."""
+    from rescaler.cluster import services as cluster_services
+    from rescaler.cluster.models import Pipeline as PipelineRow
+    from workers.control import Topology
+    from workers.pipeline.placement import VnodeMapping
+
+    placement = VnodeMapping.initial("old_counts", 8, [0])
+    cluster_services.topology_register(
+        topology=Topology(
+            pipeline="aaa-earlier-run",  # named to sort before the running one
+            workers={"local-0": [0, 1, 2, 3]},
+            fragments={
+                "old_counts": {
+                    "kind": "stateful",
+                    "region": 1,
+                    "vnodes": 8,
+                    "key": "word",
+                    "operator": "count",
+                    "parallel_units": [0],
+                    "mapping": list(placement.mapping),
+                    "version": 1,
+                }
+            },
+            spark={},
+        )
+    )
+    PipelineRow.objects.filter(name="aaa-earlier-run").update(
+        status=PipelineRow.Status.RUNNING, heartbeat_at=timezone.now() - dt.timedelta(hours=2)
+    )
+    page = signed_in.get("/").content.decode()
+    old = page[page.index('<tr data-fragment="old_counts"') :]
+    old = old[: old.index("</tr>")]
+    assert 'class="not-running"' in old and "not running</span>" in old
+    live = page[page.index('<tr data-fragment="word_count"') :]
+    assert "not running" not in live[: live.index("</tr>")]
+
+    form = signed_in.get("/rescale/").content.decode()
+    options = re.findall(r'<option value="(\w+)"([^>]*)>([^<]*)</option>', form)
+    names = [name for name, _, _ in options if name in ("word_count", "old_counts")]
+    assert names == ["word_count", "old_counts"]
+    label = {name: text for name, _, text in options}
+    assert (
+        label["old_counts"].endswith("— not running") and "not running" not in label["word_count"]
+    )
+    assert not re.search(r'<option value="old_counts"[^>]*selected', form)
