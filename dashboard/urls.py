@@ -11,6 +11,7 @@ urlpatterns = [
     path("partials/health", views.health_partial, name="health-partial"),
     path("workers/add", views.worker_add_view, name="worker-add"),
     path("workers/<str:name>/<str:action>", views.worker_action_view, name="worker-action"),
+    path("pipelines/<str:name>/archive", views.pipeline_archive_view, name="pipeline-archive"),
     path("rescale/", views.rescale_page, name="rescale"),
     path("operations/", views.history_page, name="history"),
     path("operations/<str:operation_id>/", views.operation_page, name="operation"),

@@ -44,6 +44,7 @@ from rescaler.health import down_components, public_components, system_health
 from rescaler.operations import plans
 from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import OperationPlan, RescaleOperation, RescaleStep
+from rescaler.operations.pipeline_archive import pipeline_archive
 from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
 from rescaler.runner import workers as worker_services
@@ -306,6 +307,25 @@ def worker_action_view(request: HttpRequest, name: str, action: str) -> HttpResp
     rows = worker_rows(cluster_info())
     opened = _worker_action(request, rows, action=action, name=name, form=form)
     return _render_home(request, status=400, action=opened)
+
+
+@login_required
+@require_POST
+def pipeline_archive_view(request: HttpRequest, name: str) -> HttpResponse:
+    """Archive a pipeline no runner reports for (``rescaler.operations.pipeline_archive``), then back to
+    the cluster page with what was done or why not."""
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("archiving a pipeline needs the permission operations.rescale")
+    try:
+        pipeline_archive(user=request.user, name=name, reason=request.POST.get("reason", ""))
+    except RescaleError as refused:
+        messages.error(request, f"{refused.code}: {refused}")
+    else:
+        messages.success(
+            request,
+            f"Archived pipeline {name}: its runner registering again brings it back.",
+        )
+    return redirect("dashboard:home")
 
 
 def _operation_or_404(operation_id: str) -> RescaleOperation:

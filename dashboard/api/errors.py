@@ -37,6 +37,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "plan_stale": status.HTTP_409_CONFLICT,
     "unknown_pipeline": status.HTTP_404_NOT_FOUND,
     "runner_down": status.HTTP_409_CONFLICT,
+    "pipeline_archive_refused": status.HTTP_409_CONFLICT,
 }
 
 # The field of a rescale request each refusal concerns (``field`` in the error body; the

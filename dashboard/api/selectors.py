@@ -212,7 +212,12 @@ def cluster_info(*, pipeline: str | None = None) -> dict[str, Any]:
     """
     latest_epoch = EpochMetric.objects.filter(pipeline=OuterRef("pk")).order_by("-epoch")
     pipelines = list(
-        (Pipeline.objects.all() if pipeline is None else Pipeline.objects.filter(name=pipeline))
+        (
+            # an archived pipeline (rescaler.operations.pipeline_archive) is left out unless asked by name
+            Pipeline.objects.filter(archived_at__isnull=True)
+            if pipeline is None
+            else Pipeline.objects.filter(name=pipeline)
+        )
         .annotate(
             latest_epoch=Subquery(
                 latest_epoch.values(

@@ -43,6 +43,9 @@ class Pipeline(models.Model):
     # the runner's start, phase by phase, as its heartbeats tell it (workers/start_phases.py)
     start = models.JSONField(default=dict, blank=True)
     registered_at = models.DateTimeField(auto_now_add=True)
+    # set by an operator for an earlier run's pipeline (rescaler.operations.pipeline_archive): the cluster
+    # page, the rescale form and GET /cluster leave it out; its runner registering again clears it
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     objects = PipelineQuerySet.as_manager()
 

@@ -48,7 +48,8 @@ def topology_register(*, topology: Topology) -> Pipeline:
     # only a pipeline seen for the first time starts as "starting"; heartbeats set the rest
     pipeline, _ = Pipeline.objects.update_or_create(
         name=topology.pipeline,
-        defaults={"spark": topology.spark},
+        # a runner registering an archived pipeline brings it back (rescaler.operations.pipeline_archive)
+        defaults={"spark": topology.spark, "archived_at": None},
         create_defaults={"status": Pipeline.Status.STARTING, "spark": topology.spark},
     )
     # workers and PUs upserted in one statement each, whatever their number (1,024 PUs were

@@ -3,13 +3,11 @@ operations. What they show is checked in a real browser (tests/e2e)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from dashboard.api.selectors import cluster_info
 from dashboard.console import cluster_matrix, skew
@@ -17,7 +15,13 @@ from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import parallel_units_open_to_vnodes
-from tests.unit.api.fixtures import make_user, register_cluster, request_body, skew_the_load
+from tests.unit.api.fixtures import (
+    make_user,
+    register_cluster,
+    register_earlier_run,
+    request_body,
+    skew_the_load,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -318,34 +322,7 @@ def test_a_pipeline_no_runner_reports_for_is_marked_and_not_preselected(signed_i
     """Issue 48: an earlier run's pipeline (its runner gone) was listed and preselected as if it
     were live. Its matrix row is marked "not running", and the rescale form opens on the
     fragment of the running pipeline, listing the other after it, marked."""
-    from rescaler.cluster import services as cluster_services
-    from rescaler.cluster.models import Pipeline as PipelineRow
-    from workers.control import Topology
-    from workers.pipeline.placement import VnodeMapping
-
-    placement = VnodeMapping.initial("old_counts", 8, [0])
-    cluster_services.topology_register(
-        topology=Topology(
-            pipeline="aaa-earlier-run",  # named to sort before the running one
-            workers={"local-0": [0, 1, 2, 3]},
-            fragments={
-                "old_counts": {
-                    "kind": "stateful",
-                    "region": 1,
-                    "vnodes": 8,
-                    "key": "word",
-                    "operator": "count",
-                    "parallel_units": [0],
-                    "mapping": list(placement.mapping),
-                    "version": 1,
-                }
-            },
-            spark={},
-        )
-    )
-    PipelineRow.objects.filter(name="aaa-earlier-run").update(
-        status=PipelineRow.Status.RUNNING, heartbeat_at=timezone.now() - dt.timedelta(hours=2)
-    )
+    register_earlier_run("aaa-earlier-run", "old_counts")  # named to sort first
     page = signed_in.get("/").content.decode()
     old = page[page.index('<tr data-fragment="old_counts"') :]
     old = old[: old.index("</tr>")]
@@ -362,3 +339,12 @@ def test_a_pipeline_no_runner_reports_for_is_marked_and_not_preselected(signed_i
         label["old_counts"].endswith("— not running") and "not running" not in label["word_count"]
     )
     assert not re.search(r'<option value="old_counts"[^>]*selected', form)
+
+    # archived, it leaves the page and the form; archiving is for those who may rescale
+    assert 'action="/pipelines/aaa-earlier-run/archive"' in page
+    done = signed_in.post("/pipelines/aaa-earlier-run/archive", {"reason": "old run"}, follow=True)
+    page = done.content.decode()
+    assert "Archived pipeline aaa-earlier-run" in page and 'data-fragment="old_counts"' not in page
+    assert "old_counts" not in signed_in.get("/rescale/").content.decode()
+    refused = signed_in.post("/pipelines/wordcount/archive", follow=True).content.decode()
+    assert "pipeline_archive_refused" in refused and 'data-fragment="word_count"' in refused

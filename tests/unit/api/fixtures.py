@@ -6,11 +6,13 @@ No runner and no Spark: the cluster is registered and reported the way the runne
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -112,6 +114,36 @@ def token_client(user: Any | None) -> APIClient:
         token, _ = Token.objects.get_or_create(user=user)
         client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return client
+
+
+def register_earlier_run(name: str, fragment: str) -> Pipeline:
+    """A pipeline an earlier run registered (one fragment on PU 0 of local-0), whose runner
+    stopped reporting two hours ago: not running (``runner_alive``)."""
+    placement = VnodeMapping.initial(fragment, 8, [0])
+    pipeline = cluster_services.topology_register(
+        topology=Topology(
+            pipeline=name,
+            workers={"local-0": [0, 1, 2, 3]},
+            fragments={
+                fragment: {
+                    "kind": "stateful",
+                    "region": 1,
+                    "vnodes": 8,
+                    "key": "word",
+                    "operator": "count",
+                    "parallel_units": [0],
+                    "mapping": list(placement.mapping),
+                    "version": 1,
+                }
+            },
+            spark={},
+        )
+    )
+    Pipeline.objects.filter(pk=pipeline.pk).update(
+        status=Pipeline.Status.RUNNING, heartbeat_at=timezone.now() - dt.timedelta(hours=2)
+    )
+    pipeline.refresh_from_db()
+    return pipeline
 
 
 def request_body(**change: Any) -> dict[str, Any]:

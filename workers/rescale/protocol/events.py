@@ -27,3 +27,4 @@ class AuditObject(enum.StrEnum):
     OPERATION = "operation"
     STEP = "step"
     WORKER = "worker"  # object_id: the worker's name
+    PIPELINE = "pipeline"  # object_id: the pipeline's name
