@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers import partials
+from workers import faults, partials
 from workers.hashing import KeyRange
 from workers.layout import store_path
 from workers.operators import KeyedOperator, arrow_type, sort_by_seq
@@ -197,27 +196,7 @@ def _write_sink(spec: TaskSpec, pu: int, outputs: pa.Table) -> None:
     ident = (type(sink), sink.describe())
     live = _OPEN_SINKS.setdefault(ident, sink)
     live.write(EpochOutputs(spec.fragment, spec.epoch, pu, spec.operator.sink_table(outputs)))
-    _fault_after_sink_write(spec, outputs)
-
-
-#: fault injection for the exactly-once tests: the first epoch >= this number whose outputs a
-#: PU writes kills the runner's whole process group (RUNNER_PID's) right after the write, before
-#: Spark can commit the epoch (once per state directory; a marker file remembers it)
-CRASH_AFTER_SINK_WRITE = "RESCALER_FAULT_CRASH_AFTER_SINK_WRITE"
-RUNNER_PID = "RESCALER_RUNNER_PID"  # set by the runner when the fault is armed
-
-
-def _fault_after_sink_write(spec: TaskSpec, outputs: pa.Table) -> None:
-    at = os.environ.get(CRASH_AFTER_SINK_WRITE)
-    if not at or spec.epoch < int(at) or not outputs.num_rows:
-        return
-    marker = Path(spec.state_root) / "fault-crashed-after-sink-write"
-    try:
-        with open(marker, "x", encoding="ascii") as fh:
-            fh.write(str(spec.epoch))
-    except FileExistsError:
-        return
-    os.killpg(os.getpgid(int(os.environ[RUNNER_PID])), signal.SIGKILL)
+    faults.after_sink_write(spec.state_root, spec.epoch, outputs.num_rows)
 
 
 def _as_output_batches(schema: pa.Schema, kind: str, outputs: pa.Table) -> list[pa.RecordBatch]:

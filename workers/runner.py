@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers import faults
 from workers.barrier import Barrier
 from workers.clock import WATERMARK_FILE, Watermark
 from workers.config import RunnerConfig
@@ -44,7 +44,6 @@ from workers.control import (
     Topology,
 )
 from workers.cycles import cycle_collection_paused
-from workers.epoch import CRASH_AFTER_SINK_WRITE, RUNNER_PID
 from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
 from workers.job import EpochJob
 from workers.pipeline.loading import (
@@ -63,7 +62,6 @@ from workers.recovery.rebuild import pending_rebuild
 from workers.recovery.replay import ReplayLog
 from workers.recovery.snapshots import SnapshotEvery, Snapshots, recovery_partitions
 from workers.recovery.startup import RunnerRecovery
-from workers.recovery.tasks import CRASH_DURING
 from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
 from workers.rescale.exports import ExportWaitStopped
 from workers.rescale.protocol import ProgressAck
@@ -118,9 +116,7 @@ class PipelineRunner:
         self._warm: Background  # the executors' import check (_start_with_spark)
         self._fatal: RunnerError | None = None  # ends the runner instead of the query
         self.config = config
-        if os.environ.get(CRASH_AFTER_SINK_WRITE) or os.environ.get(CRASH_DURING):
-            # a test's fault: the tasks must find us
-            os.environ[RUNNER_PID] = str(os.getpid())
+        faults.arm()  # a test's fault: the tasks must find us
         # an outage of the control plane (its database restarting) is waited out, not fatal
         self.control: ControlInterface = PatientControl(
             control, patience_s=config.control_patience_s

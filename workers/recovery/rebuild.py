@@ -31,13 +31,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from workers.faults import crash_point
 from workers.pipeline.placement import EpochPlan, VnodeMapping, write_json_atomic
 from workers.recovery.format import SnapshotError, SnapshotManifest, TaskRun
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.replay import ReplayEntry, ReplayLog
 from workers.recovery.snapshots import restore_task
 from workers.recovery.stores import CheckTask, SealTask, StoreState, check_pu, seal_pu
-from workers.recovery.tasks import RestoreTask, crash_point
+from workers.recovery.tasks import RestoreTask
 from workers.spark_tasks import run_tasks
 
 REBUILD_PENDING = "rebuild-pending.json"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers.faults import crash_point
 from workers.layout import store_path
 from workers.recovery.format import (
     Segment,
@@ -256,26 +256,6 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
                 store.commit_epoch(manifest.epoch, [])
     _report_progress(task, where, keys, total, done=True)
     return TaskRun(task.pu, where[0], where[1], keys, size, round(time.perf_counter() - started, 4))
-
-
-#: fault injection for the crash tests: "snapshot", "restore" or "rebuild" kills the runner's
-#: whole process group (RESCALER_RUNNER_PID's) right after the first segment written, vnode
-#: ingested or epoch re-run, once per state directory (a marker file remembers it)
-CRASH_DURING = "RESCALER_FAULT_CRASH_DURING"
-
-
-def crash_point(kind: str, state_root: str) -> None:
-    if os.environ.get(CRASH_DURING) != kind or not state_root:
-        return
-    from workers.epoch import RUNNER_PID
-
-    marker = Path(state_root) / f"fault-crashed-during-{kind}"
-    try:
-        with open(marker, "x", encoding="ascii") as fh:
-            fh.write(kind)
-    except FileExistsError:
-        return
-    os.killpg(os.getpgid(int(os.environ[RUNNER_PID])), signal.SIGKILL)
 
 
 def drop_staging(state_root: Path, snapshot: str | None = None) -> None:

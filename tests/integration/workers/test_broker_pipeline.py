@@ -34,7 +34,7 @@ from tests.integration.workers.fixtures import (
     start_runner,
 )
 from workers.control import LocalControl
-from workers.epoch import CRASH_AFTER_SINK_WRITE
+from workers.faults import CRASH_AFTER_SINK_WRITE
 from workers.oracle import expected_from_generator
 from workers.pipeline.placement import PlacementStore
 from workers.rescale.local import LocalChannel, plan_local, rescale
