@@ -2,7 +2,7 @@
 
 Per epoch a task opens its store, reads the epoch's keys (Zipf-distributed over the preloaded
 keys), writes every one back in a single ``commit_epoch`` with the epoch's outputs, reads the
-per-vnode stats and closes the store (workers/epoch.py does exactly this). Besides that loop it
+per-vnode stats and closes the store (workers/epoch/task.py does exactly this). Besides that loop it
 measures an idle open+close, a vnode's export + ingest + drop, and the disk footprint.
 
     .venv/bin/python -m bench.state_store            # 1M keys, 100k reads per epoch
@@ -154,7 +154,7 @@ class BackendRun:
         log(f"{self.backend}: preload {self.res['preload_updates_per_s']:,.0f} updates/s")
 
     def task(self, e: int) -> None:
-        """One epoch task, as workers/epoch.py runs it."""
+        """One epoch task, as workers/epoch/task.py runs it."""
         from workers.state import Update, open_store
 
         ids = self.w.epoch_keys[e]

@@ -57,7 +57,7 @@ def scheduler_conf(directory: Path) -> dict[str, str]:
 
 def task_location() -> tuple[str, str]:
     """(Spark executor id, host) of the process running this task."""
-    from workers.epoch import task_location as where
+    from workers.epoch.location import task_location as where
 
     return where()
 

@@ -1,6 +1,6 @@
 """The vectorised epoch: a built-in operator applied to a PU's whole slice on arrays.
 
-The per-key path (``workers.epoch.apply_records``) calls ``KeyedOperator.update`` once per key
+The per-key path (``workers.epoch.apply.apply_records``) calls ``KeyedOperator.update`` once per key
 with Python tuples, and decodes and encodes every state with msgpack: per key and per record
 Python work that dominates an epoch. Here the slice is grouped with Arrow, the states of all its
 keys are read in one ``StateStore.get_column`` and decoded from their buffers with numpy (the

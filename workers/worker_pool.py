@@ -20,7 +20,7 @@ from typing import Any
 
 from workers.config import RunnerConfig
 from workers.control import Command
-from workers.epoch import task_location
+from workers.epoch.location import task_location
 from workers.layout import store_path
 from workers.membership import ExecutorSeen, Membership, WorkerInfo, spark_executors
 from workers.pipeline.placement import VnodeMapping

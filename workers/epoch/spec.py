@@ -1,0 +1,97 @@
+"""What an epoch task is given: its spec, pickled to the executors, and the columns it reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from workers import partials
+from workers.operators import KeyedOperator, arrow_type
+from workers.pipeline.placement import EpochClock, SlotActions
+from workers.processor import ProcessorOperator
+from workers.processor.schema import wire_name
+from workers.region import Region
+from workers.sinks.base import Sink
+
+#: the clock columns a processor's held rows carry, so their replay runs at their own epoch's time
+CLOCK_COLUMNS = ("_batch_ms", "_watermark_ms", "_late_ms")
+
+
+class RoutingError(Exception):
+    """A record reached a PU that does not own its vnode: routing and placement disagree."""
+
+
+def output_schema(operator: KeyedOperator) -> pa.Schema:
+    """The schema every task of a fragment emits: kind, key, seq, the operator's fields, info."""
+    fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]
+    fields += [(name, arrow_type(typ)) for name, typ in operator.output_fields]
+    return pa.schema([*fields, ("info", pa.string())])
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a task needs, pickled to the executors with the function."""
+
+    fragment: str
+    operator: KeyedOperator
+    epoch: int
+    parallel_units: tuple[int, ...]  # Spark partition i runs PU parallel_units[i]
+    owned: tuple[
+        tuple[int, ...], ...
+    ]  # owned[i]: the vnodes PU parallel_units[i] applies records of
+    state_root: str
+    backend: str
+    terminal: bool  # the last fragment writes the sink instead of emitting outputs
+    actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU parallel_units[i]
+    sink: Sink | None = None  # where the terminal fragment's outputs go; None: FileSink
+    sink_retention: int = 50  # epochs the FileSink keeps
+    vectorised: bool = True  # False: every operator takes the per-key path (tests, benchmarks)
+    clock: EpochClock = dataclasses.field(
+        default_factory=EpochClock
+    )  # the epoch's processing time and watermark (processors)
+    event_time: str | None = None  # the column giving event time, when the pipeline has one
+    # the event time is an upstream processor's output (its event_time_column): the watermark
+    # stays the source's, so this fragment's event times do not move it (as in Spark)
+    chained_event_time: bool = False
+    # a snapshot taken at this epoch: after its commit, the task copies its store for it
+    snapshot: str | None = None
+    # outputs of epochs from this one on are kept (what a rebuild re-emits); None: the last two
+    outputs_from: int | None = None
+    # a re-run for a rebuild of lost stores (workers/recovery/rebuild.py): the sink already
+    # holds the epoch, and a whole store whose outputs of it are gone re-emits none
+    rebuilding: bool = False
+
+    def slot_actions(self, slot: int) -> SlotActions:
+        return self.actions[slot] if self.actions else SlotActions()
+
+
+def unique_columns(*names: str) -> list[str]:
+    """Column names without repeats (an operator may read ``seq`` itself)."""
+    return list(dict.fromkeys(names))
+
+
+def held_columns(spec: TaskSpec, held: pa.Table) -> list[str]:
+    if partials.is_partial(held):
+        return partials.partial_columns(partials.aggregates_of(spec.operator))
+    return unique_columns("key", "seq", "vnode", "src", *read_columns(spec))
+
+
+def read_columns(spec: TaskSpec) -> tuple[str, ...]:
+    """The record columns the operator reads (its key arrives as ``key``), event time included;
+    a processor's by their names in the task's tables (``wire_name``: its columns are the
+    user's, a built-in operator's are Rescaler's own, ``seq`` included)."""
+    key = getattr(spec.operator, "key_column", None)
+    named = wire_name if is_processor(spec) else str
+    wanted = (*(named(c) for c in spec.operator.columns if c != key), *event_column(spec))
+    return tuple(dict.fromkeys(wanted))
+
+
+def event_column(spec: TaskSpec) -> tuple[str, ...]:
+    return (spec.event_time,) if spec.event_time and is_processor(spec) else ()
+
+
+def is_processor(spec: TaskSpec) -> bool:
+    """A StatefulProcessor, or a keyed region of them: folded with the epoch's clock."""
+    return isinstance(spec.operator, ProcessorOperator | Region)
