@@ -46,7 +46,7 @@ from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import OperationPlan, RescaleOperation, RescaleStep
 from rescaler.operations.pipeline_archive import pipeline_archive
 from rescaler.operations.requests import operation_request
-from rescaler.operations.selectors import parallel_units_open_to_vnodes
+from rescaler.operations.selectors import parallel_units_closed_to_vnodes
 from rescaler.runner import workers as worker_services
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
 from workers.rescale.errors import RescaleError
@@ -442,7 +442,8 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
         key=lambda f: f["pipeline"] not in running,
     )
     columns = cluster_matrix(cluster).columns
-    open_pus = set(parallel_units_open_to_vnodes())
+    closed_pus = parallel_units_closed_to_vnodes()
+    open_pus = {c.pu for c in columns} - set(closed_pus)
     can_rescale = request.user.has_perm(RESCALE_PERMISSION)
     options: dict[str, Any] = {
         "fragments": fragments,
@@ -501,6 +502,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
             "removed": form.ticked("remove"),
             "parallel_units": columns,
             "open_pus": open_pus,
+            "closed_pus": closed_pus,
             "custom": CUSTOM,
             "can_rescale": can_rescale,
         },

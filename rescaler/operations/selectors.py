@@ -88,14 +88,21 @@ def cluster_view(pipeline: Pipeline) -> ClusterView:
     )
 
 
-def parallel_units_open_to_vnodes() -> frozenset[int]:
-    """The PUs new vnodes may go to, in every pipeline: as ``ClusterView.open_to_vnodes``
-    decides (the rule validation and the planner apply), for the pages to offer only those."""
-    found: set[int] = set()
+def parallel_units_closed_to_vnodes() -> dict[int, str]:
+    """PU -> why no new vnodes may go to it, for each PU that no pipeline's cluster view opens
+    (``ClusterView.vnode_refusal``, the rule validation, the planner and drains apply), so the
+    pages offer only the others and say why."""
+    closed: dict[int, str] = {}
+    opened: set[int] = set()
     for pipeline in Pipeline.objects.all():
         view = cluster_view(pipeline)
-        found.update(pu for pu in view.pu_worker if view.open_to_vnodes(pu))
-    return frozenset(found)
+        for pu in view.pu_worker:
+            refusal = view.vnode_refusal(pu)
+            if refusal is None:
+                opened.add(pu)
+            else:
+                closed.setdefault(pu, str(refusal))
+    return {pu: why for pu, why in closed.items() if pu not in opened}
 
 
 def measured_rates(pipeline: Pipeline) -> dict[str, float]:

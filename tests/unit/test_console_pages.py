@@ -14,7 +14,7 @@ from dashboard.console import cluster_matrix, skew
 from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_request
-from rescaler.operations.selectors import parallel_units_open_to_vnodes
+from rescaler.operations.selectors import parallel_units_closed_to_vnodes
 from tests.unit.api.fixtures import (
     make_user,
     register_cluster,
@@ -134,21 +134,30 @@ def _add_box(page: str, pu: int) -> str:
 def test_the_rescale_page_offers_only_the_pus_the_cluster_view_opens_to_vnodes(
     client: Client,
 ) -> None:
-    """Which PU may take vnodes is ClusterView.open_to_vnodes alone: the page disables the
-    others (a cordoned or draining worker's, a lost PU), as validation would refuse them."""
+    """Which PU may take vnodes is ClusterView.vnode_refusal alone: the page disables the
+    others (a cordoned, draining or unbootstrapped worker's, a lost PU, a dead worker's), as
+    validation would refuse them, and says why."""
     register_cluster(
         vnodes=16,
         initial_pus=(0, 1),
-        workers={"w1": [0, 1], "w2": [2], "w3": [3], "w4": [4], "w5": [5]},
-    )
+        workers={
+            "w1": [0, 1], "w2": [2], "w3": [3], "w4": [4], "w5": [5], "w6": [6], "w7": [7],
+        },
+    )  # fmt: skip
     Worker.objects.filter(name="w2").update(status="cordoned")
     Worker.objects.filter(name="w4").update(status="draining")
     ParallelUnit.objects.filter(number=5).update(status="lost")
-    assert parallel_units_open_to_vnodes() == {0, 1, 3}
+    Worker.objects.filter(name="w6").update(bootstrapped_epoch=-1)  # joined, no stores yet
+    Worker.objects.filter(name="w7").update(alive=False)
+    closed = parallel_units_closed_to_vnodes()
+    assert set(closed) == {2, 4, 5, 6, 7}
+    assert "cordoned" in closed[2] and "not bootstrapped" in closed[6]
+    assert "not alive" in closed[7]
     client.force_login(make_user("someone", rescale=True))
     page = client.get("/rescale/").content.decode()
-    for pu in (2, 4, 5):
+    for pu in (2, 4, 5, 6, 7):
         assert "disabled" in _add_box(page, pu), pu
+    assert "not alive" in _add_box(page, 7)  # the reason, on the box
     assert "disabled" not in _add_box(page, 3)
     for pu in (0, 1):  # in the fragment already: offered for removal only
         assert f'name="add" value="{pu}"' not in page and f'name="remove" value="{pu}"' in page

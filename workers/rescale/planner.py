@@ -78,7 +78,7 @@ def _keep_near(owned: list[int], slots: int, size: Sequence[int], target: float)
 def closed_quota(
     current: dict[int, int], parallel_units_after: list[int], vnodes: int, closed: frozenset[int]
 ) -> dict[int, int]:
-    """``target_counts``, except that a closed PU (its worker cordoned, draining or lost) is
+    """``target_counts``, except that a closed PU (``ClusterView.vnode_refusal``) is
     given no more than it holds: the vnodes it would have taken go to the open PUs. With no
     open PU left to take them, the plain quota (the request itself names no other way)."""
     quota = target_counts(current, parallel_units_after, vnodes)

@@ -45,17 +45,55 @@ class ClusterView:
     worker_bootstrapped_epoch: dict[str, int | None] = field(default_factory=dict)
     pu_status: dict[int, str] = field(default_factory=dict)
 
-    def open_to_vnodes(self, pu: int) -> bool:
-        """Whether new vnodes may go to ``pu``: it and its worker are active."""
+    def vnode_refusal(self, pu: int, fragment: str = "") -> errors.RescaleError | None:
+        """Why no new vnodes may go to ``pu``, or None if they may. This is the one rule of it:
+        validation, the planner's closed set, drains and the console's rescale form all ask it.
+        A PU takes new vnodes when it is active (not lost or removed) and its worker is active
+        (not cordoned, draining or leaving), bootstrapped (its stores exist) and alive. Removing
+        a PU that takes none stays allowed: that is how a lost worker's vnodes move to live PUs."""
+        on = f"{fragment}: " if fragment else ""
         worker = self.pu_worker.get(pu)
-        return (
-            self.pu_status.get(pu, PU_ACTIVE) == PU_ACTIVE
-            and self.worker_status.get(worker or "", WorkerStatus.ACTIVE) == WorkerStatus.ACTIVE
-        )
+        if worker is None:
+            return errors.UnknownParallelUnit(
+                f"{on}parallel unit {pu} does not exist; known: {sorted(self.pu_worker)}"
+            )
+        pu_status = self.pu_status.get(pu, PU_ACTIVE)
+        if pu_status == PU_LOST:
+            return errors.ParallelUnitLost(
+                f"{on}parallel unit {pu} is lost (worker {worker!r} disappeared); "
+                f"move its vnodes off it by removing it, and add a live PU instead"
+            )
+        if pu_status == PU_REMOVED:
+            return errors.ParallelUnitRemoved(
+                f"{on}parallel unit {pu} left the cluster with worker {worker!r}"
+            )
+        status = self.worker_status.get(worker, WorkerStatus.ACTIVE)
+        if status != WorkerStatus.ACTIVE:
+            cordoned = " (uncordon it first if it should take some)"
+            return errors.WorkerNotActive(
+                f"{on}parallel unit {pu} is on worker {worker!r}, which is {status}: "
+                f"no new vnodes go to it" + (cordoned if status == WorkerStatus.CORDONED else "")
+            )
+        bootstrapped = self.worker_bootstrapped_epoch.get(worker)
+        if bootstrapped is not None and bootstrapped < 0:
+            return errors.WorkerNotBootstrapped(
+                f"{on}parallel unit {pu} is on worker {worker!r}, which joined but is not "
+                f"bootstrapped yet (its stores are created at the next barrier); try again shortly"
+            )
+        if not self.worker_alive.get(worker, False):
+            return errors.DeadWorker(
+                f"{on}parallel unit {pu} is on worker {worker!r}, which is not alive"
+            )
+        return None
+
+    def open_to_vnodes(self, pu: int) -> bool:
+        """Whether new vnodes may go to ``pu`` (:meth:`vnode_refusal` finds no reason not to)."""
+        return self.vnode_refusal(pu) is None
 
     def closed_parallel_units(self) -> frozenset[int]:
-        """The PUs the planner must not give vnodes of its own choosing (cordoned, draining,
-        leaving or lost): they keep what they hold, and nothing more."""
+        """The PUs the planner must not give vnodes of its own choosing (:meth:`vnode_refusal`:
+        lost, on a worker that is not active, bootstrapped or alive): they keep what they hold,
+        and nothing more."""
         return frozenset(pu for pu in self.pu_worker if not self.open_to_vnodes(pu))
 
 
@@ -65,39 +103,6 @@ def fragment_busy(fragment: str, operation_id: str) -> errors.FragmentBusy:
         f"{fragment}: operation {operation_id} is still in progress on this fragment; "
         f"wait for it or cancel it"
     )
-
-
-def check_open(fragment: str, pu: int, worker: str, cluster: ClusterView) -> None:
-    """Refuse to add a PU that may not take vnodes: lost or removed, on a worker that is not
-    active, or whose stores the runner has not created yet. Removing such a PU stays allowed:
-    that is how the vnodes of a lost worker move to live PUs."""
-    pu_status = cluster.pu_status.get(pu, PU_ACTIVE)
-    if pu_status == PU_LOST:
-        raise errors.ParallelUnitLost(
-            f"{fragment}: parallel unit {pu} is lost (worker {worker!r} disappeared); "
-            f"move its vnodes off it by removing it, and add a live PU instead"
-        )
-    if pu_status == PU_REMOVED:
-        raise errors.ParallelUnitRemoved(
-            f"{fragment}: parallel unit {pu} left the cluster with worker {worker!r}"
-        )
-    status = cluster.worker_status.get(worker, WorkerStatus.ACTIVE)
-    if status != WorkerStatus.ACTIVE:
-        raise errors.WorkerNotActive(
-            f"{fragment}: parallel unit {pu} is on worker {worker!r}, which is {status}: "
-            f"no new vnodes go to it"
-            + (
-                " (uncordon it first if it should take some)"
-                if status == WorkerStatus.CORDONED
-                else ""
-            )
-        )
-    bootstrapped = cluster.worker_bootstrapped_epoch.get(worker)
-    if bootstrapped is not None and bootstrapped < 0:
-        raise errors.WorkerNotBootstrapped(
-            f"{fragment}: parallel unit {pu} is on worker {worker!r}, which joined but is not "
-            f"bootstrapped yet (its stores are created at the next barrier); try again shortly"
-        )
 
 
 def validate(request: OperationRequest, cluster: ClusterView) -> None:
@@ -116,12 +121,9 @@ def validate(request: OperationRequest, cluster: ClusterView) -> None:
                     f"{name}: parallel unit {pu} does not exist; known: {sorted(cluster.pu_worker)}"
                 )
         for pu in change.added_parallel_units:
-            worker = cluster.pu_worker[pu]
-            check_open(name, pu, worker, cluster)
-            if not cluster.worker_alive.get(worker, False):
-                raise errors.DeadWorker(
-                    f"{name}: parallel unit {pu} is on worker {worker!r}, which is not alive"
-                )
+            refusal = cluster.vnode_refusal(pu, name)
+            if refusal is not None:
+                raise refusal
             if pu in units:
                 raise errors.AlreadyInFragment(f"{name}: parallel unit {pu} already runs it")
         for pu in change.removed_parallel_units:

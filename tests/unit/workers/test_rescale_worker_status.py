@@ -23,7 +23,7 @@ def _cluster(pus: list[int], **status: Any) -> ClusterView:
     """Workers a (PUs 0, 1), b (2, 3), c (4, 5); the fragment runs on ``pus``."""
     return ClusterView(
         pu_worker={0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"},
-        worker_alive={"a": True, "b": True, "c": True},
+        worker_alive={"a": True, "b": True, "c": True, **status.pop("worker_alive", {})},
         fragments={"f": _view(pus)},
         **status,
     )
@@ -47,6 +47,7 @@ def _request(**change: list[int]) -> OperationRequest:
         ),
         ({"pu_status": {2: "lost"}}, errors.ParallelUnitLost, "parallel_unit_lost"),
         ({"pu_status": {2: "removed"}}, errors.ParallelUnitRemoved, "parallel_unit_removed"),
+        ({"worker_alive": {"b": False}}, errors.DeadWorker, "parallel_unit_on_dead_worker"),
     ],
 )
 def test_adding_a_pu_that_may_not_take_vnodes_is_refused(
@@ -55,6 +56,12 @@ def test_adding_a_pu_that_may_not_take_vnodes_is_refused(
     with pytest.raises(error, match="parallel unit 2") as refused:
         validate(_request(added_parallel_units=[2]), _cluster([0, 1], **status))
     assert refused.value.code == code
+    # one rule: the planner's closed set, the drains' and the pages' check say the same
+    cluster = _cluster([0, 1, 2], **status)
+    assert not cluster.open_to_vnodes(2) and 2 in cluster.closed_parallel_units()
+    assert type(cluster.vnode_refusal(2)) is error
+    plan = plan_request(_request(removed_parallel_units=[0]), cluster)
+    assert 2 not in {m.target_pu for m in plan.fragments["f"].moves}
 
 
 def test_a_cordoned_worker_is_told_how_to_take_vnodes_again() -> None:
