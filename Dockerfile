@@ -8,10 +8,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Java 17 runs Spark (pyspark ships Spark's jars and bin/spark-class, not a JVM); procps gives
+# Java 17 runs Spark (pyspark ships Spark's jars and bin/spark-class, not a JVM), and its javac
+# builds the class that pins each PU's task to its executor (workers/pinning.py); procps gives
 # Spark's scripts `ps`.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless procps \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
@@ -27,8 +28,12 @@ ENV DJANGO_SETTINGS_MODULE=rescaler.settings.production \
     SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=/usr/local/bin/python \
     PYSPARK_DRIVER_PYTHON=/usr/local/bin/python \
-    STATE_DIR=/var/lib/rescaler/state
+    STATE_DIR=/var/lib/rescaler/state \
+    RESCALER_JVM_DIR=/app/var/jvm
 ENV PATH="${SPARK_HOME}/bin:${PATH}"
+
+# The pinning class, built once into the image for its Spark.
+RUN python -m workers.pinning /app/var/jvm
 
 # Static files are collected into the image; WhiteNoise serves them from daphne.
 RUN SECRET_KEY=collectstatic-only ALLOWED_HOSTS=build python manage.py collectstatic --noinput

@@ -21,6 +21,7 @@ from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import key_range_sql, vnode_sql
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
+from workers.pinning import pin
 from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
@@ -70,8 +71,12 @@ class EpochJob:
         sink: Sink | None = None,
         *,
         control: ControlStream | None = None,
+        homes: Callable[[], dict[int, str]] | None = None,
     ) -> None:
+        """``homes``: PU -> its home executor's location (``workers.pinning``), read at each
+        epoch; each PU task is pinned there. None (local mode, tests): Spark places them."""
         self.spark = spark
+        self.homes = homes
         self.config = config
         self.control = control or ControlStream.of(config.pipeline_dir)
         self.pipeline = pipeline
@@ -190,6 +195,9 @@ class EpochJob:
             routed = routed.groupBy("kind", "key", "vnode", "slot", "info", "_own").agg(
                 *(F.expr(e) for e in spark_aggregations(preaggregated, spec.event_time))
             )
+        if self.homes is not None:  # each PU's task on its home executor
+            homes = self.homes()
+            routed = pin(routed, [homes.get(pu) for pu in placement.parallel_units])
         from pyspark.sql.pandas.types import from_arrow_schema
 
         # a StructType built in Python: a DDL string would be parsed in the JVM, a py4j round

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.control import WorkerInfo
+from workers.pinning import location
 
 log = logging.getLogger("workers.membership")
 
@@ -143,6 +144,19 @@ class Membership:
                 pu
                 for w in self.workers.values()
                 if w.alive and w.bootstrapped_epoch >= 0
+                for pu in w.parallel_units
+            }
+
+    def home_locations(self) -> dict[int, str]:
+        """PU -> its home executor as Spark's preferred location, for the PUs of live workers
+        (``workers.pinning``; local mode has one executor and none)."""
+        if self.local:
+            return {}
+        with self._lock:
+            return {
+                pu: location(w.host, w.executor_id)
+                for w in self.workers.values()
+                if w.alive
                 for pu in w.parallel_units
             }
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from workers.config import RunnerConfig
+from workers.pinning import jar_path, with_jar
 from workers.spark_tasks import scheduler_conf
 
 CHECKPOINT_MANAGER = (
@@ -37,9 +38,10 @@ def build_spark(config: RunnerConfig, app_name: str) -> Any:
         # worker's preemption notice (docs/elastic-workers.md, "Preemption")
         .config("spark.decommission.enabled", "true")
     )
-    for key, value in scheduler_conf(config.pipeline_dir).items():
-        builder = builder.config(key, value)
-    for key, value in config.spark_conf:
+    conf = {**scheduler_conf(config.pipeline_dir), **dict(config.spark_conf)}
+    if not config.is_local:  # each PU's task on its home executor (workers/pinning.py)
+        conf = with_jar(conf, jar_path())
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -64,6 +64,9 @@ class WorkerPool:
     def usable_pus(self) -> set[int]:
         return self.membership.usable_pus()
 
+    def home_locations(self) -> dict[int, str]:
+        return self.membership.home_locations()
+
     def snapshot(self) -> list[WorkerInfo]:
         return self.membership.snapshot()
 

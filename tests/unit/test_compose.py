@@ -192,7 +192,8 @@ def test_state_dir_is_one_volume_shared_by_runner_and_spark_workers(
 def test_dockerfile_builds_python_311_with_java_17_and_spark_python_set() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim", dockerfile, re.MULTILINE)
-    assert "openjdk-17-jre-headless" in dockerfile
+    assert "openjdk-17-jdk-headless" in dockerfile  # javac builds the pinning class
+    assert "python -m workers.pinning" in dockerfile and "RESCALER_JVM_DIR" in dockerfile
     assert "requirements.lock" in dockerfile
     for variable in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME"):
         assert variable in dockerfile

@@ -414,7 +414,12 @@ class PipelineRunner:
             self.placements_store.save(self.placements)  # a restart may have reconciled an op
             self.executor.placements_saved()
             self.job = EpochJob(
-                self.spark, cfg, self.pipeline, self.sink, control=self.control_stream
+                self.spark,
+                cfg,
+                self.pipeline,
+                self.sink,
+                control=self.control_stream,
+                homes=None if cfg.is_local else self.workers.home_locations,
             )
             with phases.phase("prepare check"):
                 self.job.check_prepared()

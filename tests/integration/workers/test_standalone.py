@@ -6,7 +6,7 @@ worker provider; the runner as a real process against them, reading a directory 
 
 1. one worker: the pipeline runs on its one PU, and every PU task reports that executor;
 2. a second worker joins: its PU is bootstrapped and reported by itself, then a live rescale
-   puts vnodes on it;
+   puts vnodes on it, and each PU's task runs on its home executor (workers/pinning.py);
 3. the first worker is drained (a live rescale moves every fragment off its PU), decommissioned
    and its process stopped: the stream goes on;
 4. a third worker joins and takes vnodes; the second one is killed with SIGKILL: it is reported
@@ -83,6 +83,12 @@ def placed_on(runner: RunnerProcess, since: int) -> list[tuple[int, str]]:
     ]
 
 
+def away_from_home(runner: RunnerProcess, since: int, home: dict[int, str]) -> list[Any]:
+    """The PU tasks with records, after the first ``since`` epochs, that ran elsewhere than
+    their PU's home executor (``home``: PU -> executor id)."""
+    return [(pu, ex) for pu, ex in placed_on(runner, since) if home.get(pu) != ex]
+
+
 def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
     tmp_path: Path, cluster: Any
 ) -> None:
@@ -136,8 +142,9 @@ def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
     before = len(runner.epochs())
     more(1_000)
     assert {pu for pu, _ in placed_on(runner, before)} == {0, 1}
-    executors = {ex for _, ex in placed_on(runner, before)}
-    assert executors <= {w1.executor_id, w2.executor_id}, executors
+    # each PU's task ran on its home executor (workers/pinning.py), every epoch
+    home = {0: w1.executor_id, 1: w2.executor_id}
+    assert not away_from_home(runner, before, home), placed_on(runner, before)
 
     # 3. drain the first worker, decommission it, stop its process
     live(state, runner, "drain-w1", {"removed_parallel_units": [0]})
@@ -155,6 +162,11 @@ def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
     wait_workers(runner, "the third worker to join", lambda ws: ready(ws.get("w3")))
     w3 = workers(runner)["w3"]
     live(state, runner, "onto-w3", {"added_parallel_units": list(w3.parallel_units)})
+    before = len(runner.epochs())
+    more(500)
+    home = {1: w2.executor_id, **dict.fromkeys(w3.parallel_units, w3.executor_id)}
+    assert {pu for pu, _ in placed_on(runner, before)} == set(home)
+    assert not away_from_home(runner, before, home), placed_on(runner, before)
     host = provider.executor_host(w2.executor_id)
     assert host is not None
     os.killpg(host.pid, signal.SIGKILL)
