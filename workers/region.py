@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from workers.operators import KeyedOperator, Output
+from workers.operators.base import KeyedOperator, Output
 from workers.processor import ProcessorOperator, UnsupportedProcessor, section_of, user_name
 from workers.processor.operator import sink_columns
 

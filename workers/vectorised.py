@@ -196,7 +196,7 @@ def _decode_fixed(op: KeyedOperator, old: pa.Array) -> tuple[np.ndarray, list[np
 def _outputs_table(
     op: KeyedOperator, keys: pa.Array, seq: pa.Array, fields: Sequence[np.ndarray]
 ) -> pa.Table:
-    from workers.operators import arrow_type
+    from workers.operators.base import arrow_type
 
     arrays = [pc.cast(keys, pa.string()), pc.cast(seq, pa.int64())]
     arrays += [

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from workers import partials
-from workers.operators import KeyedOperator, arrow_type, sort_by_seq
+from workers.operators.base import KeyedOperator, arrow_type, sort_by_seq
 from workers.state.base import StateStore, Update, encode_key
 
 

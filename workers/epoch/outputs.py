@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from workers.operators import KeyedOperator, arrow_type
+from workers.operators.base import KeyedOperator, arrow_type
 
 
 def ipc_bytes(table: pa.Table) -> bytes:

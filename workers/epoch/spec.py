@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from workers import partials
-from workers.operators import KeyedOperator, arrow_type
+from workers.operators.base import KeyedOperator, arrow_type
 from workers.pipeline.placement import EpochClock, SlotActions
 from workers.processor import ProcessorOperator
 from workers.processor.schema import wire_name

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from workers.operators import KeyedOperator
+from workers.operators.base import KeyedOperator
 from workers.sinks.base import Sink
 
 DEFAULT_VNODES = 256
@@ -89,7 +89,7 @@ class Pipeline:
 
     def validate(self) -> None:
         """Everything that can be checked without Spark; raises InvalidPipeline naming it."""
-        from workers.operators import KeyedOperator
+        from workers.operators.base import KeyedOperator
 
         where = f"pipeline {self.name!r}"
         if not _NAME.fullmatch(self.name):

@@ -29,7 +29,7 @@ ignored (docs/pipelines.md, "Compatibility with transformWithState", lists every
 and what Rescaler does with it).
 """
 
-from workers.operators import Record
+from workers.operators.base import Record
 from workers.pipeline.placement import EpochClock
 from workers.processor.layout import parse_timer_key, section_of, timer_key, timer_range
 from workers.processor.operator import ProcessorOperator

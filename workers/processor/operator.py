@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from workers.operators import KeyedOperator, Output
+from workers.operators.base import KeyedOperator, Output
 from workers.processor.schema import (
     INTERFACES,
     TIME_MODES,

@@ -177,7 +177,7 @@ class ProcessorRun:
             self.fire_timers(segment.vnodes, clock, clock.watermark_ms)
 
     def _fold_rows(self, records: pa.Table, clock: EpochClock) -> None:
-        from workers.operators import sort_by_seq
+        from workers.operators.base import sort_by_seq
 
         ordered = sort_by_seq(records)
         keys = ordered.column("key").to_pylist()
