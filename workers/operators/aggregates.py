@@ -4,7 +4,7 @@ page statistics.
 None of them depends on record order: each declares its ``aggregates``, so the engine folds a
 key's records into one partial row (in Spark or in the task, ``workers.partials``) before
 ``update``, and each keeps a few numbers in a :class:`~workers.operators.base.FixedForm`, which
-the vectorised epoch reads and writes a whole column at a time (``workers.vectorised``).
+the vectorised epoch reads and writes a whole column at a time (``workers.vectorised.numeric``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def canonical_nan(value: float) -> float:
     """Every NaN as the one quiet NaN Python makes. IEEE 754 leaves the sign and payload of a
     NaN produced by arithmetic (inf - inf) unspecified, and Arrow's SIMD sums produce either
     sign from run to run: without this, a replayed or vectorised epoch could store other bytes
-    for the same value (the vectorised path does the same, ``workers.vectorised``)."""
+    for the same value (the vectorised path does the same, ``workers.vectorised.numeric``)."""
     return float("nan") if value != value else value
 
 

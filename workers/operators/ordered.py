@@ -4,7 +4,7 @@
 windows before it; ``UserActivity`` (the clickstream, keyed by user) opens a session after a gap
 and emits each page's first visit. ``UserActivity`` writes a columnar layout of its own (state
 version 2; version 1, msgpack, is read and rewritten at the next update), which the vectorised
-epoch decodes on arrays (``workers.vectorised``).
+epoch decodes on arrays (``workers.vectorised.activity``).
 """
 
 from __future__ import annotations

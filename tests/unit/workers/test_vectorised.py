@@ -329,7 +329,7 @@ def test_a_nan_made_by_arithmetic_is_stored_as_the_one_quiet_nan() -> None:
     sums either): both paths store the same canonical bits, so a replay or the other path never
     writes other bytes for the same value."""
     from workers.operators import Sum
-    from workers.vectorised import _fold_sum
+    from workers.vectorised.numeric import _fold_sum
 
     canonical = np.array([np.nan]).view(np.int64)[0]
     state, _ = Sum("v").update("a", float("inf"), [(float("-inf"),)])

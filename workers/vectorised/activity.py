@@ -1,31 +1,14 @@
-"""The vectorised epoch: a built-in operator applied to a PU's whole slice on arrays.
-
-The per-key path (``workers.epoch.apply.apply_records``) calls ``KeyedOperator.update`` once per key
-with Python tuples, and decodes and encodes every state with msgpack: per key and per record
-Python work that dominates an epoch. Here the slice is grouped with Arrow, the states of all its
-keys are read in one ``StateStore.get_column`` and decoded from their buffers with numpy (the
-built-in encodings are laid out for that, see ``workers.operators``), the operator is applied on
-arrays, and the new states and the outputs come back as Arrow columns for one
-``StateStore.commit_columns``.
-
-The results are those of the per-key path, bit for bit: the same states, the same outputs in the
-same order (``tests/unit/workers/test_vectorised.py`` checks it property by property). Only the
-built-in classes themselves are vectorised (a subclass may change ``update``, so it keeps the
-per-key path), and a batch whose column types or value ranges the array code would treat
-differently from Python (nulls, non-integer counts, int64 overflow) also takes the per-key path.
-Stored values in an older encoding are decoded one by one (and rewritten in the current one).
-"""
+"""The vectorised UserActivity: sessions, bytes and first page visits of a slice's users on
+arrays, the states read from and written in UserActivity's columnar layout."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers import partials
 from workers.columnar import (
     binary_from_parts,
     binary_parts,
@@ -35,21 +18,10 @@ from workers.columnar import (
     store_keys,
     string_from_parts,
 )
-from workers.operators import (
-    Count,
-    KeyedOperator,
-    Max,
-    Mean,
-    Min,
-    OperatorError,
-    PageStats,
-    Sum,
-    UserActivity,
-    sort_by_seq,
-)
+from workers.operators.base import KeyedOperator, OperatorError, sort_by_seq
+from workers.operators.ordered import UserActivity
 from workers.state.base import ColumnUpdates
-
-Reader = Callable[[pa.Array], pa.LargeBinaryArray]  # store keys -> values (StateStore.get_column)
+from workers.vectorised.batch import BatchResult, Kernel, Reader
 
 # Below these magnitudes the int64 arithmetic of UserActivity cannot overflow where Python's
 # integers would not: |ts| < 2**62 keeps every difference in range, and fewer than 2**31
@@ -58,156 +30,6 @@ _TS_LIMIT = 1 << 62
 _SIZE_LIMIT = 1 << 31
 
 
-@dataclass(frozen=True)
-class BatchResult:
-    """What one epoch's slice does to the store: the updates to commit and the outputs."""
-
-    updates: ColumnUpdates
-    outputs: pa.Table  # key, seq, *output fields, as the per-key path builds them
-
-
-def apply_batch(operator: KeyedOperator, records: pa.Table, read: Reader) -> BatchResult | None:
-    """Fold ``records`` (key, seq, vnode, the operator's columns; or partial rows,
-    ``workers.partials``) on arrays; nothing is written.
-
-    Returns None when this operator or this batch must take the per-key path.
-    """
-    kernel = _KERNELS.get(type(operator))
-    if kernel is None or records.num_rows == 0:
-        return None
-    return kernel(operator, records, read)
-
-
-# -- numeric operators: Count, Sum, Min, Max, Mean, PageStats ----------------------------------
-# A fold takes (present, old state columns, partial aggregates) and returns the new state
-# columns and the output columns, computing exactly what the operator's ``update`` computes.
-Fold = Callable[
-    [KeyedOperator, np.ndarray, list[np.ndarray], list[np.ndarray]],
-    tuple[list[np.ndarray], list[np.ndarray]],
-]
-
-
-def _fold_count(
-    op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    new = np.where(present, old[0], 0) + parts[0]
-    return [new], [new]
-
-
-def _canonical_nan(values: np.ndarray) -> np.ndarray:
-    """NaNs as the one quiet NaN (``workers.operators.canonical_nan``: the per-key path)."""
-    nans = np.isnan(values)
-    return np.where(nans, np.float64(np.nan), values) if nans.any() else values
-
-
-def _fold_sum(
-    op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    part = parts[0].astype(np.float64)
-    new = _canonical_nan(np.where(present, old[0] + part, part))
-    return [new], [new]
-
-
-def _fold_min(
-    op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    part = parts[0].astype(np.float64)
-    # min(state, part) keeps the state unless part < state (NaN included): not np.minimum
-    new = _canonical_nan(np.where(~present | (part < old[0]), part, old[0]))
-    return [new], [new]
-
-
-def _fold_max(
-    op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    part = parts[0].astype(np.float64)
-    new = _canonical_nan(np.where(~present | (part > old[0]), part, old[0]))
-    return [new], [new]
-
-
-def _fold_mean(
-    op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    total = _canonical_nan(np.where(present, old[0], 0.0) + parts[0].astype(np.float64))
-    count = np.where(present, old[1], 0) + parts[1]
-    return [total, count], [total / count]
-
-
-def _fold_page_stats(
-    op: KeyedOperator, present: np.ndarray, old: list[np.ndarray], parts: list[np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    views = np.where(present, old[0], 0) + parts[0]
-    uniques = np.where(present, old[1], 0) + parts[1]
-    return [views, uniques], [views, uniques]
-
-
-# fold, and per partial aggregate the types it takes: "i" integers, "n" integers or floats
-# (what the operator's ``update`` turns with int() or float() the same way numpy casts them).
-_FOLDS: dict[type[KeyedOperator], tuple[Fold, str]] = {
-    Count: (_fold_count, "i"),
-    Sum: (_fold_sum, "n"),
-    Min: (_fold_min, "n"),
-    Max: (_fold_max, "n"),
-    Mean: (_fold_mean, "ni"),
-    PageStats: (_fold_page_stats, "ii"),
-}
-
-
-def _numeric(op: KeyedOperator, records: pa.Table, read: Reader) -> BatchResult | None:
-    fold, kinds = _FOLDS[type(op)]
-    aggregates = op.aggregates
-    # The same fold as the operator's combine (records or partial rows, workers.partials), so
-    # the same groups in the same order, with each key's last seq and its vnode.
-    grouped = partials.fold(records, aggregates)
-    parts = []
-    for (column, agg), kind in zip(aggregates, kinds, strict=True):
-        part = grouped[partials.column_name(column, agg)]
-        integer = pa.types.is_integer(part.type)
-        if part.null_count or not (integer or (kind == "n" and pa.types.is_floating(part.type))):
-            return None  # update() would fail or convert differently: let it
-        parts.append(part.to_numpy().astype(np.int64 if integer else np.float64))
-    keys = grouped["key"]
-    skeys = store_keys(grouped["vnode"].to_numpy(), keys)
-    old = read(skeys)
-    present, columns = _decode_fixed(op, old)
-    new_columns, out_columns = fold(op, present, columns, parts)
-    new = op.form.pack_columns(new_columns)  # type: ignore[attr-defined]
-    outputs = _outputs_table(op, keys, grouped["seq"], out_columns)
-    return BatchResult(ColumnUpdates(skeys, old, new), outputs)
-
-
-def _decode_fixed(op: KeyedOperator, old: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(present, state columns) of a column of stored values in the operator's FixedForm."""
-    present = np.asarray(old.is_valid(), bool)
-    in_form, columns = op.form.unpack_columns(old)  # type: ignore[attr-defined]
-    legacy = np.flatnonzero(present & ~in_form)
-    if len(legacy):
-        # msgpack's compact forms (written before the fixed form), or another version, which
-        # decode() refuses with its error: read one by one; the commit rewrites them fixed.
-        states = [op.decode(v) for v in old.take(pa.array(legacy)).to_pylist()]
-        if len(columns) == 1:
-            columns[0][legacy] = states
-        else:
-            for i, column in enumerate(columns):
-                column[legacy] = [s[i] for s in states]
-    return present, columns
-
-
-def _outputs_table(
-    op: KeyedOperator, keys: pa.Array, seq: pa.Array, fields: Sequence[np.ndarray]
-) -> pa.Table:
-    from workers.operators.base import arrow_type
-
-    arrays = [pc.cast(keys, pa.string()), pc.cast(seq, pa.int64())]
-    arrays += [
-        pa.array(column, arrow_type(typ))
-        for column, (_, typ) in zip(fields, op.output_fields, strict=True)
-    ]
-    names = ["key", "seq", *(name for name, _ in op.output_fields)]
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-# -- UserActivity -------------------------------------------------------------------------------
 @dataclass
 class _Activity:
     """UserActivity states of a batch of keys as columns; pages as (group, page) pairs."""
@@ -410,9 +232,5 @@ def _user_activity(op: KeyedOperator, records: pa.Table, read: Reader) -> BatchR
     return BatchResult(ColumnUpdates(skeys, old, new), outputs)
 
 
-Kernel = Callable[[KeyedOperator, pa.Table, Reader], BatchResult | None]
-# Exact classes only: a subclass may override update() and must keep the per-key path.
-_KERNELS: dict[type[KeyedOperator], Kernel] = {
-    **{cls: _numeric for cls in _FOLDS},
-    UserActivity: _user_activity,
-}
+#: the kernel of each operator class this module vectorises
+KERNELS: dict[type[KeyedOperator], Kernel] = {UserActivity: _user_activity}
