@@ -1,4 +1,4 @@
-"""Where the local worker provider keeps its workers (workers/provider.py)."""
+"""Where the local worker provider keeps its workers (workers/provider/local.py)."""
 
 from __future__ import annotations
 
