@@ -238,6 +238,36 @@ def row_vnodes(keys: pa.Array) -> np.ndarray:
     return vnodes
 
 
+def verify_export(export: VnodeExport) -> VnodeStats:
+    """Check an export before anything is written; returns the stats the vnode will have."""
+    vnode = export.vnode
+    if not 0 <= vnode < MAX_VNODES:
+        raise IngestMismatch(f"vnode {vnode} out of range")
+    items = export.items
+    if export.keys != len(items):
+        raise IngestMismatch(
+            f"vnode {vnode}: export declares {export.keys} keys but carries {len(items)}"
+        )
+    prefix = VNODE_PREFIX.pack(vnode)
+    previous = b""
+    size = 0
+    for key, value in items:
+        # Order and range matter beyond the checksum: a source that exported duplicates or
+        # another vnode's keys would otherwise be ingested with wrong stats or clobber neighbours.
+        if key[:2] != prefix:
+            raise IngestMismatch(f"vnode {vnode}: key {key!r} is outside the vnode's range")
+        if key <= previous:
+            raise IngestMismatch(f"vnode {vnode}: keys are not strictly increasing at {key!r}")
+        previous = key
+        size += len(key) + len(value)
+    checksum = checksum_items(items)
+    if checksum != export.checksum:
+        raise IngestMismatch(
+            f"vnode {vnode}: checksum {checksum} differs from the declared {export.checksum}"
+        )
+    return VnodeStats(keys=len(items), bytes=size)
+
+
 def verify_columns(vnode: int, keys: pa.Array, values: pa.Array, checksum: str) -> VnodeStats:
     """:func:`verify_export` for a vnode's rows as columns, on buffers: the same checks (range,
     strictly increasing keys, the digest), no step per row in Python."""
@@ -368,7 +398,7 @@ class StateStore(ABC):
 
         Returns False and changes nothing when ``epoch`` <= the applied epoch (a replay).
         Raises VnodeSealed, changing nothing, when an update touches a sealed vnode or a key in
-        a sealed key range (:func:`workers.state.refuse_sealed`).
+        a sealed key range (:func:`workers.state.commit.refuse_sealed`).
         Outputs of epochs older than ``epoch - 1`` (or than ``outputs_from``, when that is
         older: the epochs a rebuild would re-run) are discarded in the same write.
         """
@@ -474,8 +504,6 @@ class StateStore(ABC):
         Replaces whatever the vnode held here. Raises IngestMismatch, changing nothing, when the
         export does not verify.
         """
-        from workers.state import verify_export
-
         self._replace_vnode(export.vnode, export.items, verify_export(export))
 
     def ingest_columns(self, vnode: int, keys: pa.Array, values: pa.Array, checksum: str) -> None:

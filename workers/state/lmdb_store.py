@@ -26,15 +26,11 @@ from typing import Any, cast
 import lmdb
 import pyarrow as pa
 
-from workers.state import (
-    APPLIED_EPOCH_KEY,
-    EPOCH,
-    OUTPUT_KEY,
+from workers.state.base import (
     RANGE_SEALS_KEY,
     STATS,
     VNODE_PREFIX,
     ColumnUpdates,
-    CommitPlan,
     StateStore,
     StateStoreError,
     StoreWrite,
@@ -43,15 +39,21 @@ from workers.state import (
     VnodeStats,
     apply_stats_delta,
     binary_array,
-    check_epoch,
     check_vnodes,
     forget_range_seals,
+    vnode_range,
+)
+from workers.state.commit import (
+    APPLIED_EPOCH_KEY,
+    EPOCH,
+    OUTPUT_KEY,
+    CommitPlan,
+    check_epoch,
     fsync_enabled,
     outputs_kept_from,
     plan_columns,
     plan_commit,
     refuse_sealed,
-    vnode_range,
 )
 
 DEFAULT_MAP_SIZE = 32 << 30

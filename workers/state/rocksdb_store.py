@@ -35,16 +35,12 @@ from rocksdict import (
     WriteOptions,
 )
 
-from workers.state import (
-    APPLIED_EPOCH_KEY,
+from workers.state.base import (
     ENTRIES,
-    EPOCH,
-    OUTPUT_KEY,
     RANGE_SEALS_KEY,
     STATS,
     VNODE_PREFIX,
     ColumnUpdates,
-    CommitPlan,
     StateStore,
     StateStoreError,
     StoreWrite,
@@ -53,15 +49,21 @@ from workers.state import (
     VnodeStats,
     apply_stats_delta,
     binary_array,
-    check_epoch,
     check_vnodes,
     forget_range_seals,
+    vnode_range,
+)
+from workers.state.commit import (
+    APPLIED_EPOCH_KEY,
+    EPOCH,
+    OUTPUT_KEY,
+    CommitPlan,
+    check_epoch,
     fsync_enabled,
     outputs_kept_from,
     plan_columns,
     plan_commit,
     refuse_sealed,
-    vnode_range,
 )
 
 _SIDE_CFS = ("meta", "stats", "outputs", "sealed")
