@@ -115,7 +115,7 @@ class RunnerConfig:
             except ValueError as exc:
                 raise ConfigError(f"source {self.source!r}: {exc}") from None
         if self.sink:
-            from workers.sinks.base import sink_from_uri
+            from workers.sinks.factory import sink_from_uri
 
             try:
                 sink_from_uri(self.sink)

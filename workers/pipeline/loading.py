@@ -183,7 +183,7 @@ def check_on_executors(spark: Any, ref: str, *, warm: tuple[str, ...] = ()) -> N
 def resolve_sink(config: RunnerConfig, pipeline: Pipeline) -> Sink:
     """Where the last fragment's outputs go: ``--sink`` (RESCALER_SINK), else the pipeline's
     own sink, else, for a built-in demo pipeline only, the Arrow debugging files."""
-    from workers.sinks.base import sink_from_uri
+    from workers.sinks.factory import sink_from_uri
     from workers.sinks.files import FileSink
 
     sink = sink_from_uri(config.sink) if config.sink else pipeline.sink
