@@ -5,10 +5,11 @@
 - The Django apps (every package with an ``apps.py`` under ``rescaler/`` and ``dashboard/``)
   import each other in no circle, so each one can be read, tested and changed from the bottom up.
 - Nor do the modules inside them (issue 48: ``rescaler.operations`` had drive -> requests ->
-  tasks -> drive): a module is read from the modules it imports. A package's ``__init__`` that
-  re-exports its submodules is no circle with them (``from pkg import sub`` imports ``pkg.sub``);
-  a submodule importing a name its package's ``__init__`` defines is an edge to the package.
-  ``workers/`` is not checked yet: it has circles of its own.
+  tasks -> drive), nor the modules of ``workers/`` (issue 48: ``workers.state`` and its backends,
+  ``workers.sinks.base`` and every sink): a module is read from the modules it imports. A
+  package's ``__init__`` that re-exports its submodules is no circle with them (``from pkg import
+  sub`` imports ``pkg.sub``); a submodule importing a name its package's ``__init__`` defines is
+  an edge to the package.
 
 Every ``import`` counts, wherever it is written: at module level, inside a function (an import
 moved into a function to dodge a cycle is still a dependency) or under ``TYPE_CHECKING``. A
@@ -224,6 +225,10 @@ def test_the_apps_import_each_other_in_no_circle() -> None:
 
 def test_the_modules_import_each_other_in_no_circle() -> None:
     assert_no_circle(module_graph(), "modules of rescaler/ and dashboard/")
+
+
+def test_the_data_plane_modules_import_each_other_in_no_circle() -> None:
+    assert_no_circle(module_graph((DATA_PLANE,)), "modules of workers/")
 
 
 # --- the checker checks itself -------------------------------------------------------------------
