@@ -6,7 +6,7 @@ The stack is this machine's, all of it private to the run (nothing shared is res
 * a Postgres cluster and a Redis server of its own on free ports (``tests/integration/services.py``),
   which the faults restart; the sink's table is in a throwaway database on the machine's Postgres
   (never restarted here), dropped at the end;
-* a Spark standalone master and ``spark-class`` workers of one core each (``workers/provider.py``),
+* a Spark standalone master and ``spark-class`` workers of one core each (``workers/provider/``),
   the worker provider ``local`` so that "add worker" and a drain's release really start and stop
   them;
 * daphne on a fixed free port, two Celery workers and the runner (``manage.py run_pipeline``,
