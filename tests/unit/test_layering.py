@@ -10,6 +10,9 @@
   package's ``__init__`` that re-exports its submodules is no circle with them (``from pkg import
   sub`` imports ``pkg.sub``); a submodule importing a name its package's ``__init__`` defines is
   an edge to the package.
+- Inside ``workers/``, lower layers never import upper ones: the stores (``workers.state``)
+  nothing of rescales, the epoch task or the runner; sources and sinks nothing of the epoch
+  task, its job or the runner (``DATA_PLANE_LAYERS``).
 
 Every ``import`` counts, wherever it is written: at module level, inside a function (an import
 moved into a function to dodge a cycle is still a dependency) or under ``TYPE_CHECKING``. A
@@ -229,6 +232,47 @@ def test_the_modules_import_each_other_in_no_circle() -> None:
 
 def test_the_data_plane_modules_import_each_other_in_no_circle() -> None:
     assert_no_circle(module_graph((DATA_PLANE,)), "modules of workers/")
+
+
+#: the data plane's own layers: (the packages below, what they must never import). A store
+#: knows nothing of rescales or of the runner; a source or a sink nothing of the epoch task.
+DATA_PLANE_LAYERS = (
+    (("workers.state",), ("workers.rescale", "workers.runner", "workers.epoch", "workers.job")),
+    (("workers.sources", "workers.sinks"), ("workers.epoch", "workers.runner", "workers.job")),
+)
+
+
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def layer_breaches(graph: dict[str, dict[str, list[Import]]]) -> list[str]:
+    """Each import of ``graph`` that crosses a data-plane layer the wrong way, as path:line."""
+    return [
+        f"{imp.path}:{imp.line}: {imp.module} imports {imp.target}"
+        for lower, forbidden in DATA_PLANE_LAYERS
+        for module, edges in graph.items()
+        if _under(module, lower)
+        for target, imports in edges.items()
+        if _under(target, forbidden)
+        for imp in imports
+    ]
+
+
+def test_the_data_plane_layers_import_only_downwards() -> None:
+    breaches = layer_breaches(module_graph((DATA_PLANE,)))
+    assert not breaches, "a lower layer of workers/ imports an upper one:\n" + "\n".join(breaches)
+
+
+def test_a_store_importing_the_runner_is_a_breach(tmp_path: Path) -> None:
+    state = tmp_path / "workers" / "state"
+    state.mkdir(parents=True)
+    (tmp_path / "workers" / "__init__.py").write_text("")
+    (state / "__init__.py").write_text("")
+    (tmp_path / "workers" / "runner.py").write_text("")
+    (state / "store.py").write_text("def f():\n    from workers.runner import x\n")
+    breaches = layer_breaches(module_graph((DATA_PLANE,), tmp_path))
+    assert breaches == ["workers/state/store.py:2: workers.state.store imports workers.runner"]
 
 
 # --- the checker checks itself -------------------------------------------------------------------
