@@ -203,13 +203,25 @@ class HistoryTable(tables.Table):
         return value
 
 
+def changed_keys(before: Any, after: Any) -> set[str] | None:
+    """The keys whose values an event changed, when its before and after are both objects
+    (a worker's whole summary, say); None when there is no such difference to take."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return None
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
 class JSONColumn(tables.Column):
-    """An event's ``before`` or ``after``: compact JSON, folded past 120 characters (the whole
-    of it is in the CSV and the API)."""
+    """An event's ``before`` or ``after``, as compact JSON: only the keys the event changed
+    when both are objects (NetBox's difference), folded past 120 characters; the whole of it
+    is in the CSV and the API."""
 
     attrs = {"td": {"class": "json"}}
 
-    def render(self, value: Any) -> str:
+    def render(self, value: Any, record: AuditEvent) -> str:
+        keys = changed_keys(record.before, record.after)
+        if keys is not None and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in keys}
         text = json.dumps(value, sort_keys=True, separators=(",", ":"))
         if len(text) > 120:
             return format_html('<code title="{}">{}…</code>', text, text[:119])

@@ -51,7 +51,7 @@ def trail(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         ),
         "worker": audit_record(
             actor=alice, action="worker.cordoned", obj=("worker", worker.name),
-            before={"status": "active"}, after={"status": "cordoned"},
+            before={"status": "active", "cores": 2}, after={"status": "cordoned", "cores": 2},
         ),
         "pipeline": audit_record(
             actor=alice, action="snapshot.requested", obj=("pipeline", PIPELINE)
@@ -87,7 +87,10 @@ def test_every_event_newest_first_with_its_object_linked(
     op = trail["op"].operation_id
     assert f'href="/operations/{op}/"><code>{op}/1</code>' in page  # a step opens its operation
     assert f'href="/snapshots/{PIPELINE}/"' in page
+    # of a change of an object, only what changed: the whole is in the CSV and the API
+    assert "<code>{&quot;status&quot;:&quot;active&quot;}</code>" in page
     assert "<code>{&quot;status&quot;:&quot;cordoned&quot;}</code>" in page
+    assert "cores" not in page
     assert 'href="/audit/"' in page  # the navigation names the page
 
 
