@@ -163,3 +163,13 @@ def test_fifty_to_a_page_sorted_by_any_column(signed_in: Client, trail: dict[str
     by_actor = listed(signed_in.get(URL, {"sort": "actor_name"}))
     names = [AuditEvent.objects.get(id=i).actor_name for i in by_actor]
     assert names == sorted(names) and names[0] == "alice"
+
+
+def test_the_operation_page_opens_its_events_on_the_audit_page(
+    signed_in: Client, trail: dict[str, Any]
+) -> None:
+    op = trail["op"].operation_id
+    page = signed_in.get(f"/operations/{op}/").content.decode()
+    (href,) = re.findall(r'id="timeline-audit" href="([^"]+)"', page)
+    assert href == f"/audit/?operation={op}"
+    assert listed(signed_in.get(href)) == [trail["step"].id, trail["requested"].id]
