@@ -74,18 +74,18 @@ def test_a_reader_filters_the_audit_and_downloads_what_it_shows(
     page.go_back()
 
     page.get_by_label("Actor").fill("")
-    page.get_by_label("Kind").select_option("worker")
-    page.get_by_label("Pipeline").select_option(PIPELINE)
+    page.get_by_label("Kind", exact=True).select_option("worker")
+    page.get_by_label("Pipeline", exact=True).select_option(PIPELINE)
     page.get_by_role("button", name="Filter").click()
     page.wait_for_url("**/audit/?*object_type=worker*")
     assert [row[1:] for row in rows(page)] == [["bob", "worker.cordoned", "worker", "local-0"]]
 
-    page.get_by_label("Kind").select_option("step")
+    page.get_by_label("Kind", exact=True).select_option("step")
     page.get_by_role("button", name="Filter").click()
     page.wait_for_url("**/audit/?*object_type=step*")
     assert "No audit event matches." in page.locator("#audit-table").inner_text()
 
-    page.get_by_label("Kind").select_option("")
+    page.get_by_label("Kind", exact=True).select_option("")
     page.get_by_label("Actor").fill("bob")
     page.get_by_role("button", name="Filter").click()
     page.wait_for_url("**/audit/?*actor=bob*")
