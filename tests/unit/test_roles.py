@@ -9,6 +9,7 @@ who also manages users in the admin site.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
@@ -75,6 +77,17 @@ def test_role_grant_gives_the_group_and_an_admin_the_staff_status() -> None:
     assert user.is_staff and user.has_perm("auth.add_user")
     with pytest.raises(ValueError, match="no role 'root'"):
         role_grant(user=user, role="root")
+
+
+def test_manage_py_role_grant() -> None:
+    make_user("carol")
+    out = io.StringIO()
+    call_command("role_grant", "carol", "admin", stdout=out)
+    carol = get_user_model().objects.get(username="carol")
+    assert carol.is_staff and carol.groups.get().name == ADMIN
+    assert "carol is now in the group 'admin'" in out.getvalue()
+    with pytest.raises(CommandError, match="no user named 'nobody'"):
+        call_command("role_grant", "nobody", "viewer")
 
 
 # -- every URL × every role ----------------------------------------------------------------------
