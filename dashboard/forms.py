@@ -7,10 +7,25 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.http import QueryDict
 
 from rescaler.runner.workers.machines import cores_parse
 from workers.rescale.errors import RescaleError
 from workers.rescale.protocol import REASON_MAX_CHARS
+
+
+def filter_params(query: QueryDict, times: tuple[str, ...]) -> QueryDict:
+    """A list page's filter form as its FilterSet (the API's) reads it: the fields left empty
+    dropped, and the browser's ``datetime-local`` times (``2026-11-01T09:30``, no seconds and
+    no zone) given their seconds."""
+    params = query.copy()
+    for name in times:
+        value = params.get(name, "")
+        if len(value) == 16:
+            params[name] = f"{value}:00"
+    for name in [k for k, v in params.items() if v == ""]:
+        del params[name]
+    return params
 
 
 class CancelForm(forms.Form):

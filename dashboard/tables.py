@@ -4,14 +4,18 @@ declared once. Sorting is the query string's ``sort`` (``?sort=-keys``), paginat
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import django_tables2 as tables
+from django.urls import reverse
 from django.utils.html import format_html
 
 from dashboard.format import count, duration, percent, size, vnode_ranges
 from dashboard.operation_page import PHASE_SYMBOL, in_phase
+from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import RescaleStep
+from workers.rescale.protocol import AuditObject
 
 
 class CountColumn(tables.Column):
@@ -197,3 +201,70 @@ class HistoryTable(tables.Table):
         if record.error_code:
             return format_html("{} <code>{}</code>", value, record.error_code)
         return value
+
+
+def changed_keys(before: Any, after: Any) -> set[str] | None:
+    """The keys whose values an event changed, when its before and after are both objects
+    (a worker's whole summary, say); None when there is no such difference to take."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return None
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
+class JSONColumn(tables.Column):
+    """An event's ``before`` or ``after``, as compact JSON: only the keys the event changed
+    when both are objects (NetBox's difference), folded past 120 characters; the whole of it
+    is in the CSV and the API."""
+
+    attrs = {"td": {"class": "json"}}
+
+    def render(self, value: Any, record: AuditEvent) -> str:
+        keys = changed_keys(record.before, record.after)
+        if keys is not None and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in keys}
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        if len(text) > 120:
+            return format_html('<code title="{}">{}…</code>', text, text[:119])
+        return format_html("<code>{}</code>", text)
+
+
+class AuditTable(tables.Table):
+    """The audit log (NetBox's changelog): who did what to which object, with its state before
+    and after; newest first, sortable with ``?sort=``, 50 to a page."""
+
+    at = tables.DateTimeColumn(verbose_name="Time", format="Y-m-d H:i:s")
+    actor_name = tables.Column(verbose_name="Actor")
+    action = tables.Column(verbose_name="Action")
+    object_type = tables.Column(verbose_name="Kind")
+    object_id = tables.Column(verbose_name="Object", attrs={"td": {"class": "object"}})
+    before = JSONColumn(verbose_name="Before", orderable=False, default="")
+    after = JSONColumn(verbose_name="After", orderable=False, default="")
+
+    class Meta:
+        attrs = {"class": "components audit", "id": "audit-table"}
+        row_attrs = {
+            "data-event": lambda record: record.id,
+            "data-action": lambda record: record.action,
+        }
+        empty_text = "No audit event matches."
+        order_by = ("-at",)
+
+    def render_action(self, value: str) -> str:
+        return format_html("<code>{}</code>", value)
+
+    def render_object_id(self, value: str, record: AuditEvent) -> str:
+        """An operation's or a step's event links to the operation's page (a step's id is
+        ``<operation_id>/<step>``); a pipeline's to its snapshots."""
+        if record.object_type in (AuditObject.OPERATION, AuditObject.STEP):
+            operation_id = value.split("/", 1)[0]
+            url = reverse("dashboard:operation", kwargs={"operation_id": operation_id})
+            return format_html('<a href="{}"><code>{}</code></a>', url, value)
+        if record.object_type == AuditObject.PIPELINE and value:
+            url = reverse("dashboard:pipeline-snapshots", kwargs={"pipeline": value})
+            return format_html('<a href="{}">{}</a>', url, value)
+        return value
+
+    def order_at(self, queryset: Any, is_descending: bool) -> tuple[Any, bool]:
+        """By time, then by id: events of one transaction share their ``at``."""
+        fields = ("-at", "-id") if is_descending else ("at", "id")
+        return queryset.order_by(*fields), True

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from dashboard import snapshots, views
+from dashboard import audit_page, snapshots, views
 
 app_name = "dashboard"
 
@@ -20,6 +20,7 @@ urlpatterns = [
         views.operation_cancel_view,
         name="operation-cancel",
     ),
+    path("audit/", audit_page.audit_page, name="audit"),
     path("snapshots/", snapshots.snapshots_page, name="snapshots"),
     path("snapshots/<str:pipeline>/", snapshots.snapshots_page, name="pipeline-snapshots"),
 ]

@@ -32,7 +32,7 @@ from dashboard.console import (
     worker_rows,
 )
 from dashboard.format import count, vnode_ranges
-from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm
+from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm, filter_params
 from dashboard.key_finder import key_finder
 from dashboard.live import step_ranges
 from dashboard.operation_page import operation_for_page
@@ -515,13 +515,7 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
 def history_page(request: HttpRequest) -> HttpResponse:
     """Every operation, newest first, filtered exactly as ``GET /api/v1/operations`` filters
     (the same FilterSet), 50 to a page, sorted by any column with ``?sort=``."""
-    params = request.GET.copy()
-    for name in ("created_after", "created_before"):  # the browser's local time, no zone
-        value = params.get(name, "")
-        if len(value) == 16:
-            params[name] = f"{value}:00"
-    for name in [k for k, v in params.items() if v == ""]:
-        del params[name]
+    params = filter_params(request.GET, ("created_after", "created_before"))
     filterset = OperationFilter(params, queryset=operation_list())
     errors = {} if filterset.is_valid() else filterset.errors
     operations = filterset.qs if not errors else operation_list().none()

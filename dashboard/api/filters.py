@@ -7,10 +7,12 @@ from typing import Any
 
 import django_filters
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, Value
+from django.db.models.functions import Left, StrIndex
 from django_filters.fields import IsoDateTimeField
 
 from rescaler.audit.models import AuditEvent
+from rescaler.cluster.models import Worker
 from rescaler.operations.models import RescaleOperation, choices
 from workers.rescale.protocol import AuditObject, OperationStatus, Strategy
 
@@ -69,10 +71,21 @@ class AuditFilter(django_filters.FilterSet):
     action_prefix = django_filters.CharFilter(
         field_name="action", lookup_expr="startswith", help_text='e.g. "step." or "operation."'
     )
-    object_type = django_filters.CharFilter(help_text="operation, step, ...")
+    object_type = django_filters.ChoiceFilter(
+        choices=choices(AuditObject), help_text="The kind of object: operation, step, ..."
+    )
     object_id = django_filters.CharFilter(
         method="filter_object_id",
         help_text="An object id; for an operation's operation_id, its steps' events are included.",
+    )
+    operation = django_filters.CharFilter(
+        method="filter_operation",
+        help_text="An operation_id: the operation's events and its steps'.",
+    )
+    pipeline = django_filters.CharFilter(
+        method="filter_pipeline",
+        help_text="A pipeline's name: its own events (snapshots, commands, archive), its "
+        "operations' and their steps', and its workers'.",
     )
     at_after = UtcDateTimeFilter(
         field_name="at", lookup_expr="gte", help_text="ISO 8601, inclusive."
@@ -90,4 +103,30 @@ class AuditFilter(django_filters.FilterSet):
     ) -> QuerySet[AuditEvent]:
         return queryset.filter(object_id=value) | queryset.filter(
             object_type=AuditObject.STEP, object_id__startswith=f"{value}/"
+        )
+
+    def filter_operation(
+        self, queryset: QuerySet[AuditEvent], name: str, value: str
+    ) -> QuerySet[AuditEvent]:
+        return queryset.filter(
+            Q(object_type=AuditObject.OPERATION, object_id=value)
+            | Q(object_type=AuditObject.STEP, object_id__startswith=f"{value}/")
+        )
+
+    def filter_pipeline(
+        self, queryset: QuerySet[AuditEvent], name: str, value: str
+    ) -> QuerySet[AuditEvent]:
+        """An event names its object, not its pipeline: the pipeline's own events, and those
+        of the operations, steps (``<operation_id>/<step>``) and workers that belong to it."""
+        operations = RescaleOperation.objects.filter(pipeline__name=value).values("operation_id")
+        workers = Worker.objects.filter(pipeline__name=value).values("name")
+        step_operation = Left("object_id", StrIndex("object_id", Value("/")) - 1)
+        steps = queryset.filter(object_type=AuditObject.STEP).annotate(
+            step_operation=step_operation
+        )
+        return queryset.filter(
+            Q(object_type=AuditObject.PIPELINE, object_id=value)
+            | Q(object_type=AuditObject.OPERATION, object_id__in=operations)
+            | Q(object_type=AuditObject.WORKER, object_id__in=workers)
+            | Q(pk__in=steps.filter(step_operation__in=operations).values("pk"))
         )

@@ -369,6 +369,11 @@ def operation_list() -> QuerySet[RescaleOperation]:
     )
 
 
+def audit_list() -> QuerySet[AuditEvent]:
+    """The audit log, newest first: what ``GET /api/v1/audit`` and the audit page filter."""
+    return AuditEvent.objects.order_by("-at", "-id")
+
+
 def operation_get(*, operation_id: str) -> RescaleOperation:
     """One operation with its steps; ``unknown_operation`` (404) if there is none."""
     op = (

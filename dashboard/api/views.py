@@ -57,7 +57,6 @@ from dashboard.api.serializers import (
     WorkerNoticeSerializer,
     WorkerReasonSerializer,
 )
-from rescaler.audit.models import AuditEvent
 from rescaler.operations.cancel import operation_cancel
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
@@ -285,9 +284,11 @@ class AuditListView(CSVListView):
     serializer_class = AuditEventSerializer
     filterset_class = AuditFilter
     pagination_class = Pagination
-    queryset = AuditEvent.objects.order_by("-at", "-id")
     csv_filename = "audit.csv"
     csv_columns = AUDIT_COLUMNS
+
+    def get_queryset(self) -> Any:
+        return selectors.audit_list()
 
     def csv_rows(self, queryset: Any) -> Any:
         return audit_rows(queryset)

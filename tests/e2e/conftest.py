@@ -70,13 +70,27 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             instance.close()
 
 
-def sign_in(browser: Any, live_url: str, username: str, *, perms: tuple[str, ...] = ()) -> Any:
-    """A page signed in as a new user (with the given permission codenames)."""
+def sign_in(
+    browser: Any,
+    live_url: str,
+    username: str,
+    *,
+    perms: tuple[str, ...] = (),
+    role: str | None = None,
+) -> Any:
+    """A page signed in as a new user (with the given permission codenames, or in the group of
+    a role: ``rescaler/operations/roles.py``)."""
     from django.contrib.auth.models import Permission
+
+    from rescaler.operations.roles import role_grant
 
     user = get_user_model().objects.create_user(username, password=f"pw-{username}")
     for codename in perms:
         user.user_permissions.add(Permission.objects.get(codename=codename))
+    if role is not None:
+        # the test database is emptied after each browser test, the migration's groups too:
+        # role_grant makes them again, as the migration does
+        role_grant(user=user, role=role)
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(f"{live_url}/accounts/login/?next=/")
     page.get_by_label("Username").fill(username)

@@ -161,7 +161,7 @@ def test_a_viewer_sees_no_enabled_action(browser: Any, live_url: str, cluster: N
     assert page.get_by_role("button", name="Cancel operation").count() == 0
 
 
-@pytest.mark.parametrize("path", ["operation", "/rescale/", "/operations/", "/"])
+@pytest.mark.parametrize("path", ["operation", "/rescale/", "/operations/", "/audit/", "/"])
 def test_pages_fit_a_phone_without_scrolling_sideways(
     browser: Any, live_url: str, cluster: None, path: str
 ) -> None:

@@ -131,3 +131,8 @@ def test_the_audit_log_has_no_write_endpoint(
         response = client.post(URL, {}, format="json")
         assert response.status_code == 405 and response.json()["code"] == "method_not_allowed"
         assert client.delete(URL).status_code == 405
+
+
+def test_an_unknown_kind_is_refused(viewer_client: APIClient, events: list[AuditEvent]) -> None:
+    response = viewer_client.get(URL, {"object_type": "rescale_operation"})
+    assert response.status_code == 400 and "object_type" in response.json()["errors"]
