@@ -39,6 +39,11 @@ SKEW_REBALANCE_AT = 1.5
 REBALANCE_GAIN = 0.8
 # Fewer epochs than this in the window: too little to decide on.
 MIN_WINDOW_EPOCHS = 3
+# The policy's upper bounds: a fragment has at most 2^16 vnodes, so no more PUs than that; a
+# window or catch-up time of a day and a cooldown of a week are longer than any sensible one.
+MAX_PARALLEL_UNITS = 65_536
+MAX_WINDOW_S = 86_400.0
+MAX_COOLDOWN_S = 7 * 86_400.0
 
 
 class Mode(enum.StrEnum):
@@ -83,20 +88,20 @@ def policy_problems(policy: Policy) -> dict[str, str]:
         )
     if policy.min_parallel_units < 1:
         problems["min_parallel_units"] = "must be at least 1: a fragment keeps one PU"
-    if policy.max_parallel_units < 1:
-        problems["max_parallel_units"] = "must be at least 1"
+    if not 1 <= policy.max_parallel_units <= MAX_PARALLEL_UNITS:
+        problems["max_parallel_units"] = f"must be 1 to {MAX_PARALLEL_UNITS:,}"
     elif policy.min_parallel_units > policy.max_parallel_units:
         problems["min_parallel_units"] = (
             f"{policy.min_parallel_units} is above max_parallel_units {policy.max_parallel_units}"
         )
-    if policy.max_step < 1:
-        problems["max_step"] = "must be at least 1 PU"
-    if policy.stabilisation_s <= 0:
-        problems["stabilisation_s"] = "must be more than 0 seconds"
-    if policy.cooldown_s < 0:
-        problems["cooldown_s"] = "must be 0 seconds or more"
-    if policy.catch_up_s <= 0:
-        problems["catch_up_s"] = "must be more than 0 seconds"
+    if not 1 <= policy.max_step <= MAX_PARALLEL_UNITS:
+        problems["max_step"] = f"must be 1 to {MAX_PARALLEL_UNITS:,} PUs"
+    if not 0 < policy.stabilisation_s <= MAX_WINDOW_S:
+        problems["stabilisation_s"] = f"must be more than 0 and at most {MAX_WINDOW_S:,.0f} s"
+    if not 0 <= policy.cooldown_s <= MAX_COOLDOWN_S:
+        problems["cooldown_s"] = f"must be 0 to {MAX_COOLDOWN_S:,.0f} s"
+    if not 0 < policy.catch_up_s <= MAX_WINDOW_S:
+        problems["catch_up_s"] = f"must be more than 0 and at most {MAX_WINDOW_S:,.0f} s"
     bad = [h for h in policy.scale_in_blackout_hours if not 0 <= h <= 23]
     if bad:
         problems["scale_in_blackout_hours"] = f"hours are 0 to 23 (UTC), not {bad}"

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "rescaler.cluster",
     "rescaler.operations",
     "rescaler.runner",
+    "rescaler.autoscaling",
     "dashboard",
 ]
 
