@@ -83,6 +83,8 @@ def test_put_sets_the_policy_and_audits_it(
         ({"catch_up_s": -1}, 400, "invalid_policy", "catch_up_s"),
         ({"max_parallel_units": 2**40}, 400, "invalid_policy", "max_parallel_units"),
         ({"scale_in_blackout_hours": [24]}, 400, "invalid_policy", "scale_in_blackout_hours"),
+        ({"min_parallel_units": 2**70, "max_parallel_units": 2**70}, 400, "invalid_policy", "max_parallel_units"),
+        ({"cooldown_s": 10**400}, 400, "invalid_parameters", None),
         ({"mode": "sometimes"}, 400, "invalid_parameters", None),
         ({"target_utilisation": "high"}, 400, "invalid_parameters", None),
         ({"speed": 3}, 400, "malformed_request", None),
