@@ -21,7 +21,7 @@ from rescaler.autoscaling.model import Decision, DecisionKind, Policy, decide
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get
 from rescaler.autoscaling.signals import pipeline_signals, read_window_s
 from rescaler.operations import plans
-from rescaler.operations.models import OperationPlan
+from rescaler.operations.models import OperationPlan, RescaleOperation
 from rescaler.operations.requests import operation_request
 from rescaler.operations.selectors import cluster_view
 from workers.rescale import errors
@@ -162,4 +162,19 @@ def _plan(*, user: Any, body: dict[str, Any], now: dt.datetime) -> OperationPlan
             return stored
     result = operation_request(user=user, body={**body, "dry_run": True})
     assert isinstance(result, OperationPlan)  # a dry run answers its plan
+    return result
+
+
+def recommendation_apply(*, user: Any, pipeline: str, plan_id: str) -> RescaleOperation:
+    """ "Apply": start the recommendation's plan ``plan_id`` (the user's own dry run of
+    ``pipeline``) with the very request it answered, so that exactly that plan starts or is
+    refused (``plan_stale`` when the mapping moved since, ``fragment_busy``...)."""
+    plan_id = plans.plan_id_parse(plan_id)
+    stored = OperationPlan.objects.filter(
+        plan_id=plan_id, pipeline__name=pipeline, requested_by=user
+    ).first()
+    if stored is None:
+        raise plans.UnknownPlan(f"no plan {plan_id} of yours for pipeline {pipeline!r}")
+    result = operation_request(user=user, body=dict(stored.request), plan_id=plan_id)
+    assert isinstance(result, RescaleOperation)  # a plan_id starts its operation
     return result
