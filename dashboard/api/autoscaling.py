@@ -24,6 +24,10 @@ from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get,
 from rescaler.autoscaling.services import POLICY_SETTINGS, autoscaling_policy_update
 from workers.rescale import errors
 
+# the choices of the schema's enums (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]): this very list
+DECISION_KIND_CHOICES = [k.value for k in DecisionKind]
+MODE_CHOICES = [m.value for m in Mode]
+
 
 class CanSetPolicy(CanRescale):
     """Changing a policy needs what a rescale needs: ``operations.rescale`` (in auto mode the
@@ -36,7 +40,7 @@ class CanSetPolicy(CanRescale):
 class AutoscalingPolicySerializer(serializers.Serializer):
     pipeline = serializers.CharField(read_only=True)
     mode = serializers.ChoiceField(
-        choices=[m.value for m in Mode],
+        choices=MODE_CHOICES,
         help_text="off: nothing is decided; recommend: decisions are proposed as binding dry "
         "runs, started on apply; auto: started by themselves (a later release).",
     )
@@ -174,7 +178,7 @@ class FragmentEstimateSerializer(serializers.Serializer):
 
 class FragmentDecisionSerializer(serializers.Serializer):
     fragment = serializers.CharField()
-    kind = serializers.ChoiceField(choices=[k.value for k in DecisionKind])
+    kind = serializers.ChoiceField(choices=DECISION_KIND_CHOICES)
     parallel_units_now = serializers.IntegerField()
     parallel_units_after = serializers.IntegerField()
     parallel_units_needed = serializers.IntegerField(
@@ -200,7 +204,7 @@ class RecommendationSerializer(serializers.Serializer):
     computed_at = serializers.DateTimeField()
     policy = AutoscalingPolicySerializer()
     kind = serializers.ChoiceField(
-        choices=[k.value for k in DecisionKind],
+        choices=DECISION_KIND_CHOICES,
         help_text="scale: a fragment needs another number of PUs; rebalance: the size is "
         "right, the load is not spread; no_change.",
     )

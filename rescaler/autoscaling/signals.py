@@ -64,11 +64,12 @@ def pipeline_signals(
     end of the last operation."""
     now = now or timezone.now()
     since = now - dt.timedelta(seconds=window_s)
+    # the newest MAX_EPOCHS of them, oldest first
     rows = list(
         EpochMetric.objects.filter(pipeline=pipeline, committed_at__gte=since)
-        .order_by("committed_at", "epoch")
+        .order_by("-committed_at", "-epoch")
         .values_list("epoch", "committed_at", "duration_s", "per_pu")[:MAX_EPOCHS]
-    )
+    )[::-1]
     stateful = list(
         Fragment.objects.filter(pipeline=pipeline, kind=Fragment.Kind.STATEFUL).order_by(
             "position", "name"

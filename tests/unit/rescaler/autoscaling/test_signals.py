@@ -118,3 +118,12 @@ def test_epochs_of_another_pipeline_or_older_than_the_window_are_not_read() -> N
     epochs = signals.fragments[FRAGMENT].epochs
     assert [e.epoch for e in epochs] == list(range(101, 110))
     assert {e.records for e in epochs} == {18}
+
+
+def test_past_the_limit_the_newest_epochs_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rescaler.autoscaling.signals.MAX_EPOCHS", 5)
+    pipeline = register_cluster(epochs=0)
+    end = report_epochs(count=20, records=lambda e, pu: e)
+    signals = pipeline_signals(pipeline=pipeline, window_s=60, now=_now(end))
+    # five rows read, the first of which only starts the first interval
+    assert [e.epoch for e in signals.fragments[FRAGMENT].epochs] == [16, 17, 18, 19]
