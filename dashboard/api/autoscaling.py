@@ -37,6 +37,20 @@ class CanSetPolicy(CanRescale):
 
 
 # -- the policy ----------------------------------------------------------------------------------
+class HoursField(serializers.ListField):
+    """A list of whole hours, refused in one message (a ListField's per-item messages would
+    nest under the item's index, which the Error schema's ``errors`` does not take)."""
+
+    def to_internal_value(self, data: Any) -> list[int]:
+        if (
+            not isinstance(data, list)
+            or len(data) > 24
+            or any(not isinstance(h, int) or isinstance(h, bool) for h in data)
+        ):
+            raise serializers.ValidationError("a list of at most 24 whole hours, 0 to 23 (UTC)")
+        return list(data)
+
+
 class AutoscalingPolicySerializer(serializers.Serializer):
     pipeline = serializers.CharField(read_only=True)
     mode = serializers.ChoiceField(
@@ -63,7 +77,7 @@ class AutoscalingPolicySerializer(serializers.Serializer):
     catch_up_s = serializers.FloatField(
         help_text="The source's backlog should be processed within this many seconds."
     )
-    scale_in_blackout_hours = serializers.ListField(
+    scale_in_blackout_hours = HoursField(
         child=serializers.IntegerField(),
         max_length=24,
         help_text="UTC hours (0-23) at which no scale-in is proposed.",

@@ -86,6 +86,7 @@ def test_put_sets_the_policy_and_audits_it(
         ({"min_parallel_units": 2**70, "max_parallel_units": 2**70}, 400, "invalid_policy", "max_parallel_units"),
         ({"cooldown_s": 10**400}, 400, "invalid_parameters", None),
         ({"mode": "sometimes"}, 400, "invalid_parameters", None),
+        ({"scale_in_blackout_hours": ["8", True]}, 400, "invalid_parameters", None),
         ({"target_utilisation": "high"}, 400, "invalid_parameters", None),
         ({"speed": 3}, 400, "malformed_request", None),
         ([1, 2], 400, "malformed_request", None),
