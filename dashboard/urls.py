@@ -12,6 +12,16 @@ urlpatterns = [
     path("workers/add", views.worker_add_view, name="worker-add"),
     path("workers/<str:name>/<str:action>", views.worker_action_view, name="worker-action"),
     path("pipelines/<str:name>/archive", views.pipeline_archive_view, name="pipeline-archive"),
+    path(
+        "pipelines/<str:name>/autoscaling",
+        views.autoscaling_policy_view,
+        name="autoscaling-policy",
+    ),
+    path(
+        "pipelines/<str:name>/autoscaling/apply",
+        views.autoscaling_apply_view,
+        name="autoscaling-apply",
+    ),
     path("rescale/", views.rescale_page, name="rescale"),
     path("operations/", views.history_page, name="history"),
     path("operations/<str:operation_id>/", views.operation_page, name="operation"),

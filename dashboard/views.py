@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -23,6 +24,8 @@ from dashboard.api.filters import OperationFilter
 from dashboard.api.permissions import RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_list
 from dashboard.api.serializers import DryRunSerializer
+from dashboard.autoscaling_page import AutoscalingPolicyForm, autoscaling_panels
+from dashboard.autoscaling_page import auto_id as autoscaling_auto_id
 from dashboard.console import (
     METRICS,
     WorkerRow,
@@ -39,6 +42,9 @@ from dashboard.operation_page import operation_for_page
 from dashboard.operation_page import page_context as operation_page_context
 from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
 from dashboard.tables import HistoryTable, StepTable, WorkerTable
+from rescaler.autoscaling.errors import PolicyInvalid
+from rescaler.autoscaling.recommendation import recommendation_apply
+from rescaler.autoscaling.services import autoscaling_policy_update
 from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
 from rescaler.operations import plans
@@ -195,7 +201,12 @@ def _cluster_context(
     }
 
 
-def _render_home(request: HttpRequest, status: int = 200, **forms_: Any) -> HttpResponse:
+def _render_home(
+    request: HttpRequest,
+    status: int = 200,
+    autoscaling_forms: dict[str, AutoscalingPolicyForm] | None = None,
+    **forms_: Any,
+) -> HttpResponse:
     context = _cluster_context(request, **forms_)
     ok, body = _health_body()
     pipeline = context["epochs_pipeline"]
@@ -209,6 +220,12 @@ def _render_home(request: HttpRequest, status: int = 200, **forms_: Any) -> Http
             "components": _component_rows(body["components"]),
             "epochs": epoch_series(pipeline=pipeline) if pipeline else None,
             "finder": key_finder(request.GET, context["key_fragments"]),
+            "autoscaling": autoscaling_panels(
+                user=request.user,
+                pipelines=[p["name"] for p in context["cluster"]["pipelines"]],
+                can_act=context["can_act"],
+                bound=autoscaling_forms,
+            ),
         },
         status=status,
     )
@@ -307,6 +324,48 @@ def worker_action_view(request: HttpRequest, name: str, action: str) -> HttpResp
     rows = worker_rows(cluster_info())
     opened = _worker_action(request, rows, action=action, name=name, form=form)
     return _render_home(request, status=400, action=opened)
+
+
+@login_required
+@require_POST
+def autoscaling_policy_view(request: HttpRequest, name: str) -> HttpResponse:
+    """The autoscaling panel's policy form: the service the API calls
+    (``autoscaling_policy_update``), its refusals on the form's fields; then back to the panel."""
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied(
+            "changing an autoscaling policy needs the permission operations.rescale"
+        )
+    form = AutoscalingPolicyForm(request.POST, auto_id=autoscaling_auto_id(name))
+    if form.is_valid():
+        try:
+            autoscaling_policy_update(user=request.user, pipeline=name, changes=form.cleaned_data)
+        except PolicyInvalid as refused:
+            for field, why in refused.problems.items():
+                form.add_error(field if field in form.fields else None, why)
+        except RescaleError as refused:
+            form.add_error(None, f"{refused.code}: {refused}")
+        else:
+            messages.success(request, f"Saved the autoscaling policy of {name}.")
+            return redirect(f"{reverse('dashboard:home')}#autoscaling-{name}")
+    return _render_home(request, status=400, autoscaling_forms={name: form})
+
+
+@login_required
+@require_POST
+def autoscaling_apply_view(request: HttpRequest, name: str) -> HttpResponse:
+    """ "Apply" on the recommendation: start its bound plan (``recommendation_apply``), then the
+    operation's page; a refusal (the plan went stale, a fragment is busy) back on the panel."""
+    if not request.user.has_perm(RESCALE_PERMISSION):
+        raise PermissionDenied("starting a rescale needs the permission operations.rescale")
+    try:
+        op = recommendation_apply(
+            user=request.user, pipeline=name, plan_id=request.POST.get("plan_id", "")
+        )
+    except RescaleError as refused:
+        messages.error(request, f"{refused.code}: {refused}")
+        return redirect(f"{reverse('dashboard:home')}#autoscaling-{name}")
+    messages.success(request, f"Started operation {op.operation_id}: the recommended plan.")
+    return redirect("dashboard:operation", operation_id=op.operation_id)
 
 
 @login_required

@@ -21,7 +21,6 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from rescaler.operations.plans import PlanError
 from workers.rescale import errors as rescale_errors
 
 # A refusal's HTTP status by its code; every other RescaleError code is a 400 (the request
@@ -62,10 +61,20 @@ FIELD_BY_CODE: dict[str, str] = {
 }
 
 
+def details_of(exc: rescale_errors.RescaleError) -> dict[str, Any]:
+    """What a refusal's body says beside ``code`` and ``detail``, when it says more: a plan's
+    refusal (``PlanError``) and a policy's (``rescaler.autoscaling.errors.PolicyInvalid``)
+    name their field and what changed or is wrong."""
+    details = getattr(exc, "details", None)
+    return dict(details()) if callable(details) else {}
+
+
 def field_of(exc: rescale_errors.RescaleError) -> str | None:
-    """The request field a refusal concerns, if it is one: a plan's refusal says its own."""
-    if isinstance(exc, PlanError):
-        return str(exc.details().get("field") or "") or None
+    """The request field a refusal concerns, if it is one: a refusal with details says its
+    own."""
+    details = details_of(exc)
+    if "field" in details:
+        return str(details["field"] or "") or None
     return FIELD_BY_CODE.get(exc.code)
 
 
@@ -106,8 +115,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         field = field_of(exc)
         if field:
             body["field"] = field
-        if isinstance(exc, PlanError):
-            body.update(exc.details())
+        body.update(details_of(exc))
         return Response(body, status=status_for(exc))
     if isinstance(exc, RequestDataTooBig):
         # Django's own refusal (a SuspiciousOperation), which it would answer with an HTML 400
@@ -145,12 +153,14 @@ class ErrorSerializer(serializers.Serializer):
     errors = serializers.DictField(  # type: ignore[assignment]
         required=False,
         child=serializers.ListField(child=serializers.CharField()),
-        help_text="Only with code invalid_parameters: the messages per parameter.",
+        help_text="Only with code invalid_parameters (the messages per parameter) and "
+        "invalid_policy (per setting of the autoscaling policy).",
     )
     field = serializers.CharField(
         required=False,
         help_text="The request field the refusal concerns, when it is one field: changes (the "
-        "fragment), added_parallel_units, removed_parallel_units, plan_id.",
+        "fragment), added_parallel_units, removed_parallel_units, plan_id; with "
+        "invalid_policy, the first setting refused.",
     )
     changed = serializers.ListField(
         required=False,

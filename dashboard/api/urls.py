@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboard.api import snapshots, views
+from dashboard.api import autoscaling, snapshots, views
 
 app_name = "api"
 
@@ -35,5 +35,15 @@ urlpatterns = [
         "pipelines/<str:name>/snapshots",
         snapshots.PipelineSnapshotsView.as_view(),
         name="pipeline-snapshots",
+    ),
+    path(
+        "pipelines/<str:name>/autoscaling",
+        autoscaling.AutoscalingPolicyView.as_view(),
+        name="pipeline-autoscaling",
+    ),
+    path(
+        "pipelines/<str:name>/recommendation",
+        autoscaling.RecommendationView.as_view(),
+        name="pipeline-recommendation",
     ),
 ]

@@ -19,6 +19,13 @@ def count(value: int | float | None) -> str:
 
 
 @register.filter
+def rate(value: float | None) -> str:
+    """A measured rate or count, rounded to a whole number, with thousands separators
+    ("1,234"); "–" for none."""
+    return console_format.count(None if value is None else round(value))
+
+
+@register.filter
 def size(value: int | float | None) -> str:
     """Bytes in the largest unit under 1024 of it, as every page prints it ("2.7 MB")."""
     return console_format.size(value)

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "rescaler.cluster",
     "rescaler.operations",
     "rescaler.runner",
+    "rescaler.autoscaling",
     "dashboard",
 ]
 
@@ -275,6 +276,8 @@ SPECTACULAR_SETTINGS = {
         "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
         "WorkerStatusEnum": "rescaler.cluster.models.WORKER_STATUS_CHOICES",
         "ParallelUnitStatusEnum": "rescaler.cluster.models.ParallelUnit.Status",
+        "DecisionKindEnum": "dashboard.api.autoscaling.DECISION_KIND_CHOICES",
+        "AutoscalingModeEnum": "dashboard.api.autoscaling.MODE_CHOICES",
     },
 }
 

@@ -59,6 +59,12 @@ MUTATIONS: dict[str, tuple[Call, int]] = {
     "POST workers/{name}/notice": (lambda c, op: c.post("/api/v1/workers/local-0/notice"), 202),
     # the operator reaches the provider: there is none in the tests' environment
     "POST workers": (lambda c, op: c.post("/api/v1/workers", {"cores": 1}, format="json"), 409),
+    "PUT pipelines/{name}/autoscaling": (
+        lambda c, op: c.put(
+            "/api/v1/pipelines/wordcount/autoscaling", {"mode": "recommend"}, format="json"
+        ),
+        200,
+    ),
 }
 
 READS: dict[str, Call] = {
@@ -70,6 +76,12 @@ READS: dict[str, Call] = {
     "GET workers": lambda c, op: c.get("/api/v1/workers"),
     "GET audit (csv)": lambda c, op: c.get("/api/v1/audit", {"format": "csv"}),
     "GET api root": lambda c, op: c.get("/api/v1/"),
+    "GET pipelines/{name}/autoscaling": lambda c, op: c.get(
+        "/api/v1/pipelines/wordcount/autoscaling"
+    ),
+    "GET pipelines/{name}/recommendation": lambda c, op: c.get(
+        "/api/v1/pipelines/wordcount/recommendation"
+    ),
 }
 
 
@@ -167,6 +179,7 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
         "/api/v1/audit", "/api/v1/workers", "/api/v1/workers/{name}/cordon",
         "/api/v1/workers/{name}/uncordon", "/api/v1/workers/{name}/drain",
         "/api/v1/workers/{name}/notice", "/api/v1/pipelines/{name}/snapshots",
+        "/api/v1/pipelines/{name}/autoscaling", "/api/v1/pipelines/{name}/recommendation",
     }  # fmt: skip
     assert "Error" in schema.json()["components"]["schemas"]
     for ui in ("/api/docs/", "/api/redoc/"):

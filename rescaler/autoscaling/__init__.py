@@ -1,0 +1,2 @@
+"""The autoscaler (issue 47): the decision model (``model``, pure Python), the signals it reads
+from what the runner reports, and the pipeline's policy."""

@@ -1,0 +1,158 @@
+"""The cluster page's autoscaling panel: the recommendation with its reasons and the figures it
+rests on, "Apply" starting exactly its bound plan, and the policy form with its refusals on
+its fields. The services are the API's (tests/unit/api/test_autoscaling.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from rescaler.audit.models import AuditEvent
+from rescaler.autoscaling.models import AutoscalingPolicy
+from rescaler.autoscaling.services import autoscaling_policy_update
+from rescaler.operations.models import OperationPlan, RescaleOperation
+from tests.unit.api.fixtures import PIPELINE, make_user, move_the_mapping, register_cluster
+from tests.unit.rescaler.autoscaling.fixtures import report_epochs
+
+pytestmark = pytest.mark.django_db
+
+POLICY_FORM = {
+    "mode": "recommend",
+    "target_utilisation": "0.7",
+    "min_parallel_units": "1",
+    "max_parallel_units": "8",
+    "max_step": "4",
+    "stabilisation_s": "60",
+    "cooldown_s": "60",
+    "catch_up_s": "120",
+    "scale_in_blackout_hours": "8, 9",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_celery(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
+
+
+@pytest.fixture
+def operator(client: Client) -> Any:
+    user = make_user("operator", rescale=True)
+    client.force_login(user)
+    return user
+
+
+def _panel(page: str) -> str:
+    found = re.search(
+        rf'<section class="card autoscaling" id="autoscaling-{PIPELINE}".*?</section>', page, re.S
+    )
+    assert found, "no autoscaling panel"
+    return found.group(0)
+
+
+def _stepped(user: Any) -> None:
+    """Signals that call for word_count on 3 PUs (tests/unit/api/test_autoscaling.py)."""
+    register_cluster(epochs=0)
+    report_epochs(count=60, records=lambda e, pu: 900 if e >= 5 else 300, busy_s_per_record=0.002)
+    autoscaling_policy_update(
+        user=user,
+        pipeline=PIPELINE,
+        changes={"mode": "recommend", "stabilisation_s": 60, "cooldown_s": 60},
+    )
+
+
+def test_the_panel_says_off_and_offers_the_policy_form(client: Client, operator: Any) -> None:
+    register_cluster()
+    panel = _panel(client.get("/").content.decode())
+    assert 'data-kind="no_change"' in panel
+    assert "autoscaling is off" in panel
+    assert 'action="/pipelines/wordcount/autoscaling"' in panel
+    assert 'name="target_utilisation"' in panel and 'value="0.7"' in panel
+    assert "autoscaling-apply" not in panel and "plan_id" not in panel
+
+
+def test_a_viewer_sees_the_policy_but_no_form(client: Client) -> None:
+    register_cluster()
+    client.force_login(make_user("viewer"))
+    panel = _panel(client.get("/").content.decode())
+    assert "<form" not in panel
+    assert "needs the operations.rescale permission" in panel
+    response = client.post("/pipelines/wordcount/autoscaling", POLICY_FORM)
+    assert response.status_code == 403
+    assert not AutoscalingPolicy.objects.exists()
+
+
+def test_the_policy_form_saves_the_policy(client: Client, operator: Any) -> None:
+    register_cluster()
+    response = client.post("/pipelines/wordcount/autoscaling", POLICY_FORM)
+    assert response.status_code == 302
+    assert response["Location"].endswith(f"/#autoscaling-{PIPELINE}")
+    row = AutoscalingPolicy.objects.get()
+    assert (row.mode, row.max_parallel_units, row.scale_in_blackout_hours) == (
+        "recommend",
+        8,
+        [8, 9],
+    )
+    assert AuditEvent.objects.get(action="autoscaling.policy_updated").actor == operator
+    panel = _panel(client.get("/").content.decode())
+    assert 'value="8, 9"' in panel
+
+
+@pytest.mark.parametrize(
+    ("changed", "field", "says"),
+    [
+        ({"min_parallel_units": "9"}, "min_parallel_units", "above max_parallel_units 8"),
+        ({"target_utilisation": "1.5"}, "target_utilisation", "must be in (0, 1]"),
+        ({"scale_in_blackout_hours": "8, late"}, "scale_in_blackout_hours", "whole hours"),
+        ({"scale_in_blackout_hours": "25"}, "scale_in_blackout_hours", "hours are 0 to 23"),
+    ],
+)
+def test_a_refused_policy_is_shown_on_its_field(
+    client: Client, operator: Any, changed: dict[str, str], field: str, says: str
+) -> None:
+    register_cluster()
+    response = client.post("/pipelines/wordcount/autoscaling", {**POLICY_FORM, **changed})
+    assert response.status_code == 400
+    panel = _panel(response.content.decode())
+    block = re.search(rf'<div class="field invalid" data-field="{field}">.*?</div>', panel, re.S)
+    assert block and says in block.group(0)
+    assert not AuditEvent.objects.filter(action="autoscaling.policy_updated").exists()
+
+
+def test_apply_starts_exactly_the_plan_shown(client: Client, operator: Any) -> None:
+    _stepped(operator)
+    panel = _panel(client.get("/").content.decode())
+    assert 'data-kind="scale"' in panel
+    assert re.search(
+        r'data-fragment="word_count">.*?<td>2</td>\s*<td class="after">3</td>', panel, re.S
+    )
+    assert "<td>900/s</td>" in panel and "<td>500</td>" in panel  # rates, rounded
+    assert "busy_s" not in panel  # reported here: not among the missing signals
+    assert "<code>backlog</code>" in panel
+    plan_id = re.search(r'name="plan_id" value="([0-9a-f]{32})"', panel).group(1)  # type: ignore[union-attr]
+    assert "0, 1 → 0, 1, 2" in panel
+    response = client.post("/pipelines/wordcount/autoscaling/apply", {"plan_id": plan_id})
+    op = RescaleOperation.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/operations/{op.operation_id}/"
+    assert AuditEvent.objects.get(action="operation.requested").after["plan_id"] == plan_id
+    assert OperationPlan.objects.get(plan_id=plan_id).operation == op
+    # while it runs the panel proposes nothing
+    panel = _panel(client.get("/").content.decode())
+    assert 'data-kind="no_change"' in panel and "is in progress" in panel
+
+
+def test_apply_of_a_stale_plan_is_refused_with_its_reason(client: Client, operator: Any) -> None:
+    _stepped(operator)
+    panel = _panel(client.get("/").content.decode())
+    plan_id = re.search(r'name="plan_id" value="([0-9a-f]{32})"', panel).group(1)  # type: ignore[union-attr]
+    move_the_mapping()
+    response = client.post(
+        "/pipelines/wordcount/autoscaling/apply", {"plan_id": plan_id}, follow=True
+    )
+    assert "plan_stale" in response.content.decode()
+    assert not RescaleOperation.objects.exists()
+    bad = client.post("/pipelines/wordcount/autoscaling/apply", {"plan_id": "x"}, follow=True)
+    assert "malformed_request" in bad.content.decode()
