@@ -21,7 +21,7 @@ from django_tables2 import RequestConfig
 
 from dashboard.api.errors import status_for
 from dashboard.api.filters import OperationFilter
-from dashboard.api.permissions import RESCALE_PERMISSION
+from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION
 from dashboard.api.selectors import cluster_info, operation_list
 from dashboard.api.serializers import DryRunSerializer
 from dashboard.autoscaling_page import AutoscalingPolicyForm, autoscaling_panels
@@ -189,6 +189,7 @@ def _cluster_context(
         "cluster": cluster,
         "workers_table": workers,
         "can_act": can_act,
+        "can_set_policy": request.user.has_perm(POLICY_PERMISSION),
         "cores_min": CORES_MIN,
         "cores_max": CORES_MAX,
         "add_form": add_form or AddWorkerForm(),
@@ -331,9 +332,9 @@ def worker_action_view(request: HttpRequest, name: str, action: str) -> HttpResp
 def autoscaling_policy_view(request: HttpRequest, name: str) -> HttpResponse:
     """The autoscaling panel's policy form: the service the API calls
     (``autoscaling_policy_update``), its refusals on the form's fields; then back to the panel."""
-    if not request.user.has_perm(RESCALE_PERMISSION):
+    if not request.user.has_perm(POLICY_PERMISSION):
         raise PermissionDenied(
-            "changing an autoscaling policy needs the permission operations.rescale"
+            f"changing an autoscaling policy needs the permission {POLICY_PERMISSION}"
         )
     form = AutoscalingPolicyForm(request.POST, auto_id=autoscaling_auto_id(name))
     if form.is_valid():

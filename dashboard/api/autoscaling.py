@@ -9,14 +9,14 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dashboard.api.errors import error_responses, not_found
 from dashboard.api.parsers import StrictJSONParser
-from dashboard.api.permissions import RESCALE_PERMISSION, CanRescale
+from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION, CanRescale
 from dashboard.api.serializers import DryRunSerializer
 from rescaler.autoscaling.model import DecisionKind, FragmentDecision, Mode, Policy
 from rescaler.autoscaling.recommendation import Recommendation, recommendation_get
@@ -30,10 +30,15 @@ MODE_CHOICES = [m.value for m in Mode]
 
 
 class CanSetPolicy(CanRescale):
-    """Changing a policy needs what a rescale needs: ``operations.rescale`` (in auto mode the
-    policy starts rescales)."""
+    """Changing a policy is an admin's: ``autoscaling.change_autoscalingpolicy`` (in auto mode
+    the policy starts rescales by itself); reads pass through."""
 
-    message = f"changing an autoscaling policy needs the {RESCALE_PERMISSION} permission"
+    message = f"changing an autoscaling policy needs the {POLICY_PERMISSION} permission"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        return bool(request.user and request.user.has_perm(POLICY_PERMISSION))
 
 
 # -- the policy ----------------------------------------------------------------------------------
@@ -137,7 +142,7 @@ class AutoscalingPolicyView(APIView):
         description="Sets the settings sent (the others keep their value), all or nothing: "
         "400 invalid_policy names each setting that cannot hold (in field and errors). "
         "Audited as autoscaling.policy_updated with the policy before and after (a policy "
-        "that changes nothing records nothing). Needs the operations.rescale permission.",
+        "that changes nothing records nothing). Needs the autoscaling.change_autoscalingpolicy permission (the admin role).",
         request=AutoscalingPolicyUpdateSerializer,
         examples=[
             OpenApiExample(

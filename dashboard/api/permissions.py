@@ -8,6 +8,8 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 RESCALE_PERMISSION = "operations.rescale"
+# an admin's (docs/console.md, "Roles"): in auto mode a policy starts rescales by itself
+POLICY_PERMISSION = "autoscaling.change_autoscalingpolicy"
 
 
 class CanRescale(BasePermission):

@@ -8,9 +8,9 @@ said once here, created by ``migrations/0013_roles.py`` and kept by ``roles_ensu
   snapshot, a worker's add, cordon, uncordon, drain and notice, a pipeline's archive. Each asks
   for the one permission ``operations.rescale`` (``RESCALE_PERMISSION``).
 - ``admin`` is an operator who also manages users, their groups and their API tokens in the
-  admin site (which needs the user's staff status too: ``role_grant`` sets it). Autoscaling
-  policy is an admin's as well, once it has permissions of its own: the migration that adds
-  them calls ``roles_ensure`` again.
+  admin site (which needs the user's staff status too: ``role_grant`` sets it), and changes
+  a pipeline's autoscaling policy (``autoscaling.change_autoscalingpolicy``: in ``auto`` mode a
+  policy starts rescales by itself); ``autoscaling/migrations/0002_roles.py`` grants it.
 
 A role holds every permission of the roles before it; the groups' other permissions (given by
 hand in the admin) are kept.
@@ -32,13 +32,13 @@ ADMIN = "admin"
 ROLES = (VIEWER, OPERATOR, ADMIN)
 
 # the apps of the control plane's models, whose view permissions a viewer has
-CONTROL_PLANE_APPS = ("audit", "cluster", "operations")
+CONTROL_PLANE_APPS = ("audit", "autoscaling", "cluster", "operations")
 # what each role adds to the one before it: ("app_label", "codename"); a codename "view_*"
 # (any model's view permission of the app), "*" every permission of the app
 GRANTS: dict[str, tuple[tuple[str, str], ...]] = {
     VIEWER: tuple((app, "view_*") for app in CONTROL_PLANE_APPS),
     OPERATOR: (("operations", "rescale"),),
-    ADMIN: (("auth", "*"), ("authtoken", "*")),
+    ADMIN: (("auth", "*"), ("authtoken", "*"), ("autoscaling", "change_autoscalingpolicy")),
 }
 
 

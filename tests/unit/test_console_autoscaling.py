@@ -38,8 +38,8 @@ def _no_celery(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def operator(client: Client) -> Any:
-    user = make_user("operator", rescale=True)
+def admin(client: Client) -> Any:
+    user = make_user("admin", rescale=True, policy=True)
     client.force_login(user)
     return user
 
@@ -63,7 +63,7 @@ def _stepped(user: Any) -> None:
     )
 
 
-def test_the_panel_says_off_and_offers_the_policy_form(client: Client, operator: Any) -> None:
+def test_the_panel_says_off_and_offers_the_policy_form(client: Client, admin: Any) -> None:
     register_cluster()
     panel = _panel(client.get("/").content.decode())
     assert 'data-kind="no_change"' in panel
@@ -73,18 +73,20 @@ def test_the_panel_says_off_and_offers_the_policy_form(client: Client, operator:
     assert "autoscaling-apply" not in panel and "plan_id" not in panel
 
 
-def test_a_viewer_sees_the_policy_but_no_form(client: Client) -> None:
+@pytest.mark.parametrize("rescale", [False, True], ids=["viewer", "operator"])
+def test_a_viewer_or_an_operator_sees_the_policy_but_no_form(client: Client, rescale: bool) -> None:
+    """Setting a policy is an admin's: in auto mode it starts rescales by itself."""
     register_cluster()
-    client.force_login(make_user("viewer"))
+    client.force_login(make_user("someone", rescale=rescale))
     panel = _panel(client.get("/").content.decode())
-    assert "<form" not in panel
-    assert "needs the operations.rescale permission" in panel
+    assert '<form class="policy"' not in panel
+    assert "an admin's" in panel
     response = client.post("/pipelines/wordcount/autoscaling", POLICY_FORM)
     assert response.status_code == 403
     assert not AutoscalingPolicy.objects.exists()
 
 
-def test_the_policy_form_saves_the_policy(client: Client, operator: Any) -> None:
+def test_the_policy_form_saves_the_policy(client: Client, admin: Any) -> None:
     register_cluster()
     response = client.post("/pipelines/wordcount/autoscaling", POLICY_FORM)
     assert response.status_code == 302
@@ -95,7 +97,7 @@ def test_the_policy_form_saves_the_policy(client: Client, operator: Any) -> None
         8,
         [8, 9],
     )
-    assert AuditEvent.objects.get(action="autoscaling.policy_updated").actor == operator
+    assert AuditEvent.objects.get(action="autoscaling.policy_updated").actor == admin
     panel = _panel(client.get("/").content.decode())
     assert 'value="8, 9"' in panel
 
@@ -110,7 +112,7 @@ def test_the_policy_form_saves_the_policy(client: Client, operator: Any) -> None
     ],
 )
 def test_a_refused_policy_is_shown_on_its_field(
-    client: Client, operator: Any, changed: dict[str, str], field: str, says: str
+    client: Client, admin: Any, changed: dict[str, str], field: str, says: str
 ) -> None:
     register_cluster()
     response = client.post("/pipelines/wordcount/autoscaling", {**POLICY_FORM, **changed})
@@ -121,8 +123,8 @@ def test_a_refused_policy_is_shown_on_its_field(
     assert not AuditEvent.objects.filter(action="autoscaling.policy_updated").exists()
 
 
-def test_apply_starts_exactly_the_plan_shown(client: Client, operator: Any) -> None:
-    _stepped(operator)
+def test_apply_starts_exactly_the_plan_shown(client: Client, admin: Any) -> None:
+    _stepped(admin)
     panel = _panel(client.get("/").content.decode())
     assert 'data-kind="scale"' in panel
     assert re.search(
@@ -144,8 +146,8 @@ def test_apply_starts_exactly_the_plan_shown(client: Client, operator: Any) -> N
     assert 'data-kind="no_change"' in panel and "is in progress" in panel
 
 
-def test_apply_of_a_stale_plan_is_refused_with_its_reason(client: Client, operator: Any) -> None:
-    _stepped(operator)
+def test_apply_of_a_stale_plan_is_refused_with_its_reason(client: Client, admin: Any) -> None:
+    _stepped(admin)
     panel = _panel(client.get("/").content.decode())
     plan_id = re.search(r'name="plan_id" value="([0-9a-f]{32})"', panel).group(1)  # type: ignore[union-attr]
     move_the_mapping()

@@ -101,11 +101,13 @@ class Call:
     data: dict[str, Any] = field(default_factory=dict)
     read: int | tuple[int, ...] = 200
     done: int | None = None  # None: a read, the same for every role
+    admin_only: bool = False  # a change an operator is refused too (an autoscaling policy)
 
     def expected(self, role: str) -> tuple[int, ...]:
         if self.done is None:
             return self.read if isinstance(self.read, tuple) else (self.read,)
-        return (403,) if role == VIEWER else (self.done,)
+        refused = (VIEWER, OPERATOR) if self.admin_only else (VIEWER,)
+        return (403,) if role in refused else (self.done,)
 
 
 OP = "<operation>"  # the pending operation's id, filled in by the test
@@ -156,6 +158,19 @@ ROUTES: dict[str, tuple[Call, ...]] = {
     ),
     # refused: the pipeline is running; the refusal is a message on the cluster page
     "dashboard:pipeline-archive": (Call(method="post", kwargs={"name": PIPELINE}, done=302),),
+    # a policy is an admin's (in auto mode it starts rescales); applying its plan, an operator's
+    "dashboard:autoscaling-policy": (
+        Call(
+            method="post",
+            kwargs={"name": PIPELINE},
+            data={"mode": "off"},
+            done=400,
+            admin_only=True,
+        ),
+    ),
+    "dashboard:autoscaling-apply": (  # no plan is bound: the refusal is a message on the page
+        Call(method="post", kwargs={"name": PIPELINE}, data={"plan_id": "nothing"}, done=302),
+    ),
     # the API's reads
     "api:root": (Call(),),
     "api:cluster": (Call(),),
@@ -174,6 +189,13 @@ ROUTES: dict[str, tuple[Call, ...]] = {
     "api:worker-uncordon": (Call(method="post", kwargs=WORKER, done=200),),
     "api:worker-notice": (Call(method="post", kwargs=WORKER, done=202),),
     "api:worker-drain": (Call(method="post", kwargs=WORKER, done=409),),
+    "api:pipeline-recommendation": (Call(kwargs={"name": PIPELINE}),),
+    "api:pipeline-autoscaling": (
+        Call(kwargs={"name": PIPELINE}),
+        Call(
+            method="put", kwargs={"name": PIPELINE}, data={"mode": "off"}, done=200, admin_only=True
+        ),
+    ),
     "api:pipeline-snapshots": (
         Call(kwargs={"name": PIPELINE}),
         Call(method="post", kwargs={"name": PIPELINE}, data={"reason": "r"}, done=202),
@@ -242,7 +264,7 @@ def test_each_role_is_answered_as_documented(
             client = client_of(role)
             events = AuditEvent.objects.count()
             send: Callable[..., Any] = getattr(client, call.method)
-            if name.startswith("api:") and call.method == "post":
+            if name.startswith("api:") and call.method in ("post", "put"):
                 response = send(url, call.data, content_type="application/json")
             else:
                 response = send(url, call.data)
@@ -250,7 +272,7 @@ def test_each_role_is_answered_as_documented(
                 f"{role} {call.method.upper()} {url}: {response.status_code} "
                 f"{response.content[:500]!r}"
             )
-            if call.done is not None and role == VIEWER:
+            if call.done is not None and 403 in call.expected(role):
                 assert AuditEvent.objects.count() == events, "a refused change recorded something"
                 assert Pipeline.objects.get(name=PIPELINE).archived_at is None
             transaction.set_rollback(True)

@@ -98,11 +98,19 @@ def move_the_mapping(version: int = 2) -> None:
     cluster_services.mapping_record(fragment=fragment, version=version, mapping=mapping)
 
 
-def make_user(username: str, *, rescale: bool = False) -> Any:
+def make_user(username: str, *, rescale: bool = False, policy: bool = False) -> Any:
+    """A user who may read; ``rescale``: also rescale (an operator's permission); ``policy``:
+    also change autoscaling policies (an admin's)."""
     user = get_user_model().objects.create_user(username, password="pw-" + username)
     if rescale:
         user.user_permissions.add(
             Permission.objects.get(codename="rescale", content_type__app_label="operations")
+        )
+    if policy:
+        user.user_permissions.add(
+            Permission.objects.get(
+                codename="change_autoscalingpolicy", content_type__app_label="autoscaling"
+            )
         )
     return user
 

@@ -13,7 +13,14 @@ from rescaler.audit.models import AuditEvent
 from rescaler.autoscaling.models import AutoscalingPolicy
 from rescaler.cluster.models import Pipeline
 from rescaler.operations.models import OperationPlan, RescaleOperation
-from tests.unit.api.fixtures import FRAGMENT, PIPELINE, move_the_mapping, register_cluster
+from tests.unit.api.fixtures import (
+    FRAGMENT,
+    PIPELINE,
+    make_user,
+    move_the_mapping,
+    register_cluster,
+    token_client,
+)
 from tests.unit.rescaler.autoscaling.fixtures import report_epochs
 
 pytestmark = pytest.mark.django_db
@@ -44,10 +51,29 @@ def test_the_default_policy_is_off(cluster: Pipeline, viewer_client: APIClient) 
     )
 
 
+@pytest.fixture
+def admin(db: None) -> Any:
+    """Who sets policies: the admin role's permission, with an operator's."""
+    return make_user("admin", rescale=True, policy=True)
+
+
+@pytest.fixture
+def admin_client(admin: Any) -> APIClient:
+    return token_client(admin)
+
+
+def test_an_operator_may_not_set_a_policy(cluster: Pipeline, operator: Any) -> None:
+    """A policy in auto mode starts rescales by itself: setting one is an admin's."""
+    response = token_client(operator).put(POLICY_URL, {"mode": "auto"}, format="json")
+    assert response.status_code == 403, response.content
+    assert "autoscaling.change_autoscalingpolicy" in response.json()["detail"]
+    assert not AuditEvent.objects.filter(action="autoscaling.policy_updated").exists()
+
+
 def test_put_sets_the_policy_and_audits_it(
-    cluster: Pipeline, operator: Any, operator_client: APIClient
+    cluster: Pipeline, admin: Any, admin_client: APIClient
 ) -> None:
-    response = operator_client.put(
+    response = admin_client.put(
         POLICY_URL,
         {"mode": "recommend", "min_parallel_units": 2, "scale_in_blackout_hours": [9, 8]},
         format="json",
@@ -58,19 +84,19 @@ def test_put_sets_the_policy_and_audits_it(
     assert body["scale_in_blackout_hours"] == [8, 9]
     assert body["max_parallel_units"] == 64  # left out: kept
     row = AutoscalingPolicy.objects.get(pipeline=cluster)
-    assert (row.mode, row.min_parallel_units, row.updated_by) == ("recommend", 2, operator)
+    assert (row.mode, row.min_parallel_units, row.updated_by) == ("recommend", 2, admin)
     event = AuditEvent.objects.get(action="autoscaling.policy_updated")
     assert (event.actor_name, event.object_type, event.object_id) == (
-        "operator",
+        "admin",
         "pipeline",
         PIPELINE,
     )
     assert event.before["mode"] == "off" and event.after["mode"] == "recommend"
     assert event.after["scale_in_blackout_hours"] == [8, 9]
     # the same again changes nothing and records nothing
-    assert operator_client.put(POLICY_URL, {"mode": "recommend"}, format="json").status_code == 200
+    assert admin_client.put(POLICY_URL, {"mode": "recommend"}, format="json").status_code == 200
     assert AuditEvent.objects.filter(action="autoscaling.policy_updated").count() == 1
-    assert operator_client.get(POLICY_URL).json() == body
+    assert admin_client.get(POLICY_URL).json() == body
 
 
 @pytest.mark.parametrize(
@@ -94,13 +120,13 @@ def test_put_sets_the_policy_and_audits_it(
 )  # fmt: skip
 def test_a_bad_policy_is_refused_with_its_reason_and_changes_nothing(
     cluster: Pipeline,
-    operator_client: APIClient,
+    admin_client: APIClient,
     sent: Any,
     status: int,
     code: str,
     field: str | None,
 ) -> None:
-    response = operator_client.put(POLICY_URL, sent, format="json")
+    response = admin_client.put(POLICY_URL, sent, format="json")
     assert response.status_code == status, response.content
     body = response.json()
     assert body["code"] == code
@@ -108,32 +134,32 @@ def test_a_bad_policy_is_refused_with_its_reason_and_changes_nothing(
         assert body["field"] == field
         assert field in body["errors"] and field in body["detail"]
     assert not AuditEvent.objects.filter(action="autoscaling.policy_updated").exists()
-    assert operator_client.get(POLICY_URL).json()["mode"] == "off"
+    assert admin_client.get(POLICY_URL).json()["mode"] == "off"
 
 
 def test_a_viewer_may_not_set_a_policy(cluster: Pipeline, viewer_client: APIClient) -> None:
     response = viewer_client.put(POLICY_URL, {"mode": "recommend"}, format="json")
     assert response.status_code == 403
-    assert "operations.rescale" in response.json()["detail"]
+    assert "autoscaling.change_autoscalingpolicy" in response.json()["detail"]
     assert not AutoscalingPolicy.objects.exists()
 
 
-def test_off_recommends_nothing(cluster: Pipeline, operator_client: APIClient) -> None:
-    body = operator_client.get(RECOMMENDATION_URL).json()
+def test_off_recommends_nothing(cluster: Pipeline, admin_client: APIClient) -> None:
+    body = admin_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "no_change"
     assert "off" in body["reasons"][0]
     assert body["request"] is None and body["plan"] is None
 
 
 def test_today_s_reports_size_nothing_and_say_what_is_missing(
-    operator_client: APIClient,
+    admin_client: APIClient,
 ) -> None:
     """What the runner reports today (no busy seconds, no backlog): no size is proposed, and
     the answer names the two signals and the fields the runner's report needs."""
     register_cluster(epochs=0)
     report_epochs(count=60, records=lambda e, pu: 900 if e >= 5 else 300)
-    operator_client.put(POLICY_URL, RECOMMEND, format="json")
-    body = operator_client.get(RECOMMENDATION_URL).json()
+    admin_client.put(POLICY_URL, RECOMMEND, format="json")
+    body = admin_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "no_change"
     assert set(body["missing_signals"]) == {"busy_s", "backlog"}
     assert "PuLoad needs busy_s" in body["missing_signals"]["busy_s"]
@@ -146,11 +172,11 @@ def test_today_s_reports_size_nothing_and_say_what_is_missing(
 
 
 def test_a_recommendation_is_a_binding_dry_run_that_apply_starts(
-    operator_client: APIClient,
+    admin_client: APIClient,
 ) -> None:
     _stepped()
-    operator_client.put(POLICY_URL, RECOMMEND, format="json")
-    body = operator_client.get(RECOMMENDATION_URL).json()
+    admin_client.put(POLICY_URL, RECOMMEND, format="json")
+    body = admin_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "scale", body["reasons"]
     (fragment,) = body["fragments"]
     assert (fragment["parallel_units_now"], fragment["parallel_units_after"]) == (2, 3)
@@ -162,11 +188,11 @@ def test_a_recommendation_is_a_binding_dry_run_that_apply_starts(
     plan = body["plan"]
     assert plan["plan_id"] and plan["fragments"][FRAGMENT]["parallel_units_after"] == [0, 1, 2]
     # asked again: the same plan, not one more per look
-    again = operator_client.get(RECOMMENDATION_URL).json()
+    again = admin_client.get(RECOMMENDATION_URL).json()
     assert again["plan"]["plan_id"] == plan["plan_id"]
     assert OperationPlan.objects.count() == 1
     # apply: the request and its plan_id start exactly that plan
-    response = operator_client.post(
+    response = admin_client.post(
         "/api/v1/operations", {**body["request"], "plan_id": plan["plan_id"]}, format="json"
     )
     assert response.status_code == 202, response.content
@@ -176,32 +202,32 @@ def test_a_recommendation_is_a_binding_dry_run_that_apply_starts(
     requested = AuditEvent.objects.get(action="operation.requested")
     assert requested.after["plan_id"] == plan["plan_id"]
     # and while it runs, nothing more is decided
-    body = operator_client.get(RECOMMENDATION_URL).json()
+    body = admin_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "no_change"
     assert f"operation {op.operation_id} is in progress" in body["reasons"][0]
 
 
-def test_a_plan_gone_stale_is_planned_again(operator_client: APIClient) -> None:
+def test_a_plan_gone_stale_is_planned_again(admin_client: APIClient) -> None:
     _stepped()
-    operator_client.put(POLICY_URL, RECOMMEND, format="json")
-    first = operator_client.get(RECOMMENDATION_URL).json()
+    admin_client.put(POLICY_URL, RECOMMEND, format="json")
+    first = admin_client.get(RECOMMENDATION_URL).json()
     move_the_mapping()  # the runner records a new mapping of word_count
-    stale = operator_client.post(
+    stale = admin_client.post(
         "/api/v1/operations",
         {**first["request"], "plan_id": first["plan"]["plan_id"]},
         format="json",
     )
     assert stale.status_code == 409 and stale.json()["code"] == "plan_stale"
-    second = operator_client.get(RECOMMENDATION_URL).json()
+    second = admin_client.get(RECOMMENDATION_URL).json()
     assert second["plan"]["plan_id"] != first["plan"]["plan_id"]
     assert second["plan"]["mapping_versions"] == {FRAGMENT: 2}
 
 
 def test_a_viewer_sees_the_decision_without_a_plan(
-    operator_client: APIClient, viewer_client: APIClient
+    admin_client: APIClient, viewer_client: APIClient
 ) -> None:
     _stepped()
-    operator_client.put(POLICY_URL, RECOMMEND, format="json")
+    admin_client.put(POLICY_URL, RECOMMEND, format="json")
     body = viewer_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "scale"
     assert body["request"] is not None and body["plan"] is None
@@ -210,11 +236,11 @@ def test_a_viewer_sees_the_decision_without_a_plan(
 
 
 def test_without_free_pus_the_recommendation_says_to_add_workers(
-    operator_client: APIClient,
+    admin_client: APIClient,
 ) -> None:
     _stepped(workers={"local-0": [0, 1]})
-    operator_client.put(POLICY_URL, RECOMMEND, format="json")
-    body = operator_client.get(RECOMMENDATION_URL).json()
+    admin_client.put(POLICY_URL, RECOMMEND, format="json")
+    body = admin_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "scale"
     assert body["request"] is None and body["plan"] is None
     assert "needs 1 more PU(s) and the cluster has 0 free" in body["notes"][0]
