@@ -51,6 +51,9 @@ class PuLoad:
     # in local mode, and that executor's host): the truthful placement
     executor: str = ""
     host: str = ""
+    # seconds the PU's task was busy with this fragment's epoch (its stat's "seconds"): the
+    # autoscaler's true processing rate is rows per busy second; None: an older runner's report
+    busy_s: float | None = None
 
 
 class WorkerStatus(enum.StrEnum):

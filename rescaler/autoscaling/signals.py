@@ -8,10 +8,9 @@ records per epoch). From those:
 * input rate — records of the fragment per second of wall time between commits;
 * epoch latency — ``EpochMetric.duration_s``;
 * skew — the busiest PU's records over the mean PU's, per epoch, and the per-vnode load;
-* busy seconds per PU (the true processing rate, the busy fraction) — from ``per_pu[].busy_s``
-  where a row carries it. **The runner does not report it yet**: the PU task's ``stat`` row
-  measures its ``seconds`` (``workers/epoch.py``) but ``PuLoad`` has no field for them, so the
-  report drops them. Until it does, ``busy_s`` is unknown and named in ``missing_signals``;
+* busy seconds per PU (the true processing rate, the busy fraction) — from ``per_pu[].busy_s``,
+  the seconds the PU's task measured (``PuLoad.busy_s``). Epochs of an older runner carry none:
+  in a window without any, ``busy_s`` is unknown and named in ``missing_signals``;
 * backlog — **not reported**: ``EpochReport`` has no field for the source's pending records
   (JetStream's ``num_pending``, the directory's unread files, the generator's pacing). Unknown,
   named in ``missing_signals``; the model then has no backlog term.
@@ -42,8 +41,8 @@ from workers.rescale.protocol.phases import FINAL
 MAX_EPOCHS = 6_000
 # what the model is told when a signal is missing from every epoch of the window
 MISSING = {
-    SIGNAL_BUSY: "the runner's epoch report has no PU busy seconds: PuLoad needs busy_s, "
-    "the seconds its task measured (the stat row's 'seconds')",
+    SIGNAL_BUSY: "the runner's epoch reports carry no PU busy seconds (PuLoad.busy_s): a "
+    "runner older than this control plane; restart it with this version",
     SIGNAL_BACKLOG: "the runner's epoch report has no source backlog: EpochReport needs "
     "source_backlog, the records the source holds past the epoch",
 }

@@ -78,6 +78,7 @@ def epoch_report(
                 s["bytes"],
                 executor=s.get("executor", ""),
                 host=s.get("host", ""),
+                busy_s=s.get("seconds"),
             )
             for s in stats
         ],

@@ -151,18 +151,18 @@ def test_off_recommends_nothing(cluster: Pipeline, admin_client: APIClient) -> N
     assert body["request"] is None and body["plan"] is None
 
 
-def test_today_s_reports_size_nothing_and_say_what_is_missing(
+def test_reports_without_busy_seconds_size_nothing_and_say_what_is_missing(
     admin_client: APIClient,
 ) -> None:
-    """What the runner reports today (no busy seconds, no backlog): no size is proposed, and
-    the answer names the two signals and the fields the runner's report needs."""
+    """Reports without busy seconds (an older runner's) and without a backlog: no size is
+    proposed, and the answer names the two signals and what is missing."""
     register_cluster(epochs=0)
     report_epochs(count=60, records=lambda e, pu: 900 if e >= 5 else 300)
     admin_client.put(POLICY_URL, RECOMMEND, format="json")
     body = admin_client.get(RECOMMENDATION_URL).json()
     assert body["kind"] == "no_change"
     assert set(body["missing_signals"]) == {"busy_s", "backlog"}
-    assert "PuLoad needs busy_s" in body["missing_signals"]["busy_s"]
+    assert "PuLoad.busy_s" in body["missing_signals"]["busy_s"]
     (fragment,) = body["fragments"]
     assert fragment["fragment"] == FRAGMENT
     assert fragment["parallel_units_needed"] is None

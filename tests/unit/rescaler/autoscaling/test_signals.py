@@ -52,7 +52,7 @@ def test_the_signals_are_what_the_runner_reported() -> None:
     # not reported by the runner: unknown, and the model is told what is missing
     assert last.busy_s is None and last.backlog is None
     assert set(signals.missing_signals) == {SIGNAL_BUSY, SIGNAL_BACKLOG}
-    assert "PuLoad needs busy_s" in signals.missing_signals[SIGNAL_BUSY]
+    assert "PuLoad.busy_s" in signals.missing_signals[SIGNAL_BUSY]
     assert "EpochReport needs source_backlog" in signals.missing_signals[SIGNAL_BACKLOG]
     assert signals.operation_in_progress is None and signals.draining_workers == ()
 
@@ -65,7 +65,7 @@ def test_without_busy_seconds_the_decision_sizes_nothing_and_says_why() -> None:
     )
     reason = decision.fragments[FRAGMENT].reasons[0]
     assert decision.kind == DecisionKind.NO_CHANGE
-    assert "true processing rate is unknown" in reason and "PuLoad needs busy_s" in reason
+    assert "true processing rate is unknown" in reason and "PuLoad.busy_s" in reason
 
 
 def test_busy_seconds_where_reported_size_the_fragment() -> None:
