@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dashboard.api.errors import error_responses, not_found
+from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.parsers import StrictJSONParser
 from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION, CanRescale
 from dashboard.api.serializers import DryRunSerializer
@@ -112,13 +112,6 @@ def _policy_data(pipeline: str, policy: Policy) -> dict[str, Any]:
     return AutoscalingPolicySerializer({"pipeline": pipeline, **policy_json(policy)}).data
 
 
-def _pipeline_name(value: str) -> str:
-    """A path segment as text Postgres can compare (it refuses NUL characters)."""
-    if "\x00" in value:
-        raise not_found("unknown_pipeline", "no pipeline with a NUL character in its name")
-    return value
-
-
 class AutoscalingPolicyView(APIView):
     """A pipeline's autoscaling policy."""
 
@@ -133,7 +126,7 @@ class AutoscalingPolicyView(APIView):
         responses={200: AutoscalingPolicySerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, name: str) -> Response:
-        pipeline = pipeline_get(name=_pipeline_name(name))
+        pipeline = pipeline_get(name=pipeline_name(name))
         return Response(_policy_data(pipeline.name, autoscaling_policy_get(pipeline=pipeline)))
 
     @extend_schema(
@@ -164,7 +157,7 @@ class AutoscalingPolicyView(APIView):
     def put(self, request: Request, name: str) -> Response:
         body = AutoscalingPolicyUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        pipeline = _pipeline_name(name)
+        pipeline = pipeline_name(name)
         policy = autoscaling_policy_update(
             user=request.user, pipeline=pipeline, changes=body.validated_data
         )
@@ -306,7 +299,7 @@ class RecommendationView(APIView):
     def get(self, request: Request, name: str) -> Response:
         recommendation = recommendation_get(
             user=request.user,
-            pipeline=_pipeline_name(name),
+            pipeline=pipeline_name(name),
             plan=request.user.has_perm(RESCALE_PERMISSION),
         )
         return Response(recommendation_json(recommendation))

@@ -95,6 +95,14 @@ def not_found(code: str, detail: str) -> ApiError:
     return ApiError(code, detail, status.HTTP_404_NOT_FOUND)
 
 
+def pipeline_name(value: str) -> str:
+    """A pipeline's name from a URL path, as text Postgres can compare (it refuses NUL
+    characters): 404 ``unknown_pipeline`` for one with a NUL."""
+    if "\x00" in value:
+        raise not_found("unknown_pipeline", "no pipeline with a NUL character in its name")
+    return value
+
+
 def status_for(exc: rescale_errors.RescaleError) -> int:
     return STATUS_BY_CODE.get(exc.code, status.HTTP_400_BAD_REQUEST)
 

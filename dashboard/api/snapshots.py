@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dashboard.api.errors import error_responses, not_found
+from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.parsers import StrictJSONParser
 from dashboard.api.permissions import RESCALE_PERMISSION, CanRescale
 from rescaler.cluster import snapshots as snapshot_services
@@ -182,13 +182,6 @@ class SnapshotQueuedSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
-def _pipeline_name(value: str) -> str:
-    """A path segment as text Postgres can compare (it refuses NUL characters)."""
-    if "\x00" in value:
-        raise not_found("unknown_pipeline", "no pipeline with a NUL character in its name")
-    return value
-
-
 class PipelineSnapshotsView(APIView):
     """A pipeline's snapshots and last restore; "Snapshot now"."""
 
@@ -205,7 +198,7 @@ class PipelineSnapshotsView(APIView):
         responses={200: SnapshotsSerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, name: str) -> Response:
-        overview = snapshot_services.snapshot_overview(pipeline=_pipeline_name(name))
+        overview = snapshot_services.snapshot_overview(pipeline=pipeline_name(name))
         return Response(SnapshotsSerializer(overview).data)
 
     @extend_schema(
@@ -233,7 +226,7 @@ class PipelineSnapshotsView(APIView):
         body.is_valid(raise_exception=True)
         reason = body.validated_data["reason"]
         command = snapshot_services.snapshot_request(
-            user=request.user, pipeline=_pipeline_name(name), reason=reason
+            user=request.user, pipeline=pipeline_name(name), reason=reason
         )
         data = {
             "command": command.id,
