@@ -7,6 +7,7 @@ from django.http import Http404
 from rest_framework import exceptions
 
 from dashboard.api.errors import FIELD_BY_CODE, STATUS_BY_CODE, ApiError, exception_handler
+from rescaler.autoscaling.errors import PolicyInvalid
 from rescaler.operations.errors import OperationFinal
 from rescaler.operations.plans import PlanError, PlanStale
 from workers.rescale import errors
@@ -26,13 +27,19 @@ def _refusals() -> list[type[errors.RescaleError]]:
 
 @pytest.mark.parametrize("cls", _refusals(), ids=lambda c: c.__name__)
 def test_every_rescale_error_has_its_code_and_a_4xx(cls: type[errors.RescaleError]) -> None:
-    exc = cls("why")
+    """Every refusal of every app (each imported above, so the list is the same however the
+    suite is collected)."""
+    if issubclass(cls, PolicyInvalid):  # its reason is one per setting
+        exc: errors.RescaleError = cls({"mode": "why"})
+        detail = "mode: why"
+    else:
+        exc, detail = cls("why"), "why"
     response = exception_handler(exc, CONTEXT)
     assert response is not None
-    extra = exc.details() if isinstance(exc, PlanError) else {}
+    extra = exc.details() if isinstance(exc, PlanError | PolicyInvalid) else {}
     if cls.code in FIELD_BY_CODE:
         extra = {"field": FIELD_BY_CODE[cls.code], **extra}
-    assert response.data == {"code": cls.code, "detail": "why", **extra}
+    assert response.data == {"code": cls.code, "detail": detail, **extra}
     assert response.status_code == STATUS_BY_CODE.get(cls.code, 400)
 
 

@@ -59,13 +59,9 @@ MUTATIONS: dict[str, tuple[Call, int]] = {
     "POST workers/{name}/notice": (lambda c, op: c.post("/api/v1/workers/local-0/notice"), 202),
     # the operator reaches the provider: there is none in the tests' environment
     "POST workers": (lambda c, op: c.post("/api/v1/workers", {"cores": 1}, format="json"), 409),
-    "PUT pipelines/{name}/autoscaling": (
-        lambda c, op: c.put(
-            "/api/v1/pipelines/wordcount/autoscaling", {"mode": "recommend"}, format="json"
-        ),
-        200,
-    ),
 }
+# PUT pipelines/{name}/autoscaling is an admin's, not an operator's: below, and in
+# tests/unit/test_roles.py
 
 READS: dict[str, Call] = {
     "GET cluster": lambda c, op: c.get("/api/v1/cluster"),
@@ -110,6 +106,26 @@ def test_mutations(
         pending.refresh_from_db()
         assert pending.status == "pending"
         assert RescaleOperation.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [("anonymous", 401), ("viewer", 403), ("operator", 403), ("admin", 200)],
+)
+def test_a_policy_is_set_by_an_admin_only(cluster: Pipeline, who: str, expected: int) -> None:
+    """In auto mode a policy starts rescales by itself: ``autoscaling.change_autoscalingpolicy``,
+    the admin role's, not ``operations.rescale``."""
+    if who == "anonymous":
+        client = token_client(None)
+    else:
+        client = token_client(make_user(who, rescale=who != "viewer", policy=who == "admin"))
+    url = "/api/v1/pipelines/wordcount/autoscaling"
+    events = AuditEvent.objects.count()
+    response = client.put(url, {"mode": "recommend"}, format="json")
+    assert response.status_code == expected, response.content
+    if expected == 403:
+        assert "autoscaling.change_autoscalingpolicy" in response.json()["detail"]
+        assert AuditEvent.objects.count() == events, "a refused change records nothing"
 
 
 @pytest.mark.parametrize("endpoint", sorted(READS))
