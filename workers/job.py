@@ -121,6 +121,7 @@ class EpochJob:
         *,
         from_outputs: bool = False,
         preaggregated: Aggregates = (),
+        homes: dict[int, str] | None = None,
     ) -> Any:
         """Route records to their PU's task in Spark SQL: vnode, then slot (held vnodes go to
         their target, marked ``held``), then one partition per PU.
@@ -128,6 +129,8 @@ class EpochJob:
         ``preaggregated``: fold the records per (key, vnode, slot, kind) with these aggregates
         after the shuffle, in Spark, before they are handed to the PU's Python task
         (``workers.partials``); every other row keeps a group of its own.
+
+        ``homes``: PU -> its home executor's location; each PU's task is pinned there.
 
         One projection computes it all (each DataFrame step costs the driver an analysis and
         py4j round trips at every epoch; Spark's code generation evaluates the repeated vnode
@@ -195,8 +198,7 @@ class EpochJob:
             routed = routed.groupBy("kind", "key", "vnode", "slot", "info", "_own").agg(
                 *(F.expr(e) for e in spark_aggregations(preaggregated, spec.event_time))
             )
-        if self.homes is not None:  # each PU's task on its home executor
-            homes = self.homes()
+        if homes is not None:  # each PU's task on its home executor (workers.pinning)
             routed = pin(routed, [homes.get(pu) for pu in placement.parallel_units])
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -253,6 +255,7 @@ class EpochJob:
             f"CASE WHEN {bad} THEN 0 ELSE src END AS src",
             "_malformed AS info",
         )
+        homes = self.homes() if self.homes is not None else None  # read once per epoch
         for i, frag in enumerate(self.pipeline.fragments):
             placement = plan.placements[frag.name]
             actions = plan.fragment_actions(frag.name)
@@ -285,6 +288,7 @@ class EpochJob:
                 key_col,
                 from_outputs=i > 0,
                 preaggregated=self.preaggregated(frag.name, frag.operator, stream),
+                homes=homes,
             )
         return stream
 

@@ -106,9 +106,9 @@ def pin(df: Any, locations: list[str | None]) -> Any:
     spark = df.sparkSession
     jvm = spark.sparkContext._jvm
     jdf = df._jdf
-    names = spark.sparkContext._gateway.new_array(jvm.String, len(locations))
-    for i, where in enumerate(locations):
-        names[i] = where or ""
+    # one string, not a Java array filled element by element: a py4j round trip per PU, at
+    # every epoch, for every fragment
+    names = ",".join(where or "" for where in locations)
     pinned = jvm.rescaler.spark.PinnedRDD(jdf.queryExecution().toRdd(), names)
     return DataFrame(
         spark._jsparkSession.internalCreateDataFrame(pinned, jdf.schema(), False), spark

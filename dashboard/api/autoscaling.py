@@ -9,7 +9,7 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers
-from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -33,12 +33,8 @@ class CanSetPolicy(CanRescale):
     """Changing a policy is an admin's: ``autoscaling.change_autoscalingpolicy`` (in auto mode
     the policy starts rescales by itself); reads pass through."""
 
+    permission = POLICY_PERMISSION
     message = f"changing an autoscaling policy needs the {POLICY_PERMISSION} permission"
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if request.method in SAFE_METHODS:
-            return True
-        return bool(request.user and request.user.has_perm(POLICY_PERMISSION))
 
 
 # -- the policy ----------------------------------------------------------------------------------

@@ -18,10 +18,11 @@ class CanRescale(BasePermission):
     Used after ``IsAuthenticated``, so an anonymous caller gets 401 before this is asked.
     """
 
+    permission = RESCALE_PERMISSION  # what an unsafe method needs (a subclass names another)
     message = f"starting or cancelling a rescale needs the {RESCALE_PERMISSION} permission"
     code = "permission_denied"
 
     def has_permission(self, request: Request, view: Any) -> bool:
         if request.method in SAFE_METHODS:
             return True
-        return bool(request.user and request.user.has_perm(RESCALE_PERMISSION))
+        return bool(request.user and request.user.has_perm(self.permission))

@@ -24,11 +24,12 @@ public class PinnedRDD<T> extends RDD<T> {
   private final RDD<T> parent;
   private final String[] locations;
 
+  /** {@code locations}: partition i's location is the i-th of these, comma-separated. */
   @SuppressWarnings("unchecked")
-  public PinnedRDD(RDD<T> parent, String[] locations) {
+  public PinnedRDD(RDD<T> parent, String locations) {
     super(parent, (ClassTag<T>) ClassTag$.MODULE$.AnyRef());
     this.parent = parent;
-    this.locations = locations;
+    this.locations = locations.split(",", -1);
   }
 
   @Override
