@@ -202,14 +202,16 @@ class BackendRun:
         file with a columnar checksum, read back), ingest that file into another store, drop."""
         from workers.rescale import transfer
         from workers.state import open_store
+        from workers.storage import location
 
-        export = self.target.parent / "exports" / f"vnode-{vnode:05d}.arrow"
+        at = location(self.target.parent)
+        export = f"exports/vnode-{vnode:05d}.arrow"
         if not self.moved:  # the first call loads Arrow's IPC and compute modules: not timed
             import pyarrow as pa
 
             empty = pa.array([], pa.binary())
-            transfer.write_export(export, vnode, empty, empty)
-            transfer.read_export(export)
+            transfer.write_export(at, export, vnode, empty, empty)
+            transfer.read_export(at, export)
         with (
             open_store(self.backend, self.path) as src,
             open_store(self.backend, self.target) as dst,
@@ -218,10 +220,10 @@ class BackendRun:
             held = src.vnode_stats().get(vnode)
             count = held.keys if held else 0
             manifest, t = timed(
-                lambda: transfer.write_export(export, vnode, *src.vnode_columns(vnode, count))
+                lambda: transfer.write_export(at, export, vnode, *src.vnode_columns(vnode, count))
             )
             self.transfer["export"] += t
-            _, t = timed(lambda: transfer.ingest_export(dst, export))
+            _, t = timed(lambda: transfer.ingest_export(dst, at, export))
             self.transfer["ingest"] += t
             dropped, t = timed(lambda: src.drop_vnode(vnode))
             self.transfer["drop"] += t

@@ -94,6 +94,10 @@ class RunnerConfig:
     recovery_partitions: int = 16
     # start from a snapshot ("latest" or its id) into an empty state directory, at initial_pus
     restore_from: str | None = None
+    # where a live rescale's exports and hold queues go (RESCALER_TRANSFER_LOCATION: a
+    # directory or a pyarrow.fs URI, the pipeline's files under <it>/<pipeline>; "": the
+    # pipeline's state directory)
+    transfer_location: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -176,6 +180,16 @@ class RunnerConfig:
         return self.recovery_dir or str(Path(self.state_dir).absolute().parent / "recovery")
 
     @property
+    def transfers(self) -> str:
+        """The root of the pipeline's transfer files (:mod:`workers.rescale.transfer`)."""
+        if not self.transfer_location:
+            return str(self.pipeline_dir.absolute())
+        base, _, query = self.transfer_location.partition("?")
+        if "://" not in base:
+            base = str(Path(base).absolute())
+        return f"{base.rstrip('/')}/{self.pipeline}" + (f"?{query}" if query else "")
+
+    @property
     def source_dir(self) -> Path | None:
         return Path(self.source[4:]) if self.source.startswith("dir:") else None
 
@@ -215,6 +229,7 @@ class RunnerConfig:
         for name, var in (
             ("snapshot_every", "RESCALER_SNAPSHOT_EVERY"),
             ("recovery_dir", "RESCALER_RECOVERY_DIR"),
+            ("transfer_location", "RESCALER_TRANSFER_LOCATION"),
         ):
             if os.environ.get(var):
                 env[name] = os.environ[var]

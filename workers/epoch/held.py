@@ -3,14 +3,13 @@ verified exports ingested and the hold queue read back for replay."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 
 from workers import partials
 from workers.epoch.spec import CLOCK_COLUMNS, RoutingError, TaskSpec, held_columns, is_processor
 from workers.pipeline.placement import SlotActions
 from workers.state.base import StateStore
+from workers.storage import Location, location
 
 
 def write_held(
@@ -31,7 +30,7 @@ def write_held(
     if is_processor(spec):
         for name, value in zip(CLOCK_COLUMNS, spec.clock.to_json().values(), strict=True):
             rows = rows.append_column(name, pa.array([value] * rows.num_rows, pa.int64()))
-    written = write_hold(Path(actions.hold_path), rows)
+    written = write_hold(transfers_of(spec), actions.hold_path, rows)
     per_vnode = partials.records_per_vnode(held)
     vnodes = list(map(str, per_vnode))
     records = list(per_vnode.values())
@@ -47,8 +46,14 @@ def acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Table
     vnodes a cancel gave back to their source: no export, only their hold queue)."""
     from workers.rescale.transfer import ingest_export, read_hold
 
+    at = transfers_of(spec)
     for path in actions.ingest:
-        ingest_export(store, Path(path))  # verified: range, order, key count, checksum
+        ingest_export(store, at, path)  # verified: range, order, key count, checksum
     if not actions.replay_files:
         return None
-    return read_hold([Path(p) for p in actions.replay_files], set(actions.replay_vnodes))
+    return read_hold(at, actions.replay_files, set(actions.replay_vnodes))
+
+
+def transfers_of(spec: TaskSpec) -> Location:
+    """Where the task's exports and hold queues are (``workers.rescale.transfer``)."""
+    return location(spec.transfers or spec.state_root)

@@ -55,8 +55,9 @@ class RescaleExecutor:
         spark: Any = None,
         hold_queue_bounds: HoldQueueBounds | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        transfers: str | None = None,
     ) -> None:
-        self.ledger = OperationLedger(pipeline_dir, placements, report)
+        self.ledger = OperationLedger(pipeline_dir, placements, report, transfers=transfers)
         self.commands = CommandHandler(self.ledger, worker_pus)
         self.live = LiveProtocol(self.ledger)
         self.exports = Exports(self.ledger, backend, spark=spark, background=background_exports)

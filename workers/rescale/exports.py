@@ -29,6 +29,7 @@ from workers.rescale.protocol import StepPhase
 from workers.spark_tasks import run_tasks, task_location
 from workers.state import open_store
 from workers.state.base import StateStoreError
+from workers.storage import location
 
 log = logging.getLogger("workers.rescale")
 
@@ -50,6 +51,7 @@ class ExportTask:
     fragment: str
     pu: int
     exports: tuple[tuple[int, KeyRange | None, str], ...]
+    transfers: str = ""  # the transfer location's root; "": pipeline_dir
 
 
 def export_pu(task: ExportTask) -> dict[str, Any]:
@@ -59,12 +61,13 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
     started = time.perf_counter()
     path = store_path(Path(task.pipeline_dir), task.fragment, task.pu)
     manifests: dict[str, dict[str, Any]] = {}
+    at = location(task.transfers or task.pipeline_dir)
     with open_store(task.backend, path, readonly=True) as store:
         stats = store.vnode_stats()
         for vnode, key_range, out in task.exports:
             if key_range is not None:  # one range of a hot vnode: read by its keys' hashes
                 keys, values = store.key_range_columns(vnode, key_range)
-                manifests[out] = transfer.write_export(Path(out), vnode, keys, values, key_range)
+                manifests[out] = transfer.write_export(at, out, vnode, keys, values, key_range)
                 continue
             held = stats.get(vnode)
             keys, values = store.vnode_columns(vnode, held.keys if held else 0)
@@ -73,7 +76,7 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
                     f"{path}: vnode {vnode} holds {len(keys)} keys, its stats say "
                     f"{held.keys if held else 0}"
                 )
-            manifests[out] = transfer.write_export(Path(out), vnode, keys, values)
+            manifests[out] = transfer.write_export(at, out, vnode, keys, values)
     executor, host = task_location()
     return {
         "fragment": task.fragment,
@@ -92,12 +95,18 @@ def export_tasks(
     grouped: dict[tuple[str, int], list[tuple[int, KeyRange | None, str]]] = defaultdict(list)
     for op, step in todo:
         spec = step.spec
-        op_dir = ledger.store.op_dir(op.operation_id)
         for vnode in spec.vnodes:
-            out = transfer.export_path(op_dir, spec.fragment, vnode, spec.key_range)
-            grouped[(spec.fragment, spec.source_pu)].append((vnode, spec.key_range, str(out)))
+            out = transfer.export_path(op.operation_id, spec.fragment, vnode, spec.key_range)
+            grouped[(spec.fragment, spec.source_pu)].append((vnode, spec.key_range, out))
     return [
-        ExportTask(str(ledger.dir), backend, fragment, pu, tuple(sorted(exports, key=_by_file)))
+        ExportTask(
+            str(ledger.dir),
+            backend,
+            fragment,
+            pu,
+            tuple(sorted(exports, key=_by_file)),
+            transfers=ledger.transfers.uri,
+        )
         for (fragment, pu), exports in sorted(grouped.items())
     ]
 
@@ -234,10 +243,9 @@ class Exports:
                 if step.phase != StepPhase.COLLECTING or step.returning:
                     continue  # moved on, or given back to its source meanwhile
                 spec = step.spec
-                op_dir = self.ledger.store.op_dir(op.operation_id)
                 step.exports = {
                     v: manifests[
-                        str(transfer.export_path(op_dir, spec.fragment, v, spec.key_range))
+                        transfer.export_path(op.operation_id, spec.fragment, v, spec.key_range)
                     ]
                     for v in spec.vnodes
                 }

@@ -19,6 +19,7 @@ from workers.pipeline.placement import VnodeMapping
 from workers.rescale.operation import OperationState, OperationStore, StepState
 from workers.rescale.protocol import OperationProgress, ProgressAck
 from workers.rescale.reports import ProgressReports
+from workers.storage import Location, location
 
 log = logging.getLogger("workers.rescale")
 
@@ -31,6 +32,8 @@ class OperationLedger:
     """The operations on this runner, guarded by ``lock``, and the placements they change.
 
     ``placements`` is the runner's own dict: changes are made in it, for the runner to save.
+    ``transfers``: where the operations' exports and hold queues go (a directory or a
+    ``pyarrow.fs`` URI; :mod:`workers.rescale.transfer`), by default the pipeline's directory.
     """
 
     def __init__(
@@ -38,8 +41,11 @@ class OperationLedger:
         pipeline_dir: Path,
         placements: dict[str, VnodeMapping],
         report: Reporter | None = None,
+        *,
+        transfers: str | None = None,
     ) -> None:
         self.dir = Path(pipeline_dir)
+        self.transfers: Location = location(transfers or self.dir.absolute())
         self.placements = placements
         self.store = OperationStore(self.dir)
         self.ops = self.store.load_all()

@@ -20,7 +20,6 @@ reuses the plan recorded before it first ran. Every task action is idempotent fo
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from typing import Any
 
@@ -173,14 +172,13 @@ class LiveProtocol:
     def actions(self, epoch: int) -> dict[str, FragmentActions]:
         """What every fragment does in ``epoch``: the held vnodes, the cut vnodes' key ranges,
         and each PU's actions."""
-        root = self.ledger.dir / "rescale"
         held: dict[str, dict[int, int]] = defaultdict(dict)
         cuts: dict[str, dict[int, CutVnode]] = defaultdict(dict)
         slots: dict[str, dict[int, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
         for op in self.ledger.running():
             if op.strategy != Strategy.LIVE:
                 continue
-            op_dir = self.ledger.store.op_dir(op.operation_id)
+            op_id = op.operation_id
             dropped: dict[tuple[str, int], int] | None = None  # counted once a range drops
             for step in op.steps.values():
                 spec = step.spec
@@ -195,8 +193,8 @@ class LiveProtocol:
                             held[frag][vnode] = spec.target_pu
                     else:
                         _cut(cuts[frag], spec.vnodes[0], kr.count, spec.target_pu, held=kr.index)
-                    slots[frag][spec.target_pu]["hold_path"] = str(
-                        transfer.hold_path(root, frag, spec.target_pu, epoch)
+                    slots[frag][spec.target_pu]["hold_path"] = transfer.hold_path(
+                        frag, spec.target_pu, epoch
                     )
                 elif kr is not None and a is not None and a <= epoch:
                     _cut(cuts[frag], spec.vnodes[0], kr.count, spec.target_pu, moved=kr.index)
@@ -209,10 +207,10 @@ class LiveProtocol:
                 if a == epoch and c is not None:
                     target = slots[frag][spec.target_pu]
                     target.setdefault("ingest", []).extend(
-                        str(transfer.export_path(op_dir, frag, v, kr)) for v in spec.vnodes
+                        transfer.export_path(op_id, frag, v, kr) for v in spec.vnodes
                     )
                     target.setdefault("replay_files", []).extend(
-                        str(transfer.hold_path(root, frag, spec.target_pu, x)) for x in range(c, a)
+                        transfer.hold_path(frag, spec.target_pu, x) for x in range(c, a)
                     )
                     target.setdefault("replay_vnodes", []).extend(spec.vnodes)
                 if d == epoch:
@@ -236,7 +234,7 @@ class LiveProtocol:
                     else:
                         source.setdefault("unseal_ranges", []).extend(ranges)
                     source.setdefault("replay_files", []).extend(
-                        str(transfer.hold_path(root, frag, spec.target_pu, x)) for x in range(c, r)
+                        transfer.hold_path(frag, spec.target_pu, x) for x in range(c, r)
                     )
                     source.setdefault("replay_vnodes", []).extend(spec.vnodes)
         return {
@@ -344,12 +342,13 @@ class LiveProtocol:
         """Exports and hold queues of a settled operation are spent: its state file stays as the
         record of what it did. One operation per fragment at a time, so every hold queue file of
         its fragments up to its last epoch is its own."""
-        shutil.rmtree(self.ledger.store.op_dir(op.operation_id) / "exports", ignore_errors=True)
+        at = self.ledger.transfers
+        at.delete_dir(f"{transfer.operation_prefix(op.operation_id)}/exports")
         last = op.finished_epoch if op.finished_epoch is not None else -1
         for name in op.fragments:
-            for path in (self.ledger.dir / "rescale" / "holdq" / name).glob("pu-*/epoch-*.arrow"):
-                if int(path.stem.split("-")[1]) <= last:
-                    path.unlink(missing_ok=True)
+            for path in at.files(f"{transfer.RESCALE}/holdq/{name}"):
+                if transfer.hold_epoch(path) <= last:
+                    at.delete(path)
 
 
 def _cut(

@@ -1,18 +1,18 @@
 """Files that carry state and records between PUs: vnode exports and hold queues (recovery
 partitions are :mod:`workers.recovery`).
 
-Every file is written under a temporary name, fsynced and renamed into place, so a reader sees a
-whole file or none, and writing the same file twice (a re-run) is harmless. They live under the
-pipeline's state directory, which all executors share (a volume in production).
+They live in the pipeline's **transfer location** (:class:`workers.storage.Location`): by default
+the pipeline's state directory, or any ``pyarrow.fs`` URI (``RESCALER_TRANSFER_LOCATION``), so
+that a vnode's state and its held records cross from one executor to another over the network
+rather than through a path both share. Files are named relative to that location and written
+whole (a reader sees a whole file or none; writing one twice, a re-run, is harmless).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,35 +26,32 @@ from workers.state.base import (
     VnodeExport,
     columnar_checksum,
 )
+from workers.storage import Location
 
 ITEMS_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
+#: where a pipeline's transfer files are, under its transfer location
+RESCALE = "rescale"
 
 
-def write_table(path: Path, table: pa.Table) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with pa.OSFile(str(tmp), "wb") as fh, pa.ipc.new_file(fh, table.schema) as writer:
-        writer.write_table(table)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _read_table(path: Path) -> pa.Table:
-    with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_file(source).read_all()
+def operation_prefix(operation_id: str) -> str:
+    """An operation's files (its exports) under the transfer location."""
+    return f"{RESCALE}/op-{operation_id}"
 
 
 # -- vnode exports (Collect → Acquire) -------------------------------------------------------
-def export_path(op_dir: Path, fragment: str, vnode: int, key_range: KeyRange | None = None) -> Path:
+def export_path(
+    operation_id: str, fragment: str, vnode: int, key_range: KeyRange | None = None
+) -> str:
+    """A vnode's (or a key range's) export, relative to the transfer location."""
     name = f"vnode-{vnode:05d}"
     if key_range is not None:
         name += f"-range-{key_range.index}-of-{key_range.count}"
-    return Path(op_dir) / "exports" / fragment / f"{name}.arrow"
+    return f"{operation_prefix(operation_id)}/exports/{fragment}/{name}.arrow"
 
 
 def write_export(
-    path: Path,
+    at: Location,
+    path: str,
     vnode: int,
     keys: pa.Array,
     values: pa.Array,
@@ -80,8 +77,8 @@ def write_export(
     if key_range is not None:
         manifest["key_range"] = key_range.to_json()
     table = pa.Table.from_arrays([keys, values], schema=ITEMS_SCHEMA)
-    write_table(path, table.replace_schema_metadata({"manifest": json.dumps(manifest)}))
-    written = read_export(path)
+    at.write_table(path, table.replace_schema_metadata({"manifest": json.dumps(manifest)}))
+    written = read_export(at, path)
     found = columnar_checksum(written.keys, written.values)
     if written.manifest != manifest or found != checksum:
         raise IngestMismatch(f"export of vnode {vnode} does not read back intact ({path})")
@@ -111,18 +108,20 @@ class ExportFile:
         return None if raw is None else KeyRange.from_json(raw)
 
 
-def read_export(path: Path) -> ExportFile:
-    table = _read_table(Path(path))
+def read_export(at: Location, path: str) -> ExportFile:
+    table = at.read_table(path)
+    if table is None:
+        raise IngestMismatch(f"export {at.path(path)} is missing")
     manifest = json.loads(table.schema.metadata[b"manifest"])
     keys, values = (table.column(c).combine_chunks() for c in ("key", "value"))
     return ExportFile(manifest, keys, values)
 
 
-def ingest_export(store: StateStore, path: Path) -> None:
+def ingest_export(store: StateStore, at: Location, path: str) -> None:
     """Verify an export (keys in the vnode's range and in order, count, checksum) and ingest it,
     replacing what the vnode held: all or nothing (IngestMismatch changes nothing). An export of
     an earlier release (an item checksum, not a columnar one) is verified item by item."""
-    export = read_export(path)
+    export = read_export(at, path)
     if len(export.keys) != int(export.manifest["keys"]):
         raise IngestMismatch(
             f"export of vnode {export.vnode} holds {len(export.keys)} keys, its manifest says "
@@ -141,23 +140,28 @@ def ingest_export(store: StateStore, path: Path) -> None:
 
 
 # -- hold queues (records of held vnodes, in arrival order) ---------------------------------------
-def hold_path(root: Path, fragment: str, pu: int, epoch: int) -> Path:
-    return Path(root) / "holdq" / fragment / f"pu-{pu}" / f"epoch-{epoch:010d}.arrow"
+def hold_path(fragment: str, pu: int, epoch: int) -> str:
+    """One epoch's held rows for one target PU, relative to the transfer location."""
+    return f"{RESCALE}/holdq/{fragment}/pu-{pu}/epoch-{epoch:010d}.arrow"
 
 
-def write_hold(path: Path, rows: pa.Table) -> int:
+def hold_epoch(path: str) -> int:
+    """The epoch of a :func:`hold_path`."""
+    return int(path.rsplit("/", 1)[1].removeprefix("epoch-").removesuffix(".arrow"))
+
+
+def write_hold(at: Location, path: str, rows: pa.Table) -> int:
     """Write one epoch's held rows for one target PU; returns the file's size in bytes."""
-    write_table(path, rows)
-    return path.stat().st_size
+    return at.write_table(path, rows)
 
 
-def read_hold(paths: Iterable[Path], vnodes: set[int]) -> pa.Table | None:
+def read_hold(at: Location, paths: Iterable[str], vnodes: set[int]) -> pa.Table | None:
     """Held rows of the given vnodes from the given files (missing file: that epoch held none)."""
     tables = []
     for path in paths:
-        if not Path(path).exists():
+        table = at.read_table(path)
+        if table is None:
             continue
-        table = _read_table(Path(path))
         mask = pc.is_in(
             table.column("vnode"),
             value_set=pa.array(sorted(vnodes), table.schema.field("vnode").type),

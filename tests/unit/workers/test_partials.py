@@ -181,11 +181,10 @@ def test_held_partial_rows_replay_with_the_records_of_a_later_epoch(tmp_path: Pa
         "kind",
         pc.if_else(pc.equal(first["vnode"], moving), pa.scalar("held"), first["kind"]),
     )
-    hold = tmp_path / "hold" / "e0.arrow"
-    hold.parent.mkdir()
     root = tmp_path / "state"
+    hold = "hold/e0.arrow"  # in the transfer location, here the state directory
     _, stat = _run(
-        _spec(root, op, 0, SlotActions(hold_path=str(hold)), owned=set(range(VNODES)) - {moving}),
+        _spec(root, op, 0, SlotActions(hold_path=hold), owned=set(range(VNODES)) - {moving}),
         _spark_partials(held, op.aggregates),
     )
     in_transit = sum(1 for k in keys[:120] if vnode_of(k, VNODES) == moving)
@@ -193,13 +192,13 @@ def test_held_partial_rows_replay_with_the_records_of_a_later_epoch(tmp_path: Pa
     assert stat["records"] == 120 - in_transit
     # a vnode in transit still receives its records: its load counts the held ones
     assert stat["vnode_records"] == dict(Counter(str(vnode_of(k, VNODES)) for k in keys[:120]))
-    replay = SlotActions(replay_files=(str(hold),), replay_vnodes=(moving,))
+    replay = SlotActions(replay_files=(hold,), replay_vnodes=(moving,))
     _, stat = _run(_spec(root, op, 1, replay), second)  # record rows meet held partial rows
     assert stat["records"] == 80 + in_transit
     expected = {k: {"count": keys.count(k)} for k in set(keys)}
     assert {k: {"count": v} for k, v in _state(root, op).items()} == expected
     assert not partials.is_partial(second) and partials.is_partial(
-        pa.ipc.open_file(str(hold)).read_all()
+        pa.ipc.open_file(str(root / hold)).read_all()
     ), "the hold queue held partial rows"
 
 

@@ -23,6 +23,7 @@ from workers.state.base import (
     checksum_items,
     vnode_range,
 )
+from workers.storage import Location, location
 
 
 def k(vnode: int, key: bytes) -> bytes:
@@ -46,14 +47,17 @@ def _source(root: Path, backend: str) -> dict[int, list[tuple[bytes, bytes]]]:
 
 
 def _task(root: Path, backend: str, vnodes: tuple[int, ...]) -> ExportTask:
-    op_dir = root / "rescale" / "ops" / "op-1"
     return ExportTask(
         str(root),
         backend,
         "count",
         0,
-        tuple((v, None, str(transfer.export_path(op_dir, "count", v))) for v in vnodes),
+        tuple((v, None, transfer.export_path("1", "count", v)) for v in vnodes),
     )
+
+
+def _at(root: Path) -> Location:
+    return location(root)
 
 
 def test_exported_vnodes_ingest_into_another_store_as_they_were(
@@ -72,8 +76,9 @@ def test_exported_vnodes_ingest_into_another_store_as_they_were(
     with open_store(backend, store_path(tmp_path, "count", 1)) as target:
         target.commit_epoch(0, [Update(k(1, b"stale"), None, b"s"), Update(k(3, b"n"), None, b"n")])
         for _, _, path in task.exports:
-            transfer.ingest_export(target, Path(path))
-            transfer.ingest_export(target, Path(path))  # a re-run epoch ingests again: harmless
+            transfer.ingest_export(target, _at(tmp_path), path)
+            # a re-run epoch ingests again: harmless
+            transfer.ingest_export(target, _at(tmp_path), path)
         for vnode, items in rows.items():
             assert list(target.scan_vnode(vnode)) == items  # the stale key is replaced
         assert list(target.scan_vnode(3)) == [(k(3, b"n"), b"n")]
@@ -89,8 +94,8 @@ def test_a_damaged_export_is_refused_and_the_target_keeps_what_it_had(
     _source(tmp_path, backend)
     task = _task(tmp_path, backend, (1,))
     export_pu(task)
-    path = Path(task.exports[0][2])
-    good = transfer.read_export(path)
+    path = task.exports[0][2]
+    good = transfer.read_export(_at(tmp_path), path)
     values = good.values.to_pylist()
     values[17] = b"changed"
     damaged = [
@@ -102,11 +107,11 @@ def test_a_damaged_export_is_refused_and_the_target_keeps_what_it_had(
         target.commit_epoch(0, [Update(k(1, b"mine"), None, b"m")])
         for keys, vals, manifest in damaged:
             table = pa.Table.from_arrays([keys, vals], schema=transfer.ITEMS_SCHEMA)
-            transfer.write_table(
+            _at(tmp_path).write_table(
                 path, table.replace_schema_metadata({"manifest": json.dumps(manifest)})
             )
             with pytest.raises(IngestMismatch):
-                transfer.ingest_export(target, path)
+                transfer.ingest_export(target, _at(tmp_path), path)
             assert list(target.scan()) == [(k(1, b"mine"), b"m")]
 
 
@@ -128,13 +133,15 @@ def test_an_export_written_by_an_earlier_release_still_ingests(
 ) -> None:
     """An operation in flight across an upgrade: its exports carry an item checksum."""
     items = [(k(5, b"k%02d" % i), b"%d" % i) for i in range(40)]
-    path = tmp_path / "vnode-00005.arrow"
+    path = "vnode-00005.arrow"
     manifest = {"vnode": 5, "keys": 40, "bytes": 0, "checksum": checksum_items(items)}
     keys, values = (pa.array([r[i] for r in items], pa.binary()) for i in (0, 1))
     table = pa.Table.from_arrays([keys, values], schema=transfer.ITEMS_SCHEMA)
-    transfer.write_table(path, table.replace_schema_metadata({"manifest": json.dumps(manifest)}))
+    _at(tmp_path).write_table(
+        path, table.replace_schema_metadata({"manifest": json.dumps(manifest)})
+    )
     with open_store(backend, tmp_path / "target") as target:
-        transfer.ingest_export(target, path)
+        transfer.ingest_export(target, _at(tmp_path), path)
         assert list(target.scan_vnode(5)) == items
         bad = VnodeExport(5, items, 40, "0" * 32)
         with pytest.raises(IngestMismatch):
