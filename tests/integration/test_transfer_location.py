@@ -95,5 +95,5 @@ def test_hold_queues_read_back_by_vnode_in_order(transfers: Location) -> None:
 
 
 def test_a_location_that_cannot_be_opened_says_what_to_give() -> None:
-    with pytest.raises(LocationError, match="pyarrow.fs URI"):
+    with pytest.raises(LocationError, match=r"pyarrow\.fs URI"):
         Location("nosuchscheme://bucket/prefix")

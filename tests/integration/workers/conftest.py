@@ -6,6 +6,7 @@ import pytest
 
 from tests.integration.natsservice import nats_service, stream_names  # noqa: F401 - fixtures
 from tests.integration.pgdatabase import sink_database  # noqa: F401 - a fixture
+from tests.integration.s3service import s3_service  # noqa: F401 - a fixture
 from tests.integration.workers.fixtures import kill_started_runners
 
 

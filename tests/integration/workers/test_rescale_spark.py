@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.s3service import S3Service
 from tests.integration.workers.fixtures import RunnerProcess, assert_matches_oracle, start_runner
 from workers.control import LocalControl
 from workers.oracle import expected_from_generator
@@ -21,6 +22,7 @@ from workers.rescale.local import LocalChannel, plan_local, rescale
 from workers.rescale.orchestrator import Orchestrator
 from workers.rescale.protocol import OperationRequest
 from workers.sources.generator import GeneratorConfig
+from workers.storage import location
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -336,4 +338,61 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
     assert "records folded" not in restarted.log_path.read_text()
     state = json.loads((tmp_path / pipeline / "placement.json").read_text())
     assert all(tuple(p["parallel_units"]) == (0, 1, 2, 3) for p in state.values())
+    check_oracle(tmp_path, pipeline, restarted)
+
+
+def test_a_live_rescale_moves_state_and_held_records_through_an_object_store(
+    tmp_path: Path, s3_service: S3Service
+) -> None:
+    """Exports and hold queues in a real S3 API (moto's server), not in the state directory:
+    the state crosses from the source PU's task to the target's through the object store only,
+    and the held records survive a kill -9 of the runner mid-migration, then are replayed."""
+    pipeline = "clickstream"
+    bucket = s3_service.bucket()
+    uri = s3_service.uri(bucket, "transfers")
+    transfers = location(f"s3://{bucket}/transfers/{pipeline}?{s3_service.query()}")
+    env = {"RESCALER_TRANSFER_LOCATION": uri}
+    runner = launch(tmp_path, pipeline, env=env)
+    run_op(tmp_path, pipeline, {"added_parallel_units": [2]}, "live")
+    req = request(
+        pipeline, {"added_parallel_units": [3], "removed_parallel_units": [0]}, "live", BATCHED
+    )
+    orch = Orchestrator(
+        LocalChannel(LocalControl(runner.control_dir)),
+        "through-s3",
+        plan_local(tmp_path / pipeline, req),
+    )
+    seen: set[str] = set()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        steps = (orch.tick().to_json()["progress"] or {}).get("steps", [])
+        seen.update(transfers.files("rescale"))
+        if any(s["phase"] == "done" for s in steps) and any(
+            s["phase"] not in ("done", "pending") for s in steps
+        ):
+            break  # some steps done, one in flight: its hold queue is in the bucket
+        time.sleep(0.05)
+    runner.kill()
+    seen.update(transfers.files("rescale"))
+    assert any("/holdq/" in f for f in seen), f"no hold queue reached the bucket: {sorted(seen)}"
+    assert any("/exports/" in f for f in seen), f"no export reached the bucket: {sorted(seen)}"
+    restarted = start_runner(
+        tmp_path,
+        pipeline,
+        "--rows-per-epoch",
+        str(ROWS),
+        "--key-space",
+        str(KEYS),
+        log_name="restart",
+        env=env,
+    )
+    result = orch.run(timeout_s=600).to_json()
+    assert result["status"] == "completed", result
+    assert all(pus == (1, 2, 3) for pus in pus_of(tmp_path, pipeline).values())
+    stop(restarted)
+    # nothing of it went through the state directory, and the spent files are gone
+    pipeline_dir = tmp_path / pipeline
+    assert not (pipeline_dir / "rescale" / "holdq").exists()
+    assert not list((pipeline_dir / "rescale").glob("op-*/exports"))
+    assert transfers.files("rescale") == []
     check_oracle(tmp_path, pipeline, restarted)
