@@ -197,3 +197,23 @@ def test_dockerfile_builds_python_311_with_java_17_and_spark_python_set() -> Non
     assert "requirements.lock" in dockerfile
     for variable in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME"):
         assert variable in dockerfile
+
+
+def test_transfers_and_snapshots_go_to_the_object_store_service(compose: dict[str, Any]) -> None:
+    """The transfer location and the snapshots are in MinIO, which every process reaches with
+    the same credentials; no volume carries them between the runner and the workers."""
+    svc = services(compose)
+    assert "minio" in svc and "minio-bucket" in svc
+    env = svc["runner"]["environment"]
+    for variable in ("RESCALER_TRANSFER_LOCATION", "RESCALER_RECOVERY_DIR"):
+        uri = env[variable].removeprefix(f"${{{variable}:-").removesuffix("}")
+        parts = urlsplit(uri)
+        assert parts.scheme == "s3", f"{variable}: {uri}"
+        assert "endpoint_override=minio:9000" in parts.query, f"{variable}: {uri}"
+    for name in ("runner", "web", "celery", "spark-worker-1", "spark-worker-2"):
+        creds = svc[name]["environment"]
+        assert creds["AWS_ACCESS_KEY_ID"] and creds["AWS_SECRET_ACCESS_KEY"], name
+        assert "minio-bucket" in svc[name]["depends_on"], name
+        assert not any("recovery" in v for v in svc[name].get("volumes", [])), name
+    runner_source = (REPO / "workers" / "config.py").read_text()
+    assert '"RESCALER_TRANSFER_LOCATION"' in runner_source
