@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +63,19 @@ def task_location() -> tuple[str, str]:
 
 
 def run_tasks(
-    spark: Any, tasks: list[Any], fn: Callable[[Any], Any], description: str
+    spark: Any,
+    tasks: list[Any],
+    fn: Callable[[Any], Any],
+    description: str,
+    *,
+    locations: Sequence[str | None] | None = None,
 ) -> list[Any]:
     """One Spark task per item, on the executors, in the ``background`` pool; their results, in
     order. Without a Spark session (simulations, the rescale unit tests), the same tasks run
     here, one after another.
+
+    ``locations``: task i prefers ``locations[i]`` (``workers.pinning.location``: the home
+    executor of the PU whose store it reads; None: anywhere), as an epoch's PU tasks do.
 
     The tasks run as a ``mapInArrow`` over one row per task, not as an RDD ``map``: Spark keeps
     separate Python worker processes for SQL's Python functions and for RDDs, and stops a kind's
@@ -84,11 +92,12 @@ def run_tasks(
     sc.setLocalProperty(POOL_PROPERTY, BACKGROUND_POOL)
     try:
         count = len(tasks)
-        rows = (
-            spark.range(0, count, 1, count)  # partition i holds the row i: one task per item
-            .mapInArrow(_each_task(tasks, fn), "result binary")
-            .collect()
-        )
+        items = spark.range(0, count, 1, count)  # partition i holds the row i: one task per item
+        if locations is not None and any(locations):
+            from workers.pinning import pin
+
+            items = pin(items, list(locations))
+        rows = items.mapInArrow(_each_task(tasks, fn), "result binary").collect()
         done = dict(pickle.loads(row["result"]) for row in rows)
         return [done[index] for index in range(count)]
     finally:

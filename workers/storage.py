@@ -56,6 +56,14 @@ class Location:
         """The filesystem's path of ``relpath`` (relative to the root)."""
         return f"{self.root}/{relpath.lstrip('/')}"
 
+    def uri_of(self, relpath: str) -> str:
+        """The root of another location, ``relpath`` under this one (a URI keeps its query:
+        the endpoint and the settings)."""
+        base, mark, query = self.uri.partition("?")
+        if "://" not in base:
+            base = self.root
+        return f"{base.rstrip('/')}/{relpath.strip('/')}{mark}{query}"
+
     # -- writing -------------------------------------------------------------------------------
     def write_table(self, relpath: str, table: pa.Table) -> int:
         """``table`` as one Arrow IPC file at ``relpath``, visible only once whole; returns its

@@ -94,6 +94,16 @@ def test_hold_queues_read_back_by_vnode_in_order(transfers: Location) -> None:
     assert [transfer.hold_epoch(p) for p in paths] == [7, 8, 9]
 
 
+def test_a_location_inside_another_is_the_same_files(transfers: Location) -> None:
+    """A stop-start stages its snapshot in a location under the transfer location."""
+    inner = location(transfers.uri_of("rescale/op-3/snapshot"))
+    table = pa.table({"x": [1, 2]})
+    inner.write_table("pipe/s1/manifest.arrow", table)
+    assert transfers.files("rescale") == ["rescale/op-3/snapshot/pipe/s1/manifest.arrow"]
+    transfers.delete_dir("rescale/op-3/snapshot")
+    assert inner.files("") == []
+
+
 def test_a_location_that_cannot_be_opened_says_what_to_give() -> None:
     with pytest.raises(LocationError, match=r"pyarrow\.fs URI"):
         Location("nosuchscheme://bucket/prefix")

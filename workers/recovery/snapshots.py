@@ -161,8 +161,11 @@ class Snapshots:
         backend: str,
         on_written: Callable[[SnapshotManifest], None] | None = None,
         commit_wait_s: float = 120.0,
+        homes: Callable[[], dict[int, str]] | None = None,
     ) -> None:
         self.spark = spark
+        # PU -> its home executor's location: a PU's write task runs where its copy is
+        self.homes = homes
         self.pipeline = pipeline
         self.pipeline_dir = Path(pipeline_dir)
         self.location = location
@@ -293,6 +296,7 @@ class Snapshots:
             backend=self.backend,
             stores=by_pu,
             state_root=self.pipeline_dir,
+            homes=self.homes() if self.homes is not None else None,
         )
         checkpoint = self._checkpoint_files(pending.epoch)
         files = {
@@ -380,9 +384,11 @@ def snapshot_stores(
     backend: str,
     stores: dict[int, list[tuple[str, str]]],
     state_root: Path | str = "",
+    homes: dict[int, str] | None = None,
 ) -> tuple[tuple[TaskRun, ...], list[Segment]]:
     """The write job: one task per source PU writes its stores (PU -> [(fragment, path)]) into
-    the recovery partitions; returns where each task ran and every segment written."""
+    the recovery partitions, on the PU's home executor when ``homes`` names it; returns where
+    each task ran and every segment written."""
     tasks = [
         SnapshotTask(
             location.uri,
@@ -397,7 +403,11 @@ def snapshot_stores(
         for pu, staged in sorted(stores.items())
     ]
     results = run_tasks(
-        spark, tasks, _snapshot_task, f"rescaler snapshot {snapshot} ({len(tasks)} PU tasks)"
+        spark,
+        tasks,
+        _snapshot_task,
+        f"rescaler snapshot {snapshot} ({len(tasks)} PU tasks)",
+        locations=[(homes or {}).get(task.pu) for task in tasks],
     )
     runs = tuple(TaskRun.from_json(r["run"]) for r in results)
     return runs, [Segment.from_json(s) for r in results for s in r["segments"]]
@@ -470,12 +480,14 @@ def restore_stores(
     placements: dict[str, VnodeMapping],
     report_progress: bool = False,
     fresh_from: dict[str, VnodeMapping] | None = None,
+    homes: dict[int, str] | None = None,
 ) -> list[TaskRun]:
     """The restore job: one task per target PU fills its stores. ``report_progress``: each task
     writes how far it is into ``RESTORE_PROGRESS`` (a --restore-from, shown by the console).
     ``fresh_from``: the placement the stores held until now (a stop-start): each task first
     removes its PU's stores of it, and PUs that are not targets get a task that only does that,
-    so no separate clear job runs."""
+    so no separate clear job runs. ``homes``: PU -> its home executor's location, where its
+    task runs."""
     pus = {pu for p in placements.values() for pu in p.parallel_units}
     if fresh_from is not None:
         pus |= {pu for p in fresh_from.values() for pu in p.parallel_units}
@@ -503,6 +515,7 @@ def restore_stores(
             tasks,
             restore_task,
             f"rescaler restore {manifest.snapshot_id} onto {len(pus)} PUs",
+            locations=[(homes or {}).get(task.pu) for task in tasks],
         )
     except Exception as exc:
         detail = corruption_in(exc)

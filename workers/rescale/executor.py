@@ -56,13 +56,16 @@ class RescaleExecutor:
         hold_queue_bounds: HoldQueueBounds | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         transfers: str | None = None,
+        homes: Callable[[], dict[int, str]] | None = None,
     ) -> None:
         self.ledger = OperationLedger(pipeline_dir, placements, report, transfers=transfers)
         self.commands = CommandHandler(self.ledger, worker_pus)
         self.live = LiveProtocol(self.ledger)
-        self.exports = Exports(self.ledger, backend, spark=spark, background=background_exports)
+        self.exports = Exports(
+            self.ledger, backend, spark=spark, background=background_exports, homes=homes
+        )
         # stop-start's snapshot, clear and restore are Spark jobs (None: in this process)
-        self.stop_start = StopStart(self.ledger, backend, spark)
+        self.stop_start = StopStart(self.ledger, backend, spark, homes)
         self.hold_queue_bounds = hold_queue_bounds  # None: unbounded
         self._should_stop = should_stop
         # a crash between saving an operation and saving the placement: apply it again

@@ -123,9 +123,12 @@ class Exports:
         *,
         spark: Any = None,
         background: bool = True,
+        homes: Callable[[], dict[int, str]] | None = None,
     ) -> None:
         self.ledger = ledger
         self.backend = backend
+        # PU -> its home executor's location: a source PU's export runs where its store is
+        self.homes = homes
         self.spark = spark  # None: the tasks run in this process (simulations, unit tests)
         self._background = background
         self._exporting: set[tuple[str, int]] = set()
@@ -217,12 +220,14 @@ class Exports:
         tasks = export_tasks(self.ledger, self.backend, todo)
         vnodes = sum(len(t.exports) for t in tasks)
         try:
+            homes = self.homes() if self.homes is not None else {}
             runs = run_tasks(
                 self.spark,
                 tasks,
                 export_pu,
                 f"rescaler rescale export: {vnodes} vnodes of {len(todo)} steps "
                 f"({len(tasks)} PU tasks)",
+                locations=[homes.get(t.pu) for t in tasks],
             )
         except Exception as exc:  # retried at the next barrier; the steps stay held meanwhile
             log.exception("export of %d steps failed", len(todo))

@@ -12,8 +12,8 @@ session (the rescale unit tests and simulations) the same tasks run in the drive
 from __future__ import annotations
 
 import logging
-import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from workers.recovery.snapshots import (
     restore_stores,
     snapshot_stores,
 )
+from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState
 from workers.rescale.protocol import OperationStatus, StopStartPhase
@@ -35,8 +36,16 @@ log = logging.getLogger("workers.rescale")
 
 
 class StopStart:
-    def __init__(self, ledger: OperationLedger, backend: str, spark: Any = None) -> None:
+    def __init__(
+        self,
+        ledger: OperationLedger,
+        backend: str,
+        spark: Any = None,
+        homes: Callable[[], dict[int, str]] | None = None,
+    ) -> None:
         self.ledger = ledger
+        # PU -> its home executor's location: each PU's snapshot and restore task runs there
+        self.homes = homes
         self.backend = backend
         self.spark = spark  # None: the tasks run in this process
 
@@ -47,15 +56,17 @@ class StopStart:
         any point resumes from the last finished phase (the snapshot holds everything; clear
         and restore are idempotent).
         """
-        op_dir = self.ledger.store.op_dir(op.operation_id)
-        location = RecoveryLocation(op_dir / "snapshot")
+        # the snapshot is staged in the transfer location, which every executor reaches
+        staging = f"{transfer.operation_prefix(op.operation_id)}/snapshot"
+        location = RecoveryLocation(self.ledger.transfers.uri_of(staging))
+        homes = self.homes() if self.homes is not None else None
         pipeline = self.ledger.dir.name
         if op.begun_epoch is None:
             op.begun_epoch = epoch
         started = time.perf_counter()
         executors = set(op.executors)
         if op.phase == StopStartPhase.BEGUN:
-            manifest = self._snapshot(location, pipeline, op, epoch)
+            manifest = self._snapshot(location, pipeline, op, epoch, homes)
             executors |= {t.executor for t in manifest.tasks}
             op.phase, op.executors = StopStartPhase.SNAPSHOTTED, tuple(sorted(executors))
             self.ledger.save(op)
@@ -77,6 +88,7 @@ class StopStart:
                 backend=self.backend,
                 placements=targets,
                 fresh_from={name: self.ledger.placements[name] for name in op.fragments},
+                homes=homes,
             )
             executors |= {r.executor for r in runs}
             vnodes = keys = moved_bytes = 0
@@ -101,7 +113,7 @@ class StopStart:
             op.phase = StopStartPhase.RESTORED
             op.status, op.finished_epoch = OperationStatus.COMPLETED, epoch
             self.ledger.save(op)
-            shutil.rmtree(op_dir / "snapshot", ignore_errors=True)
+            self.ledger.transfers.delete_dir(staging)
         log.info(
             "stop-start %s done at epoch %d in %.3fs (tasks on %s)",
             op.operation_id,
@@ -111,7 +123,12 @@ class StopStart:
         )
 
     def _snapshot(
-        self, location: RecoveryLocation, pipeline: str, op: OperationState, epoch: int
+        self,
+        location: RecoveryLocation,
+        pipeline: str,
+        op: OperationState,
+        epoch: int,
+        homes: dict[int, str] | None,
     ) -> SnapshotManifest:
         """The fragments' stores as of the previous epoch, written by one task per PU."""
         taken_at = time.time()
@@ -132,6 +149,7 @@ class StopStart:
             backend=self.backend,
             stores=stores,
             state_root=self.ledger.dir,
+            homes=homes,
         )
         manifest = SnapshotManifest(
             snapshot_id=sid,

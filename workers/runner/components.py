@@ -15,9 +15,16 @@ from workers.rescale.protocol import ProgressAck
 from workers.sinks.base import Sink
 
 
-def make_snapshots(config: RunnerConfig, pipeline: Pipeline, spark: Any) -> Snapshots:
-    """The pipeline's snapshots (docs/recovery.md), as the configuration asks for them."""
+def make_snapshots(
+    config: RunnerConfig,
+    pipeline: Pipeline,
+    spark: Any,
+    homes: Callable[[], dict[int, str]] | None = None,
+) -> Snapshots:
+    """The pipeline's snapshots (docs/recovery.md), as the configuration asks for them.
+    ``homes``: PU -> its home executor's location (None: local mode, nothing to pin)."""
     return Snapshots(
+        homes=homes,
         spark=spark,
         pipeline=pipeline.name,
         pipeline_dir=config.pipeline_dir,
@@ -37,6 +44,7 @@ def make_executor(
     report: Callable[[dict[str, Any]], ProgressAck | None],
     spark: Any,
     should_stop: Callable[[], bool],
+    homes: Callable[[], dict[int, str]] | None = None,
 ) -> RescaleExecutor:
     """What carries out the rescale operations the barrier takes (docs/rescale.md)."""
     return RescaleExecutor(
@@ -49,6 +57,7 @@ def make_executor(
         hold_queue_bounds=HoldQueueBounds(config.hold_queue_step_bytes, config.hold_queue_pu_bytes),
         should_stop=should_stop,
         transfers=config.transfers,
+        homes=homes,
     )
 
 

@@ -388,7 +388,9 @@ class PipelineRunner:
                     self.recovery.restore(self.spark, restoring, self.placements)
                 self.watermark = self._load_watermark()  # the snapshot's, as the stores are
                 self._read_control_stream()
-            self.snapshots = make_snapshots(cfg, self.pipeline, self.spark)
+            # each PU's tasks, epochs and background work alike, on its home executor
+            homes = None if cfg.is_local else self.workers.home_locations
+            self.snapshots = make_snapshots(cfg, self.pipeline, self.spark, homes)
             self.executor = make_executor(
                 cfg,
                 self.placements,
@@ -396,6 +398,7 @@ class PipelineRunner:
                 report=lambda progress: self.control.report_progress(self.pipeline.name, progress),
                 spark=self.spark,
                 should_stop=self._stop.is_set,
+                homes=homes,
             )
             self.barrier = Barrier(
                 self.pipeline.name,
@@ -419,7 +422,7 @@ class PipelineRunner:
                 self.pipeline,
                 self.sink,
                 control=self.control_stream,
-                homes=None if cfg.is_local else self.workers.home_locations,
+                homes=homes,
             )
             with phases.phase("prepare check"):
                 self.job.check_prepared()

@@ -389,10 +389,14 @@ def test_a_live_rescale_moves_state_and_held_records_through_an_object_store(
     result = orch.run(timeout_s=600).to_json()
     assert result["status"] == "completed", result
     assert all(pus == (1, 2, 3) for pus in pus_of(tmp_path, pipeline).values())
+    # a stop-start stages its snapshot in the bucket too
+    run_op(tmp_path, pipeline, {"removed_parallel_units": [3]}, "stop_start")
+    assert all(pus == (1, 2) for pus in pus_of(tmp_path, pipeline).values())
     stop(restarted)
     # nothing of it went through the state directory, and the spent files are gone
     pipeline_dir = tmp_path / pipeline
     assert not (pipeline_dir / "rescale" / "holdq").exists()
     assert not list((pipeline_dir / "rescale").glob("op-*/exports"))
+    assert not list((pipeline_dir / "rescale").glob("op-*/snapshot"))
     assert transfers.files("rescale") == []
     check_oracle(tmp_path, pipeline, restarted)

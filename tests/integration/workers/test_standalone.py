@@ -18,6 +18,7 @@ worker provider; the runner as a real process against them, reading a directory 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -87,6 +88,20 @@ def away_from_home(runner: RunnerProcess, since: int, home: dict[int, str]) -> l
     """The PU tasks with records, after the first ``since`` epochs, that ran elsewhere than
     their PU's home executor (``home``: PU -> executor id)."""
     return [(pu, ex) for pu, ex in placed_on(runner, since) if home.get(pu) != ex]
+
+
+#: a live step's export tasks, as the runner logs them: "<fragment>/pu-<pu> <s>s on <executor>"
+EXPORT_RUN = re.compile(r"(\S+)/pu-(\d+) [\d.]+s on ([^,\s]+)")
+
+
+def exports_placed(log: str) -> list[tuple[int, str]]:
+    """(source PU, executor) of every export task in the runner's log ``log``."""
+    return [
+        (int(m.group(2)), m.group(3))
+        for line in log.splitlines()
+        if "exported" in line and "PU tasks:" in line
+        for m in EXPORT_RUN.finditer(line.split("PU tasks:", 1)[1])
+    ]
 
 
 def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
@@ -167,6 +182,10 @@ def test_workers_join_drain_leave_and_die_while_the_pipeline_runs(
     home = {1: w2.executor_id, **dict.fromkeys(w3.parallel_units, w3.executor_id)}
     assert {pu for pu, _ in placed_on(runner, before)} == set(home)
     assert not away_from_home(runner, before, home), placed_on(runner, before)
+    # every export so far read its source PU's store on that PU's home executor
+    home = {0: w1.executor_id, 1: w2.executor_id, **home}
+    exports = exports_placed(runner.log_path.read_text())
+    assert exports and all(home[pu] == ex for pu, ex in exports), (exports, home)
     host = provider.executor_host(w2.executor_id)
     assert host is not None
     os.killpg(host.pid, signal.SIGKILL)
