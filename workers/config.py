@@ -94,10 +94,11 @@ class RunnerConfig:
     recovery_partitions: int = 16
     # start from a snapshot ("latest" or its id) into an empty state directory, at initial_pus
     restore_from: str | None = None
-    # where a live rescale's exports and hold queues go (RESCALER_TRANSFER_LOCATION: a
-    # directory or a pyarrow.fs URI, the pipeline's files under <it>/<pipeline>; "": the
-    # pipeline's state directory)
-    transfer_location: str = ""
+    # the pipeline's durable location, for what must outlive an executor and cross between
+    # executors: a live rescale's exports and hold queues, a stop-start's snapshot
+    # (RESCALER_DURABLE_LOCATION: a directory or a pyarrow.fs URI, the pipeline's files under
+    # <it>/<pipeline>; "": the pipeline's state directory)
+    durable_location: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -180,11 +181,11 @@ class RunnerConfig:
         return self.recovery_dir or str(Path(self.state_dir).absolute().parent / "recovery")
 
     @property
-    def transfers(self) -> str:
-        """The root of the pipeline's transfer files (:mod:`workers.rescale.transfer`)."""
-        if not self.transfer_location:
+    def durable(self) -> str:
+        """The root of the pipeline's durable location (:mod:`workers.storage`)."""
+        if not self.durable_location:
             return str(self.pipeline_dir.absolute())
-        base, _, query = self.transfer_location.partition("?")
+        base, _, query = self.durable_location.partition("?")
         if "://" not in base:
             base = str(Path(base).absolute())
         return f"{base.rstrip('/')}/{self.pipeline}" + (f"?{query}" if query else "")
@@ -229,7 +230,7 @@ class RunnerConfig:
         for name, var in (
             ("snapshot_every", "RESCALER_SNAPSHOT_EVERY"),
             ("recovery_dir", "RESCALER_RECOVERY_DIR"),
-            ("transfer_location", "RESCALER_TRANSFER_LOCATION"),
+            ("durable_location", "RESCALER_DURABLE_LOCATION"),
         ):
             if os.environ.get(var):
                 env[name] = os.environ[var]

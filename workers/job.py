@@ -266,7 +266,7 @@ class EpochJob:
                 parallel_units=placement.parallel_units,
                 owned=owned_vnodes(placement, actions),
                 state_root=str(cfg.pipeline_dir),
-                transfers=cfg.transfers,
+                durable=cfg.durable,
                 backend=cfg.backend,
                 terminal=i == len(self.pipeline.fragments) - 1,
                 actions=tuple(actions.slot(pu) for pu in placement.parallel_units),

@@ -2,7 +2,7 @@
 from ``moto[server]`` in requirements-dev.txt), started once per test process on a free port and
 stopped at the end. Each test gets a bucket of its own.
 
-The S3 URIs it gives are what a user would set (``RESCALER_TRANSFER_LOCATION``), with the
+The S3 URIs it gives are what a user would set (``RESCALER_DURABLE_LOCATION``), with the
 endpoint in the query as ``pyarrow.fs`` reads it; the credentials moto accepts are in the
 environment every child process (a runner, Spark's executors) inherits.
 """

@@ -200,12 +200,12 @@ def test_dockerfile_builds_python_311_with_java_17_and_spark_python_set() -> Non
 
 
 def test_transfers_and_snapshots_go_to_the_object_store_service(compose: dict[str, Any]) -> None:
-    """The transfer location and the snapshots are in MinIO, which every process reaches with
+    """The durable location and the snapshots are in MinIO, which every process reaches with
     the same credentials; no volume carries them between the runner and the workers."""
     svc = services(compose)
     assert "minio" in svc and "minio-bucket" in svc
     env = svc["runner"]["environment"]
-    for variable in ("RESCALER_TRANSFER_LOCATION", "RESCALER_RECOVERY_DIR"):
+    for variable in ("RESCALER_DURABLE_LOCATION", "RESCALER_RECOVERY_DIR"):
         uri = env[variable].removeprefix(f"${{{variable}:-").removesuffix("}")
         parts = urlsplit(uri)
         assert parts.scheme == "s3", f"{variable}: {uri}"
@@ -216,4 +216,4 @@ def test_transfers_and_snapshots_go_to_the_object_store_service(compose: dict[st
         assert "minio-bucket" in svc[name]["depends_on"], name
         assert not any("recovery" in v for v in svc[name].get("volumes", [])), name
     runner_source = (REPO / "workers" / "config.py").read_text()
-    assert '"RESCALER_TRANSFER_LOCATION"' in runner_source
+    assert '"RESCALER_DURABLE_LOCATION"' in runner_source

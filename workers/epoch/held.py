@@ -30,7 +30,7 @@ def write_held(
     if is_processor(spec):
         for name, value in zip(CLOCK_COLUMNS, spec.clock.to_json().values(), strict=True):
             rows = rows.append_column(name, pa.array([value] * rows.num_rows, pa.int64()))
-    written = write_hold(transfers_of(spec), actions.hold_path, rows)
+    written = write_hold(durable_of(spec), actions.hold_path, rows)
     per_vnode = partials.records_per_vnode(held)
     vnodes = list(map(str, per_vnode))
     records = list(per_vnode.values())
@@ -46,7 +46,7 @@ def acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Table
     vnodes a cancel gave back to their source: no export, only their hold queue)."""
     from workers.rescale.transfer import ingest_export, read_hold
 
-    at = transfers_of(spec)
+    at = durable_of(spec)
     for path in actions.ingest:
         ingest_export(store, at, path)  # verified: range, order, key count, checksum
     if not actions.replay_files:
@@ -54,6 +54,6 @@ def acquire(spec: TaskSpec, store: StateStore, actions: SlotActions) -> pa.Table
     return read_hold(at, actions.replay_files, set(actions.replay_vnodes))
 
 
-def transfers_of(spec: TaskSpec) -> Location:
+def durable_of(spec: TaskSpec) -> Location:
     """Where the task's exports and hold queues are (``workers.rescale.transfer``)."""
-    return location(spec.transfers or spec.state_root)
+    return location(spec.durable or spec.state_root)

@@ -47,8 +47,8 @@ class TaskSpec:
     actions: tuple[SlotActions, ...] = ()  # actions[i]: the rescale actions of PU parallel_units[i]
     sink: Sink | None = None  # where the terminal fragment's outputs go; None: FileSink
     sink_retention: int = 50  # epochs the FileSink keeps
-    # the transfer location's root: exports and hold queues (workers.storage); "": state_root
-    transfers: str = ""
+    # the durable location's root: exports and hold queues (workers.storage); "": state_root
+    durable: str = ""
     vectorised: bool = True  # False: every operator takes the per-key path (tests, benchmarks)
     clock: EpochClock = dataclasses.field(
         default_factory=EpochClock

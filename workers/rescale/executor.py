@@ -55,10 +55,10 @@ class RescaleExecutor:
         spark: Any = None,
         hold_queue_bounds: HoldQueueBounds | None = None,
         should_stop: Callable[[], bool] = lambda: False,
-        transfers: str | None = None,
+        durable: str | None = None,
         homes: Callable[[], dict[int, str]] | None = None,
     ) -> None:
-        self.ledger = OperationLedger(pipeline_dir, placements, report, transfers=transfers)
+        self.ledger = OperationLedger(pipeline_dir, placements, report, durable=durable)
         self.commands = CommandHandler(self.ledger, worker_pus)
         self.live = LiveProtocol(self.ledger)
         self.exports = Exports(

@@ -51,7 +51,7 @@ class ExportTask:
     fragment: str
     pu: int
     exports: tuple[tuple[int, KeyRange | None, str], ...]
-    transfers: str = ""  # the transfer location's root; "": pipeline_dir
+    durable: str = ""  # the durable location's root; "": pipeline_dir
 
 
 def export_pu(task: ExportTask) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
     started = time.perf_counter()
     path = store_path(Path(task.pipeline_dir), task.fragment, task.pu)
     manifests: dict[str, dict[str, Any]] = {}
-    at = location(task.transfers or task.pipeline_dir)
+    at = location(task.durable or task.pipeline_dir)
     with open_store(task.backend, path, readonly=True) as store:
         stats = store.vnode_stats()
         for vnode, key_range, out in task.exports:
@@ -105,7 +105,7 @@ def export_tasks(
             fragment,
             pu,
             tuple(sorted(exports, key=_by_file)),
-            transfers=ledger.transfers.uri,
+            durable=ledger.durable.uri,
         )
         for (fragment, pu), exports in sorted(grouped.items())
     ]

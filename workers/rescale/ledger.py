@@ -32,7 +32,7 @@ class OperationLedger:
     """The operations on this runner, guarded by ``lock``, and the placements they change.
 
     ``placements`` is the runner's own dict: changes are made in it, for the runner to save.
-    ``transfers``: where the operations' exports and hold queues go (a directory or a
+    ``durable``: where the operations' exports and hold queues go (a directory or a
     ``pyarrow.fs`` URI; :mod:`workers.rescale.transfer`), by default the pipeline's directory.
     """
 
@@ -42,10 +42,10 @@ class OperationLedger:
         placements: dict[str, VnodeMapping],
         report: Reporter | None = None,
         *,
-        transfers: str | None = None,
+        durable: str | None = None,
     ) -> None:
         self.dir = Path(pipeline_dir)
-        self.transfers: Location = location(transfers or self.dir.absolute())
+        self.durable: Location = location(durable or self.dir.absolute())
         self.placements = placements
         self.store = OperationStore(self.dir)
         self.ops = self.store.load_all()

@@ -342,7 +342,7 @@ class LiveProtocol:
         """Exports and hold queues of a settled operation are spent: its state file stays as the
         record of what it did. One operation per fragment at a time, so every hold queue file of
         its fragments up to its last epoch is its own."""
-        at = self.ledger.transfers
+        at = self.ledger.durable
         at.delete_dir(f"{transfer.operation_prefix(op.operation_id)}/exports")
         last = op.finished_epoch if op.finished_epoch is not None else -1
         for name in op.fragments:

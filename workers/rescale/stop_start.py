@@ -56,9 +56,9 @@ class StopStart:
         any point resumes from the last finished phase (the snapshot holds everything; clear
         and restore are idempotent).
         """
-        # the snapshot is staged in the transfer location, which every executor reaches
+        # the snapshot is staged in the durable location, which every executor reaches
         staging = f"{transfer.operation_prefix(op.operation_id)}/snapshot"
-        location = RecoveryLocation(self.ledger.transfers.uri_of(staging))
+        location = RecoveryLocation(self.ledger.durable.uri_of(staging))
         homes = self.homes() if self.homes is not None else None
         pipeline = self.ledger.dir.name
         if op.begun_epoch is None:
@@ -113,7 +113,7 @@ class StopStart:
             op.phase = StopStartPhase.RESTORED
             op.status, op.finished_epoch = OperationStatus.COMPLETED, epoch
             self.ledger.save(op)
-            self.ledger.transfers.delete_dir(staging)
+            self.ledger.durable.delete_dir(staging)
         log.info(
             "stop-start %s done at epoch %d in %.3fs (tasks on %s)",
             op.operation_id,

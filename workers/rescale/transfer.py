@@ -1,8 +1,8 @@
 """Files that carry state and records between PUs: vnode exports and hold queues (recovery
 partitions are :mod:`workers.recovery`).
 
-They live in the pipeline's **transfer location** (:class:`workers.storage.Location`): by default
-the pipeline's state directory, or any ``pyarrow.fs`` URI (``RESCALER_TRANSFER_LOCATION``), so
+They live in the pipeline's **durable location** (:class:`workers.storage.Location`): by default
+the pipeline's state directory, or any ``pyarrow.fs`` URI (``RESCALER_DURABLE_LOCATION``), so
 that a vnode's state and its held records cross from one executor to another over the network
 rather than through a path both share. Files are named relative to that location and written
 whole (a reader sees a whole file or none; writing one twice, a re-run, is harmless).
@@ -29,12 +29,12 @@ from workers.state.base import (
 from workers.storage import Location
 
 ITEMS_SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
-#: where a pipeline's transfer files are, under its transfer location
+#: where a pipeline's transfer files are, under its durable location
 RESCALE = "rescale"
 
 
 def operation_prefix(operation_id: str) -> str:
-    """An operation's files (its exports) under the transfer location."""
+    """An operation's files (its exports) under the durable location."""
     return f"{RESCALE}/op-{operation_id}"
 
 
@@ -42,7 +42,7 @@ def operation_prefix(operation_id: str) -> str:
 def export_path(
     operation_id: str, fragment: str, vnode: int, key_range: KeyRange | None = None
 ) -> str:
-    """A vnode's (or a key range's) export, relative to the transfer location."""
+    """A vnode's (or a key range's) export, relative to the durable location."""
     name = f"vnode-{vnode:05d}"
     if key_range is not None:
         name += f"-range-{key_range.index}-of-{key_range.count}"
@@ -141,7 +141,7 @@ def ingest_export(store: StateStore, at: Location, path: str) -> None:
 
 # -- hold queues (records of held vnodes, in arrival order) ---------------------------------------
 def hold_path(fragment: str, pu: int, epoch: int) -> str:
-    """One epoch's held rows for one target PU, relative to the transfer location."""
+    """One epoch's held rows for one target PU, relative to the durable location."""
     return f"{RESCALE}/holdq/{fragment}/pu-{pu}/epoch-{epoch:010d}.arrow"
 
 

@@ -56,7 +56,7 @@ def make_executor(
         spark=spark,
         hold_queue_bounds=HoldQueueBounds(config.hold_queue_step_bytes, config.hold_queue_pu_bytes),
         should_stop=should_stop,
-        transfers=config.transfers,
+        durable=config.durable,
         homes=homes,
     )
 

@@ -349,9 +349,9 @@ def test_a_live_rescale_moves_state_and_held_records_through_an_object_store(
     and the held records survive a kill -9 of the runner mid-migration, then are replayed."""
     pipeline = "clickstream"
     bucket = s3_service.bucket()
-    uri = s3_service.uri(bucket, "transfers")
-    transfers = location(f"s3://{bucket}/transfers/{pipeline}?{s3_service.query()}")
-    env = {"RESCALER_TRANSFER_LOCATION": uri}
+    uri = s3_service.uri(bucket, "durable")
+    durable = location(f"s3://{bucket}/durable/{pipeline}?{s3_service.query()}")
+    env = {"RESCALER_DURABLE_LOCATION": uri}
     runner = launch(tmp_path, pipeline, env=env)
     run_op(tmp_path, pipeline, {"added_parallel_units": [2]}, "live")
     req = request(
@@ -366,14 +366,14 @@ def test_a_live_rescale_moves_state_and_held_records_through_an_object_store(
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         steps = (orch.tick().to_json()["progress"] or {}).get("steps", [])
-        seen.update(transfers.files("rescale"))
+        seen.update(durable.files("rescale"))
         if any(s["phase"] == "done" for s in steps) and any(
             s["phase"] not in ("done", "pending") for s in steps
         ):
             break  # some steps done, one in flight: its hold queue is in the bucket
         time.sleep(0.05)
     runner.kill()
-    seen.update(transfers.files("rescale"))
+    seen.update(durable.files("rescale"))
     assert any("/holdq/" in f for f in seen), f"no hold queue reached the bucket: {sorted(seen)}"
     assert any("/exports/" in f for f in seen), f"no export reached the bucket: {sorted(seen)}"
     restarted = start_runner(
@@ -398,5 +398,5 @@ def test_a_live_rescale_moves_state_and_held_records_through_an_object_store(
     assert not (pipeline_dir / "rescale" / "holdq").exists()
     assert not list((pipeline_dir / "rescale").glob("op-*/exports"))
     assert not list((pipeline_dir / "rescale").glob("op-*/snapshot"))
-    assert transfers.files("rescale") == []
+    assert durable.files("rescale") == []
     check_oracle(tmp_path, pipeline, restarted)

@@ -182,7 +182,7 @@ def test_held_partial_rows_replay_with_the_records_of_a_later_epoch(tmp_path: Pa
         pc.if_else(pc.equal(first["vnode"], moving), pa.scalar("held"), first["kind"]),
     )
     root = tmp_path / "state"
-    hold = "hold/e0.arrow"  # in the transfer location, here the state directory
+    hold = "hold/e0.arrow"  # in the durable location, here the state directory
     _, stat = _run(
         _spec(root, op, 0, SlotActions(hold_path=hold), owned=set(range(VNODES)) - {moving}),
         _spark_partials(held, op.aggregates),

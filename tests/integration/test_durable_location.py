@@ -1,4 +1,4 @@
-"""The transfer location on a directory and on a real S3 API (moto's server): a live step's
+"""The durable location on a directory and on a real S3 API (moto's server): a live step's
 export is written by the source PU's task and ingested by the target's, verified, through the
 location alone; hold queues are written, read back and cleaned up there; the state directory
 holds none of it."""
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=["directory", "s3"])
-def transfers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Location]:
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Location]:
     if request.param == "directory":
-        yield location(tmp_path / "transfers" / "pipe")
+        yield location(tmp_path / "durable" / "pipe")
         return
     s3: S3Service = request.getfixturevalue("s3_service")
     yield location(s3.uri(s3.bucket(), "prefix/pipe"))
@@ -35,29 +35,27 @@ def k(vnode: int, key: bytes) -> bytes:
     return vnode_range(vnode)[0] + key
 
 
-def test_files_are_whole_listed_and_removed(transfers: Location) -> None:
+def test_files_are_whole_listed_and_removed(durable: Location) -> None:
     table = pa.table({"vnode": pa.array([1, 2, 2], pa.int64()), "x": ["a", "b", "c"]})
-    assert transfers.read_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow") is None
-    size = transfers.write_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow", table)
+    assert durable.read_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow") is None
+    size = durable.write_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow", table)
     assert size > 0
-    transfers.write_table("rescale/holdq/f/pu-2/epoch-0000000004.arrow", table)
-    transfers.write_table("rescale/op-9/exports/f/vnode-00001.arrow", table)
-    assert transfers.read_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow") == table
-    assert transfers.files("rescale/holdq") == [
+    durable.write_table("rescale/holdq/f/pu-2/epoch-0000000004.arrow", table)
+    durable.write_table("rescale/op-9/exports/f/vnode-00001.arrow", table)
+    assert durable.read_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow") == table
+    assert durable.files("rescale/holdq") == [
         "rescale/holdq/f/pu-1/epoch-0000000003.arrow",
         "rescale/holdq/f/pu-2/epoch-0000000004.arrow",
     ]
-    transfers.delete("rescale/holdq/f/pu-1/epoch-0000000003.arrow")
-    transfers.delete("rescale/holdq/f/pu-1/epoch-0000000003.arrow")  # twice: no error
-    transfers.delete_dir("rescale/op-9/exports")
-    transfers.delete_dir("rescale/op-9/exports")
-    assert transfers.files("rescale") == ["rescale/holdq/f/pu-2/epoch-0000000004.arrow"]
-    assert transfers.files("nothing/here") == []
+    durable.delete("rescale/holdq/f/pu-1/epoch-0000000003.arrow")
+    durable.delete("rescale/holdq/f/pu-1/epoch-0000000003.arrow")  # twice: no error
+    durable.delete_dir("rescale/op-9/exports")
+    durable.delete_dir("rescale/op-9/exports")
+    assert durable.files("rescale") == ["rescale/holdq/f/pu-2/epoch-0000000004.arrow"]
+    assert durable.files("nothing/here") == []
 
 
-def test_an_export_crosses_through_the_location_verified(
-    transfers: Location, tmp_path: Path
-) -> None:
+def test_an_export_crosses_through_the_location_verified(durable: Location, tmp_path: Path) -> None:
     """The source PU's export task writes to the location; the target reads it from there, not
     from any path it shares with the source; a damaged copy is refused whole."""
     source_root, target_root = tmp_path / "host-a", tmp_path / "host-b"
@@ -66,41 +64,41 @@ def test_an_export_crosses_through_the_location_verified(
         store.commit_epoch(0, [Update(key, None, value) for key, value in rows])
         store.seal([3])
     out = transfer.export_path("op-1", "count", 3)
-    task = ExportTask(str(source_root), "lmdb", "count", 0, ((3, None, out),), transfers.uri)
+    task = ExportTask(str(source_root), "lmdb", "count", 0, ((3, None, out),), durable.uri)
     run = export_pu(task)
     assert run["manifests"][out]["keys"] == 500
-    assert transfers.files("rescale") == [out]
+    assert durable.files("rescale") == [out]
     with open_store("lmdb", store_path(target_root, "count", 1)) as target:
-        transfer.ingest_export(target, transfers, out)
+        transfer.ingest_export(target, durable, out)
         assert list(target.scan_vnode(3)) == rows
-        good = transfers.read_table(out)
+        good = durable.read_table(out)
         assert good is not None
-        transfers.write_table(out, good.slice(0, 499))  # a row lost on the way
+        durable.write_table(out, good.slice(0, 499))  # a row lost on the way
         with pytest.raises(IngestMismatch):
-            transfer.ingest_export(target, transfers, out)
+            transfer.ingest_export(target, durable, out)
         assert list(target.scan_vnode(3)) == rows
     assert not (source_root / "rescale").exists() and not (target_root / "rescale").exists()
 
 
-def test_hold_queues_read_back_by_vnode_in_order(transfers: Location) -> None:
+def test_hold_queues_read_back_by_vnode_in_order(durable: Location) -> None:
     first = pa.table({"vnode": pa.array([5, 6, 5], pa.int64()), "seq": [1, 2, 3]})
     later = pa.table({"vnode": pa.array([6, 5], pa.int64()), "seq": [4, 5]})
     paths = [transfer.hold_path("count", 2, e) for e in (7, 8, 9)]  # epoch 8 held nothing
-    transfer.write_hold(transfers, paths[0], first)
-    transfer.write_hold(transfers, paths[2], later)
-    held = transfer.read_hold(transfers, paths, {5})
+    transfer.write_hold(durable, paths[0], first)
+    transfer.write_hold(durable, paths[2], later)
+    held = transfer.read_hold(durable, paths, {5})
     assert held is not None and held.column("seq").to_pylist() == [1, 3, 5]
-    assert transfer.read_hold(transfers, paths[1:2], {5}) is None
+    assert transfer.read_hold(durable, paths[1:2], {5}) is None
     assert [transfer.hold_epoch(p) for p in paths] == [7, 8, 9]
 
 
-def test_a_location_inside_another_is_the_same_files(transfers: Location) -> None:
-    """A stop-start stages its snapshot in a location under the transfer location."""
-    inner = location(transfers.uri_of("rescale/op-3/snapshot"))
+def test_a_location_inside_another_is_the_same_files(durable: Location) -> None:
+    """A stop-start stages its snapshot in a location under the durable location."""
+    inner = location(durable.uri_of("rescale/op-3/snapshot"))
     table = pa.table({"x": [1, 2]})
     inner.write_table("pipe/s1/manifest.arrow", table)
-    assert transfers.files("rescale") == ["rescale/op-3/snapshot/pipe/s1/manifest.arrow"]
-    transfers.delete_dir("rescale/op-3/snapshot")
+    assert durable.files("rescale") == ["rescale/op-3/snapshot/pipe/s1/manifest.arrow"]
+    durable.delete_dir("rescale/op-3/snapshot")
     assert inner.files("") == []
 
 
