@@ -13,5 +13,11 @@ def store_path(state_root: Path, fragment: str, pu: int) -> Path:
     return Path(state_root) / "stores" / fragment / f"pu-{pu}"
 
 
+def sink_file(fragment: str, epoch: int, pu: int) -> str:
+    """The files sink's file of one epoch's outputs of one PU, relative to its location."""
+    return f"sink/{fragment}/epoch={epoch:010d}/pu={pu}.arrow"
+
+
 def sink_path(state_root: Path, fragment: str, epoch: int, pu: int) -> Path:
-    return Path(state_root) / "sink" / fragment / f"epoch={epoch:010d}" / f"pu={pu}.arrow"
+    """That file, when the sink's location is the directory ``state_root``."""
+    return Path(state_root) / sink_file(fragment, epoch, pu)

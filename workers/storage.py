@@ -100,6 +100,10 @@ class Location:
         except FileNotFoundError:
             return None
 
+    def exists(self, relpath: str) -> bool:
+        info = self.fs.get_file_info(self.path(relpath))
+        return bool(info.type == pafs.FileType.File)
+
     def files(self, relpath: str) -> list[str]:
         """The files under ``relpath``, recursively, as paths relative to the root, sorted."""
         selector = pafs.FileSelector(self.path(relpath), allow_not_found=True, recursive=True)

@@ -17,7 +17,10 @@ def write_sink(spec: TaskSpec, pu: int, outputs: pa.Table) -> None:
     """The epoch's outputs of this PU to the pipeline's sink, once per (fragment, epoch, PU): the
     store committed them first, so a replay after a crash between the two writes the same table
     again and the sink recognises it (workers/sinks/base.py)."""
-    sink = spec.sink if spec.sink is not None else FileSink(spec.state_root, spec.sink_retention)
+    if spec.sink is not None:
+        sink = spec.sink
+    else:  # the debugging files, in the durable location
+        sink = FileSink(spec.durable or spec.state_root, spec.sink_retention)
     if not outputs.num_rows and not sink.writes_empty:
         return
     ident = (type(sink), sink.describe())

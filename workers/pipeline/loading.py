@@ -187,10 +187,10 @@ def resolve_sink(config: RunnerConfig, pipeline: Pipeline) -> Sink:
     from workers.sinks.files import FileSink
 
     sink = sink_from_uri(config.sink) if config.sink else pipeline.sink
-    if sink is not None:
-        return sink.bound(config.pipeline_dir)
+    if sink is not None:  # the files sink: in the durable location (the state directory)
+        return sink.bound(config.durable)
     if normalise(config.ref).startswith(f"{BUILTIN_MODULE}:"):
-        return FileSink(config.pipeline_dir)
+        return FileSink(config.durable)
     raise InvalidPipeline(
         f"pipeline {pipeline.name!r} names no sink: give Pipeline(sink=...) a sink "
         f"(workers.sinks.sink_from_uri('postgres://...?table=...'), FunctionSink(fn), ...) or run "

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from workers.sinks.base import FanOut, Sink
 
 SUPPORTED_URIS = (
-    "files (Arrow files in the state directory, for debugging)",
+    "files (Arrow files in the durable location, by default the state directory, for debugging)",
     "postgres://USER@HOST:PORT/DATABASE?table=NAME[&key=COL,...]",
     "delta:PATH_OR_URI (delta:/data/out, delta:s3://bucket/out)",
     "nats://HOST:PORT/SUBJECT[?stream=NAME&duplicate_window_s=SECONDS&create_stream=false]",
@@ -94,7 +94,7 @@ def _nats(uri: str) -> Sink:
 def sink_from_uri(uri: str, state_root: str | None = None) -> Sink:
     """The sink a URI names (the runner's ``--sink`` and ``RESCALER_SINK``):
 
-    * ``files``: the debugging sink, Arrow files under ``state_root`` (the pipeline's directory);
+    * ``files``: the debugging sink, Arrow files under ``state_root`` (the durable location);
 
     * ``postgres://USER@HOST:PORT/DATABASE?table=NAME[&key=COL,...]`` (also ``postgresql://``):
       upsert by the key columns (default ``key``) into ``NAME`` (``schema.name`` allowed); other

@@ -1,29 +1,29 @@
-"""The debugging sink: each (fragment, epoch, PU)'s outputs as an Arrow file in the state directory.
+"""The debugging sink: each (fragment, epoch, PU)'s outputs as an Arrow file in the pipeline's
+durable location (by default its state directory).
 
-``STATE_DIR/<pipeline>/sink/<fragment>/epoch=<epoch>/pu=<pu>.arrow``, the last ``retention``
-epochs kept. A replay writes the same file again (atomic replace), so it is exactly-once in the
-sense the other sinks are, but it is not a place to keep results: it is what the built-in demo
-pipelines write unless told otherwise, and what ``--sink files`` chooses for any pipeline, to look
-at an epoch's outputs (``pyarrow.ipc.open_file``) while debugging.
+``<location>/sink/<fragment>/epoch=<epoch>/pu=<pu>.arrow``, the last ``retention`` epochs kept.
+A replay writes the same file again (atomic replace, or one object put), so it is exactly-once
+in the sense the other sinks are, but it is not a place to keep results: it is what the built-in
+demo pipelines write unless told otherwise, and what ``--sink files`` chooses for any pipeline,
+to look at an epoch's outputs (``pyarrow.ipc.open_file``) while debugging.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pyarrow as pa
-
-from workers.layout import sink_path
+from workers.layout import sink_file
 from workers.sinks.base import EpochOutputs, Sink
+from workers.storage import location
 
 DEFAULT_RETENTION = 50
 
 
 class FileSink(Sink):
-    """Arrow files under ``state_root`` (the pipeline's directory), ``retention`` epochs kept.
+    """Arrow files under ``state_root`` (a directory or a ``pyarrow.fs`` URI: the pipeline's
+    durable location), ``retention`` epochs kept.
 
-    ``FileSink()`` in a pipeline's definition means the state directory the runner is given: the
+    ``FileSink()`` in a pipeline's definition means the location the runner is given: the
     runner binds it (:meth:`bound`)."""
 
     writes_empty = True  # an empty file tells a reader the epoch ran on that PU
@@ -39,32 +39,31 @@ class FileSink(Sink):
         return self if self.state_root else FileSink(state_root, self.retention)
 
     def describe(self) -> str:
-        where = Path(self.state_root) / "sink" if self.state_root else "the state directory"
-        return f"Arrow files in {where} (debugging)"
+        if not self.state_root:
+            return "Arrow files in the state directory (debugging)"
+        return f"Arrow files in {location(self.state_root).uri_of('sink')} (debugging)"
 
     def last_epoch(self, fragment: str) -> int | None:
-        folder = Path(self.state_root) / "sink" / fragment
-        if not self.state_root or not folder.is_dir():
+        if not self.state_root:
             return None
-        epochs = [int(p.name[6:]) for p in folder.iterdir() if p.name.startswith("epoch=")]
+        epochs = {
+            int(path.split("/")[-2].removeprefix("epoch="))
+            for path in location(self.state_root).files(f"sink/{fragment}")
+            if path.split("/")[-2].startswith("epoch=")
+        }
         return max(epochs, default=None)
 
     def write(self, outputs: EpochOutputs) -> bool:
         if not self.state_root:
             raise ValueError("FileSink() has no directory: the runner binds it (bound())")
-        root = Path(self.state_root)
-        path = sink_path(root, outputs.fragment, outputs.epoch, outputs.pu)
-        existed = path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with pa.OSFile(str(tmp), "wb") as fh, pa.ipc.new_file(fh, outputs.table.schema) as writer:
-            writer.write_table(outputs.table)
-        os.replace(tmp, path)  # a replay writes the same file again
-        old = sink_path(root, outputs.fragment, outputs.epoch - self.retention, outputs.pu)
-        if old.exists():
-            old.unlink()
-            try:
-                old.parent.rmdir()
-            except OSError:
-                pass
+        at = location(self.state_root)
+        path = sink_file(outputs.fragment, outputs.epoch, outputs.pu)
+        existed = at.exists(path)
+        at.write_table(path, outputs.table)  # a replay writes the same file again
+        if outputs.epoch >= self.retention:
+            old = sink_file(outputs.fragment, outputs.epoch - self.retention, outputs.pu)
+            at.delete(old)
+            folder = old.rsplit("/", 1)[0]
+            if not at.files(folder):
+                at.delete_dir(folder)
         return not existed
