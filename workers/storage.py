@@ -52,9 +52,9 @@ class Location:
     def __repr__(self) -> str:
         return f"Location({self.uri!r})"
 
-    def path(self, relpath: str) -> str:
-        """The filesystem's path of ``relpath`` (relative to the root)."""
-        return f"{self.root}/{relpath.lstrip('/')}"
+    def path(self, *parts: str) -> str:
+        """The filesystem's path of the relative path ``parts`` (joined by ``/``)."""
+        return "/".join([self.root, *(p.strip("/") for p in parts)])
 
     def uri_of(self, relpath: str) -> str:
         """The root of another location, ``relpath`` under this one (a URI keeps its query:
@@ -68,26 +68,56 @@ class Location:
     def write_table(self, relpath: str, table: pa.Table) -> int:
         """``table`` as one Arrow IPC file at ``relpath``, visible only once whole; returns its
         size in bytes."""
-        target = self.path(relpath)
-        parent, name = target.rsplit("/", 1)
-        self.fs.create_dir(parent, recursive=True)
         if not self.local:
             sink = pa.BufferOutputStream()
             with pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
             data = sink.getvalue()
-            with self.fs.open_output_stream(target) as out:
-                out.write(data)
+            self.write_bytes(relpath, data)
             return int(data.size)
-        tmp = f"{parent}/.{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        target, tmp = self._staged(relpath)
         with pa.OSFile(tmp, "wb") as fh, pa.ipc.new_file(fh, table.schema) as writer:
             writer.write_table(table)
+        return self._publish(tmp, target)
+
+    def write_bytes(self, relpath: str, data: bytes | memoryview | pa.Buffer) -> None:
+        """A whole file at ``relpath``, visible only once complete."""
+        if not self.local:
+            target = self.path(relpath)
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(target) as out:
+                out.write(data)
+            return
+        target, tmp = self._staged(relpath)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        self._publish(tmp, target)
+
+    def _staged(self, relpath: str) -> tuple[str, str]:
+        """(the file's path, a temporary name beside it, hidden from :meth:`files`)."""
+        target = self.path(relpath)
+        parent, name = target.rsplit("/", 1)
+        self.fs.create_dir(parent, recursive=True)
+        return target, f"{parent}/.{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+
+    @staticmethod
+    def _publish(tmp: str, target: str) -> int:
+        """Flush the written temporary file to disk and rename it into place; its size."""
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
         return os.stat(target).st_size
 
     # -- reading -------------------------------------------------------------------------------
+    def read_bytes(self, relpath: str) -> bytes | None:
+        """The file at ``relpath``, or None when there is none."""
+        try:
+            with self.fs.open_input_file(self.path(relpath)) as fh:
+                data: bytes = fh.read()
+                return data
+        except FileNotFoundError:
+            return None
+
     def read_table(self, relpath: str) -> pa.Table | None:
         """The Arrow IPC file at ``relpath``, or None when there is none."""
         target = self.path(relpath)

@@ -13,6 +13,8 @@ import pytest
 
 from tests.integration.s3service import S3Service, s3_service  # noqa: F401 (a fixture)
 from workers.layout import store_path
+from workers.recovery.format import SnapshotError
+from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.rescale import transfer
 from workers.rescale.exports import ExportTask, export_pu
 from workers.state import open_store
@@ -105,3 +107,22 @@ def test_a_location_inside_another_is_the_same_files(durable: Location) -> None:
 def test_a_location_that_cannot_be_opened_says_what_to_give() -> None:
     with pytest.raises(LocationError, match=r"pyarrow\.fs URI"):
         Location("nosuchscheme://bucket/prefix")
+
+
+def test_a_recovery_location_lists_and_prunes_snapshots_on_it(durable: Location) -> None:
+    """Snapshots use the same files (RESCALER_RECOVERY_DIR may be an s3:// URI): complete ones
+    are those with a manifest, listed oldest first; pruning keeps the newest."""
+    snapshots = RecoveryLocation(durable.uri_of("recovery"))
+    ids = [snapshot_id(1_800_000_000 + i, i) for i in range(3)]
+    for sid in ids:
+        snapshots.write_bytes(f"p/{sid}/counts/part-000/pu-0.arrow", b"segment")
+        snapshots.write_bytes(f"p/{sid}/manifest.json", b"{}")
+    half = snapshot_id(1_800_000_010, 9)
+    snapshots.write_bytes(f"p/{half}/counts/part-000/pu-0.arrow", b"no manifest yet")
+    assert snapshots.snapshot_ids("p") == ids
+    assert snapshots.incomplete_ids("p") == [half]
+    assert snapshots.read_bytes(f"p/{ids[0]}/counts/part-000/pu-0.arrow") == b"segment"
+    with pytest.raises(SnapshotError, match="is missing"):
+        snapshots.read_bytes("p/nothing")
+    assert snapshots.prune("p", keep=1) == ids[:2]
+    assert snapshots.snapshot_ids("p") == ids[2:]

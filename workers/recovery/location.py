@@ -2,22 +2,21 @@
 ``hdfs://``) in production. Separate from ``STATE_DIR``, so losing the state directory (or the
 machine) does not lose the snapshots.
 
-Files are written whole: on a local directory under a temporary name and renamed, on an object
-store as one object. A snapshot is complete once its manifest exists; listing ignores the rest.
+Files are written whole (:class:`workers.storage.Location`): on a local directory under a
+temporary name and renamed, on an object store as one object. A snapshot is complete once its manifest exists; listing ignores the rest.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from workers.recovery.format import MANIFEST, SnapshotError, SnapshotManifest
+from workers.storage import Location, LocationError
 
 #: snapshot ids sort in the order they were taken: s<UTC time>-e<epoch>
 SNAPSHOT_ID = re.compile(r"^s\d{8}T\d{6}\d{3}Z-e\d+$")
@@ -30,49 +29,22 @@ def snapshot_id(taken_at: float, epoch: int) -> str:
     return f"s{when:%Y%m%dT%H%M%S}{when.microsecond // 1000:03d}Z-e{epoch}"
 
 
-class RecoveryLocation:
+class RecoveryLocation(Location):
     """One recovery location (a directory or a URI); snapshots are under ``<pipeline>/<id>``."""
 
     def __init__(self, uri: str | Path) -> None:
-        text = str(uri)
-        if "://" in text:
-            try:
-                self.fs, self.root = pafs.FileSystem.from_uri(text)
-            except Exception as exc:  # pyarrow raises ArrowInvalid / OSError variants
-                raise SnapshotError(
-                    f"recovery location {text!r}: {exc} (RESCALER_RECOVERY_DIR takes a directory "
-                    f"or a pyarrow.fs URI such as s3://bucket/prefix)"
-                ) from exc
-            self.local = self.fs.type_name == "local"
-        else:
-            self.fs, self.root = pafs.LocalFileSystem(), str(Path(text).absolute())
-            self.local = True
-        self.uri = text
-        self.root = self.root.rstrip("/")
+        try:
+            super().__init__(uri)
+        except LocationError as exc:
+            raise SnapshotError(
+                f"recovery location {str(uri)!r}: {exc.__cause__} (RESCALER_RECOVERY_DIR takes a "
+                f"directory or a pyarrow.fs URI such as s3://bucket/prefix)"
+            ) from exc
 
     def __repr__(self) -> str:
         return f"RecoveryLocation({self.uri!r})"
 
-    def path(self, *parts: str) -> str:
-        return "/".join([self.root, *parts])
-
     # -- writing -------------------------------------------------------------------------------
-    def write_bytes(self, relpath: str, data: bytes | memoryview) -> None:
-        """A whole file at ``relpath`` (under the root), visible only once complete."""
-        target = self.path(relpath)
-        parent = target.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
-        if not self.local:
-            with self.fs.open_output_stream(target) as out:
-                out.write(data)
-            return
-        tmp = f"{parent}/.{target.rsplit('/', 1)[1]}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-
     def commit(self, manifest: SnapshotManifest) -> None:
         """Write the manifest, last: from now on the snapshot exists."""
         data = json.dumps(manifest.to_json(), indent=1, sort_keys=True).encode("utf-8")
@@ -80,12 +52,10 @@ class RecoveryLocation:
 
     # -- reading -------------------------------------------------------------------------------
     def read_bytes(self, relpath: str) -> bytes:
-        try:
-            with self.fs.open_input_file(self.path(relpath)) as fh:
-                data: bytes = fh.read()
-                return data
-        except FileNotFoundError as exc:
-            raise SnapshotError(f"{self.path(relpath)} is missing") from exc
+        data = super().read_bytes(relpath)
+        if data is None:
+            raise SnapshotError(f"{self.path(relpath)} is missing")
+        return data
 
     def _children(self, relpath: str) -> list[str]:
         selector = pafs.FileSelector(self.path(relpath), allow_not_found=True)
@@ -137,9 +107,8 @@ class RecoveryLocation:
         return older[-1] if older else None
 
     # -- pruning -------------------------------------------------------------------------------
-    def delete(self, pipeline: str, snapshot: str) -> None:
-        self.fs.delete_dir_contents(self.path(pipeline, snapshot), missing_dir_ok=True)
-        self.fs.delete_dir(self.path(pipeline, snapshot))
+    def delete_snapshot(self, pipeline: str, snapshot: str) -> None:
+        self.delete_dir(f"{pipeline}/{snapshot}")
 
     def prune(self, pipeline: str, keep: int) -> list[str]:
         """Keep the last ``keep`` complete snapshots; delete older ones and incomplete ones
@@ -149,5 +118,5 @@ class RecoveryLocation:
         newest = ids[-1] if ids else ""
         doomed += [i for i in self.incomplete_ids(pipeline, ids) if i < newest]
         for i in doomed:
-            self.delete(pipeline, i)
+            self.delete_snapshot(pipeline, i)
         return doomed

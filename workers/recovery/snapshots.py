@@ -265,7 +265,7 @@ class Snapshots:
             # what it wrote is no snapshot (no manifest): leave nothing behind
             drop_staging(self.pipeline_dir, pending.snapshot_id)
             try:
-                self.location.delete(self.pipeline, pending.snapshot_id)
+                self.location.delete_snapshot(self.pipeline, pending.snapshot_id)
             except OSError:
                 log.warning("could not delete the partial snapshot %s", pending.snapshot_id)
             return
