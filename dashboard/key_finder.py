@@ -78,6 +78,12 @@ def key_finder(query: QueryDict, fragments: list[str]) -> dict[str, Any]:
         ("vnode", f"{answer['vnode']} (mapping v{answer['mapping_version']})"),
         ("owner now", "–" if owner is None else f"PU {owner}"),
         (
+            "as of",
+            "no committed epoch yet"
+            if answer["as_of_epoch"] is None
+            else f"epoch {answer['as_of_epoch']} (the owner's last commit when read)",
+        ),
+        (
             "moving",
             (
                 f"PU {moving['source_pu']} → PU {moving['target_pu']}, {moving['phase']} (records "

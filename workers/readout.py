@@ -35,6 +35,9 @@ class KeyState:
     exists: bool
     value: Any
     mapping_version: int
+    # how fresh the answer is: the last epoch the owner's store had committed when it was read
+    # (None: the store holds no epoch yet, or there is none)
+    as_of_epoch: int | None = None
 
 
 def _placement(pipeline_dir: Path, fragment: str) -> VnodeMapping:
@@ -128,21 +131,30 @@ def read_key(
     if cut is not None and key_range_index(stable_hash64(key), cut.count) in cut.moved:
         owner = cut.target
     raw = None
+    as_of: int | None = None
     path = store_path(pipeline_dir, fragment, owner)
     operator = frag.operator
     if isinstance(operator, Region):
         found: dict[str, Any] = {}
         if path.exists():
             with open_store(backend, path, readonly=True) as store:
+                as_of = _as_of(store.applied_epoch())
                 for label, op, section in zip(
                     operator.labels, operator.operators, operator.sections(), strict=True
                 ):
                     raw = store.get(encode_key(vnode, section + key.encode("utf-8")))
                     if raw is not None:
                         found[label] = op.to_json(op.decode(raw))
-        return KeyState(key, fragment, vnode, owner, bool(found), found or None, placement.version)
+        return KeyState(
+            key, fragment, vnode, owner, bool(found), found or None, placement.version, as_of
+        )
     if path.exists():
         with open_store(backend, path, readonly=True) as store:
+            as_of = _as_of(store.applied_epoch())
             raw = store.get(encode_key(vnode, key.encode("utf-8")))
     value = operator.to_json(operator.decode(raw)) if raw is not None else None
-    return KeyState(key, fragment, vnode, owner, raw is not None, value, placement.version)
+    return KeyState(key, fragment, vnode, owner, raw is not None, value, placement.version, as_of)
+
+
+def _as_of(applied_epoch: int) -> int | None:
+    return applied_epoch if applied_epoch >= 0 else None

@@ -505,6 +505,7 @@ def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
         "mapping_version": fragment.mapping_version,
         "exists": False,
         "value": None,
+        "as_of_epoch": None,
         "state_error": None,
         "migration": _migration_of(fragment, vnode),
     }
@@ -521,6 +522,7 @@ def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
         mapping_version=state.mapping_version,
         exists=state.exists,
         value=state.value,
+        as_of_epoch=state.as_of_epoch,
     )
     return answer
 

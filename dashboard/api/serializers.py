@@ -800,6 +800,11 @@ class KeyStateSerializer(serializers.Serializer):
     mapping_version = serializers.IntegerField()
     exists = serializers.BooleanField(help_text="Whether the key has state.")
     value = serializers.JSONField(allow_null=True, help_text="The operator's state of the key.")
+    as_of_epoch = serializers.IntegerField(
+        allow_null=True,
+        help_text="How fresh the answer is: the last epoch the owner's store had committed when "
+        "it was read (null when the store holds no epoch yet or could not be read).",
+    )
     state_error = serializers.CharField(
         allow_null=True,
         help_text="Why the state directory could not be read (then exists is false and vnode, "

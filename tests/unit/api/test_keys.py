@@ -56,8 +56,25 @@ def test_a_key_with_state(viewer_client: APIClient, state: dict[str, int]) -> No
     assert data == {
         "pipeline": PIPELINE, "fragment": FRAGMENT, "key": "apple", "vnode": vnode,
         "parallel_unit": 0 if vnode < 8 else 1, "mapping_version": 1, "exists": True,
-        "value": 5, "state_error": None, "migration": None,
+        "value": 5, "as_of_epoch": 0, "state_error": None, "migration": None,
     }  # fmt: skip
+
+
+def test_the_answer_says_which_epoch_it_is_as_of(
+    viewer_client: APIClient, state: dict[str, int], _state_dir: Path
+) -> None:
+    """Freshness: the owner's last committed epoch when read, moving with its commits."""
+    vnode = vnode_of("apple", VNODES)
+    owner = 0 if vnode < 8 else 1
+    operator = get_pipeline(PIPELINE).fragment(FRAGMENT).operator
+    path = store_path(_state_dir / PIPELINE, FRAGMENT, owner)
+    with open_store("lmdb", path) as store:
+        key = encode_key(vnode, b"apple")
+        store.commit_epoch(1, [])
+        store.commit_epoch(2, [Update(key, operator.encode(5), operator.encode(7))])
+    data = viewer_client.get(url("apple")).json()
+    assert (data["value"], data["as_of_epoch"]) == (7, 2)
+    assert viewer_client.get(url("kiwi")).json()["as_of_epoch"] is not None  # read, no state
 
 
 def test_a_key_with_a_slash_and_a_space(viewer_client: APIClient, state: dict[str, int]) -> None:
@@ -77,7 +94,7 @@ def test_without_a_state_directory_the_answer_says_why(
     viewer_client: APIClient, cluster: Pipeline
 ) -> None:
     data = viewer_client.get(url("apple")).json()
-    assert data["exists"] is False
+    assert data["exists"] is False and data["as_of_epoch"] is None
     assert "no pipeline state" in data["state_error"]
     # where it lives still comes from the mapping in Postgres
     vnode = vnode_of("apple", VNODES)
