@@ -85,6 +85,9 @@ class EpochJob:
         self.sources = SourceStreams(spark, config, pipeline, self.control)
         # fragment -> the aggregates its records are folded by in Spark (workers.partials)
         self._preaggregated: dict[str, Aggregates] = {}
+        # (fragment, PU) -> the last epoch its task reported committed, since this start: the
+        # least its store must hold at the next epoch (StoreLost otherwise)
+        self.committed: dict[tuple[str, int], int] = {}
 
     def source_stream(self) -> Any:
         """The pipeline's own stream of source records (``SourceStreams.source_stream``)."""
@@ -217,12 +220,17 @@ class EpochJob:
         built = time.perf_counter()
         rows = stream.select("kind", "info").collect()
         self.last_timings = (built - started, time.perf_counter() - built)
-        return [
+        results = [
             {"kind": r.kind, **json.loads(r.info)}
             if r.kind == "stat"
             else {"kind": r.kind, "text": r.info}
             for r in rows
         ]
+        for r in results:
+            if r["kind"] == "stat":
+                where = (r["fragment"], r["pu"])
+                self.committed[where] = max(self.committed.get(where, -1), r["epoch"])
+        return results
 
     def build(self, df: Any, plan: EpochPlan) -> Any:
         """The epoch's DataFrame: every fragment staged, one shuffle per stateful fragment (a
@@ -277,6 +285,11 @@ class EpochJob:
                 snapshot=plan.snapshot,
                 outputs_from=plan.outputs_from,
                 rebuilding=plan.rebuilding,
+                expected=()
+                if plan.rebuilding
+                else tuple(
+                    self.committed.get((frag.name, pu), -1) for pu in placement.parallel_units
+                ),
             )
             key_col = "key" if i > 0 else frag.key
             if plan.epoch == 0 and has_initial_state(frag):  # Spark's first batch only

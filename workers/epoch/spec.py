@@ -23,6 +23,16 @@ class RoutingError(Exception):
     """A record reached a PU that does not own its vnode: routing and placement disagree."""
 
 
+#: what a :class:`StoreLost` failure says, for the runner to tell it from a transient failure
+STORE_LOST = "store lost"
+
+
+class StoreLost(Exception):
+    """A PU's store is behind what the PU already committed (its directory was deleted or
+    replaced, its disk lost): the task refuses to apply an epoch on it, which would count from
+    nothing; the runner rebuilds the store from the newest snapshot (docs/recovery.md)."""
+
+
 def output_schema(operator: KeyedOperator) -> pa.Schema:
     """The schema every task of a fragment emits: kind, key, seq, the operator's fields, info."""
     fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]
@@ -49,6 +59,9 @@ class TaskSpec:
     sink_retention: int = 50  # epochs the FileSink keeps
     # the durable location's root: exports and hold queues (workers.storage); "": state_root
     durable: str = ""
+    # expected[i]: the last epoch PU parallel_units[i] reported committed in this runner (-1:
+    # none): a store behind it was lost (StoreLost); () in a rebuild, which re-runs epochs
+    expected: tuple[int, ...] = ()
     vectorised: bool = True  # False: every operator takes the per-key path (tests, benchmarks)
     clock: EpochClock = dataclasses.field(
         default_factory=EpochClock
@@ -67,6 +80,10 @@ class TaskSpec:
 
     def slot_actions(self, slot: int) -> SlotActions:
         return self.actions[slot] if self.actions else SlotActions()
+
+    def expected_epoch(self, slot: int) -> int:
+        """The epoch the slot's store must have committed at least (-1: none known)."""
+        return self.expected[slot] if self.expected else -1
 
 
 def unique_columns(*names: str) -> list[str]:

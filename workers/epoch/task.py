@@ -24,7 +24,7 @@ from workers.epoch.outputs import (
     passthrough,
 )
 from workers.epoch.sink import write_sink
-from workers.epoch.spec import TaskSpec, is_processor, output_schema
+from workers.epoch.spec import STORE_LOST, StoreLost, TaskSpec, is_processor, output_schema
 from workers.hashing import KeyRange
 from workers.layout import store_path
 from workers.processor import max_event_ms
@@ -73,8 +73,16 @@ def run_task(
     if records is not None and records.num_rows:
         for vnode, n in partials.records_per_vnode(records).items():
             vnode_records[str(vnode)] = vnode_records.get(str(vnode), 0) + n
-    store = open_store(spec.backend, store_path(Path(spec.state_root), spec.fragment, pu))
+    path = store_path(Path(spec.state_root), spec.fragment, pu)
+    store = open_store(spec.backend, path)
     try:
+        if store.applied_epoch() < spec.expected_epoch(slot):
+            raise StoreLost(
+                f"{STORE_LOST}: {spec.fragment} PU {pu}'s store ({path}) has committed epoch "
+                f"{store.applied_epoch()}, but the PU committed epoch "
+                f"{spec.expected_epoch(slot)} already: it was deleted or replaced; the runner "
+                f"rebuilds it from the newest snapshot"
+            )
         replay = store.applied_epoch() >= spec.epoch
         if replay:
             recorded = store.epoch_outputs(spec.epoch)

@@ -24,6 +24,7 @@ from workers.control import (
     Topology,
 )
 from workers.cycles import cycle_collection_paused
+from workers.epoch.spec import STORE_LOST
 from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
 from workers.job import EpochJob
 from workers.pipeline.loading import (
@@ -246,6 +247,14 @@ class PipelineRunner:
         log_committed(report, self.last_timings, malformed)
 
     # -- lost stores (workers/runner/rebuild.py) -----------------------------------------
+    def _rebuild_lost_stores(self) -> bool:
+        """A start's store check, and the rebuild of lost stores from the newest snapshot and
+        the epochs after it; also when a task found its PU's store behind what the PU committed
+        (``StoreLost``) while running. Whether it rebuilt any."""
+        return self.rebuild.check(
+            self.spark, self.placements, start_query=self._start_query, error=lambda: self._error
+        )
+
     def _rerun_batch(self, df: Any, plan: EpochPlan) -> None:
         try:
             results = self.job.run(df, plan)
@@ -327,6 +336,10 @@ class PipelineRunner:
                     break
                 if self._fatal is not None:
                     raise self._fatal
+                # a PU's store went: rebuilt before the query restarts (a store the check finds
+                # whole after all counts as a failure like any other, so it cannot loop)
+                if STORE_LOST in failure and self._rebuild_lost_stores():
+                    continue
                 try:
                     wait = restarts.failed(failure, progressed=self.last_epoch > started_at)
                 except QueryGivenUp as exc:
@@ -434,12 +447,7 @@ class PipelineRunner:
                     # than starting as many again beside them on the same cores
                     self._imports_checked()
                 with phases.phase("store check"):
-                    self.rebuild.check(
-                        self.spark,
-                        self.placements,
-                        start_query=self._start_query,
-                        error=lambda: self._error,
-                    )
+                    self._rebuild_lost_stores()
             with phases.phase("register"):
                 self.control.register(self.topology())
                 self.last_epoch = committed_epoch(self.config.pipeline_dir)

@@ -37,14 +37,14 @@ class StoreRebuild:
         *,
         start_query: Callable[[], Any],
         error: Callable[[], BaseException | None],
-    ) -> None:
-        """Check every store against the epoch Spark committed last, and rebuild the lost ones.
-        ``start_query`` starts the query that re-runs an epoch, ``error`` is what its batch
-        raised."""
+    ) -> bool:
+        """Check every store against the epoch Spark committed last, and rebuild the lost ones
+        (returns whether there were any). ``start_query`` starts the query that re-runs an
+        epoch, ``error`` is what its batch raised."""
         committed = committed_epoch(self.pipeline_dir)
         found = self.recovery.lost_stores(spark, placements, committed)
         if found is None:
-            return
+            return False
 
         def rerun(plan: EpochPlan) -> None:
             """Spark re-runs the committed epoch ``plan.epoch`` (the checkpoint was set for
@@ -69,3 +69,4 @@ class StoreRebuild:
             self.recovery.rebuild(found, spark, placements, rerun=rerun)
         finally:
             self.active = False
+        return True

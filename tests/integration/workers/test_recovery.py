@@ -219,6 +219,36 @@ def test_lost_and_corrupt_stores_are_rebuilt_from_the_last_snapshot(tmp_path: Pa
     assert_matches_oracle(state, pipeline, expected)
 
 
+def test_a_store_lost_while_the_runner_runs_is_rebuilt_before_it_counts_again(
+    tmp_path: Path,
+) -> None:
+    """A PU's store deleted under a running runner (its disk lost): the PU's next task finds
+    the store behind the epoch the PU committed and refuses to apply anything on it, rather
+    than counting from nothing; the runner rebuilds it from the newest snapshot and the epochs
+    after it, then runs on. No epoch is lost or repeated, and the state equals the oracle."""
+    recovery = tmp_path / "recovery"
+    env = {"RESCALER_RECOVERY_DIR": str(recovery)}
+    state = tmp_path / "state"
+    runner = start_runner(state, PIPELINE, *_args(16), "--snapshot-every", "3", env=env)
+    location = RecoveryLocation(recovery)
+    runner.wait_for(
+        lambda: bool(location.snapshot_ids(PIPELINE)) and len(runner.epochs()) >= 6,
+        240,
+        "a snapshot and six epochs",
+    )
+    lost = store_path(state / PIPELINE, "word_count", 1)
+    assert lost.is_dir()
+    shutil.rmtree(lost, ignore_errors=True)
+    runner.wait_exit()
+    log_text = runner.log_path.read_text(errors="replace")
+    assert "store lost: word_count PU 1" in log_text, runner.log_tail()
+    assert "lost stores" in log_text, runner.log_tail()
+    rebuilt = json.loads((state / PIPELINE / "rebuilt.json").read_text("utf-8"))
+    assert [(s["fragment"], s["pu"]) for s in rebuilt["lost"]] == [("word_count", 1)]
+    assert [e["epoch"] for e in runner.epochs()] == list(range(16)), "no epoch lost or repeated"
+    assert_matches_oracle(state, PIPELINE, _expected(16))  # type: ignore[arg-type]
+
+
 def test_periodic_snapshots_around_a_live_scale_out_restore_exactly(tmp_path: Path) -> None:
     """Snapshots every 2 epochs while a live 2 -> 4 scale-out moves vnodes in steps: none is
     taken while the operation has vnodes in transit, the ones after it hold the new mapping,
