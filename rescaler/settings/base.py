@@ -278,6 +278,7 @@ SPECTACULAR_SETTINGS = {
         "ParallelUnitStatusEnum": "rescaler.cluster.models.ParallelUnit.Status",
         "DecisionKindEnum": "dashboard.api.autoscaling.DECISION_KIND_CHOICES",
         "AutoscalingModeEnum": "dashboard.api.autoscaling.MODE_CHOICES",
+        "DecisionOutcomeEnum": "dashboard.api.decisions.DECISION_OUTCOME_CHOICES",
     },
 }
 
