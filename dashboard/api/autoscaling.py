@@ -58,7 +58,7 @@ class AutoscalingPolicySerializer(serializers.Serializer):
     mode = serializers.ChoiceField(
         choices=MODE_CHOICES,
         help_text="off: nothing is decided; recommend: decisions are proposed as binding dry "
-        "runs, started on apply; auto: started by themselves (a later release).",
+        "runs, started on apply; auto: started by the autoscaler within the guard rails.",
     )
     target_utilisation = serializers.FloatField(
         help_text="The busy share of its time a PU should run at, in (0, 1]."

@@ -70,8 +70,9 @@ def decision_record(
     now: dt.datetime,
 ) -> AutoscalingDecision | None:
     """The pipeline's decision as recorded: a new row when it differs from the last one (which,
-    not acted on, is superseded by it), else the last one. Nothing is recorded in mode off
-    (nothing is decided). Serialised per pipeline on its policy's row."""
+    not acted on, is superseded by it), else the last one, given the request that applies it
+    now if it has not been acted on. Nothing is recorded in mode off (nothing is decided).
+    Serialised per pipeline on its policy's row."""
     if mode == Mode.OFF:
         return None
     fragments = [fragment_json(f) for f in decision.fragments.values()]
@@ -95,6 +96,10 @@ def decision_record(
             == _key(mode.value, decision.kind.value, fragments)
             and not _done(last)
         ):
+            if last.request != request and last.outcome in OPEN:
+                # the same decision; what applies it follows the cluster (PUs free now)
+                last.request = request
+                last.save(update_fields=["request"])
             return last
         row = AutoscalingDecision.objects.create(
             pipeline=pipeline,
@@ -177,11 +182,15 @@ def decision_carried_out(
 
 def decision_refused(*, row: AutoscalingDecision, code: str, reason: str) -> bool:
     """Record that the decision could not be started (auto mode): why, and the refusal's code.
-    A decision carried out meanwhile keeps its outcome; answers whether this one was written."""
+    A decision carried out meanwhile keeps its outcome, and the same refusal again writes
+    nothing (it is tried at each evaluation); answers whether this one was written."""
+    reason = reason[:2000]
     return bool(
-        AutoscalingDecision.objects.filter(pk=row.pk, outcome__in=OPEN).update(
+        AutoscalingDecision.objects.filter(pk=row.pk, outcome__in=OPEN)
+        .exclude(outcome=Outcome.REFUSED, error_code=code[:64], outcome_reason=reason)
+        .update(
             outcome=Outcome.REFUSED,
-            outcome_reason=reason[:2000],
+            outcome_reason=reason,
             error_code=code[:64],
             outcome_at=timezone.now(),
         )

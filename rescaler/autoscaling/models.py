@@ -31,6 +31,9 @@ class AutoscalingPolicy(models.Model):
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # when the pipeline's epochs last queued an evaluation (``evaluation.evaluation_due``): at
+    # most one per RESCALER_AUTOSCALING_INTERVAL_S; not a setting of the policy
+    evaluation_queued_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name_plural = "autoscaling policies"
