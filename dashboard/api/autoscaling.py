@@ -239,6 +239,11 @@ class RecommendationSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="What kept the request or its plan from being what was decided.",
     )
+    decision_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="This decision in the history (GET pipelines/{name}/autoscaling/decisions), "
+        "where its outcome is followed; null in mode off, where nothing is decided.",
+    )
 
 
 def recommendation_json(recommendation: Recommendation) -> dict[str, Any]:
@@ -256,6 +261,7 @@ def recommendation_json(recommendation: Recommendation) -> dict[str, Any]:
             "request": recommendation.request,
             "plan": recommendation.plan,
             "notes": list(recommendation.notes),
+            "decision_id": recommendation.recorded.pk if recommendation.recorded else None,
         }
     ).data
 

@@ -71,6 +71,7 @@ def test_the_panel_says_off_and_offers_the_policy_form(client: Client, admin: An
     assert 'action="/pipelines/wordcount/autoscaling"' in panel
     assert 'name="target_utilisation"' in panel and 'value="0.7"' in panel
     assert "autoscaling-apply" not in panel and "plan_id" not in panel
+    assert 'href="/operations/#decisions"' in panel  # the history of its decisions
 
 
 @pytest.mark.parametrize("rescale", [False, True], ids=["viewer", "operator"])
