@@ -20,7 +20,7 @@ class AutoscalingPolicyForm(forms.Form):
     mode = forms.ChoiceField(
         choices=[(m.value, m.value) for m in Mode],
         help_text="off: nothing is decided; recommend: proposed here, started on Apply; "
-        "auto: a later release.",
+        "auto: started by the autoscaler within the guard rails.",
     )
     target_utilisation = forms.FloatField(
         label="Target utilisation", help_text="Busy share of a PU's time, in (0, 1]."

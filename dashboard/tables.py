@@ -9,7 +9,7 @@ from typing import Any
 
 import django_tables2 as tables
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from dashboard.format import count, duration, percent, size, vnode_ranges
 from dashboard.operation_page import PHASE_SYMBOL, in_phase
@@ -267,4 +267,114 @@ class AuditTable(tables.Table):
     def order_at(self, queryset: Any, is_descending: bool) -> tuple[Any, bool]:
         """By time, then by id: events of one transaction share their ``at``."""
         fields = ("-at", "-id") if is_descending else ("at", "id")
+        return queryset.order_by(*fields), True
+
+
+def _figure(value: float | None, unit: str = "") -> str:
+    return "not reported" if value is None else f"{count(round(value))}{unit}"
+
+
+class DecisionTable(tables.Table):
+    """The autoscaler's decisions (docs/autoscaling.md, "The history of decisions"): when, the
+    mode, the kind, per fragment its PUs and the signals the decision rests on, why, and its
+    outcome with the operation it started; newest first, sortable with ``?decisions-sort=``."""
+
+    decided_at = tables.DateTimeColumn(verbose_name="Decided", format="Y-m-d H:i:s")
+    pipeline = tables.Column(verbose_name="Pipeline", accessor="pipeline__name")
+    mode = tables.Column(verbose_name="Mode")
+    kind = tables.Column(verbose_name="Decision")
+    fragments = tables.Column(verbose_name="PUs", orderable=False, empty_values=())
+    signals = tables.Column(
+        verbose_name="Signals (input, per busy s per PU, busy, backlog)",
+        accessor="fragments",
+        orderable=False,
+        empty_values=(),
+    )
+    reasons = tables.Column(
+        verbose_name="Why", orderable=False, empty_values=(), attrs={"td": {"class": "reason"}}
+    )
+    plan_id = tables.Column(verbose_name="Plan", orderable=False, default="—")
+    outcome = tables.Column(verbose_name="Outcome", empty_values=())
+    operation = tables.Column(
+        verbose_name="Operation", accessor="operation__operation_id", default="—"
+    )
+
+    class Meta:
+        attrs = {"class": "components decisions-history", "id": "decisions-table"}
+        row_attrs = {
+            "data-decision": lambda record: record.pk,
+            "data-kind": lambda record: record.kind,
+            "data-outcome": lambda record: record.outcome,
+        }
+        empty_text = "No decision matches: a pipeline in recommend or auto mode has them."
+        order_by = ("-decided_at",)
+        prefix = "decisions-"
+
+    def render_kind(self, value: str) -> str:
+        return format_html("<code>{}</code>", value)
+
+    def render_fragments(self, value: Any) -> str:
+        if not value:
+            return "—"
+        return format_html_join(
+            ", ",
+            "{} {} → {}{}",
+            (
+                (
+                    f["fragment"],
+                    f["parallel_units_now"],
+                    f["parallel_units_after"],
+                    ""
+                    if f["predicted_utilisation"] is None
+                    else f" ({percent(f['predicted_utilisation'])} busy after)",
+                )
+                for f in value
+            ),
+        )
+
+    def render_signals(self, value: Any) -> str:
+        lines = []
+        for f in value:
+            e = f.get("estimate")
+            if not e:
+                continue
+            lines.append(
+                f"{f['fragment']}: {_figure(e['input_rate'], '/s')}, "
+                f"{_figure(e['true_rate_per_pu'])}, "
+                f"{'not reported' if e['busy_fraction'] is None else percent(e['busy_fraction'])}, "
+                f"{_figure(e['backlog'])}"
+            )
+        return "; ".join(lines) or "—"
+
+    def render_reasons(self, value: Any) -> str:
+        text = "; ".join(value)
+        if len(text) > 160:
+            return format_html('<span title="{}">{}…</span>', text, text[:159])
+        return text
+
+    def render_plan_id(self, value: str) -> str:
+        return format_html('<code title="{}">{}</code>', value, value[:8])
+
+    def render_outcome(self, value: str, record: Any) -> str:
+        return format_html(
+            '<span class="badge outcome-{}">{}</span> {}{}',
+            value,
+            value,
+            record.outcome_reason,
+            format_html(" <code>{}</code>", record.error_code) if record.error_code else "",
+        )
+
+    def render_operation(self, value: str, record: Any) -> str:
+        url = reverse("dashboard:operation", kwargs={"operation_id": value})
+        return format_html(
+            '<a href="{}"><code>{}</code></a> <span class="badge status-{}">{}</span>',
+            url,
+            value,
+            record.operation.status,
+            record.operation.status,
+        )
+
+    def order_decided_at(self, queryset: Any, is_descending: bool) -> tuple[Any, bool]:
+        """By time, then by id."""
+        fields = ("-decided_at", "-id") if is_descending else ("decided_at", "id")
         return queryset.order_by(*fields), True

@@ -34,6 +34,7 @@ from dashboard.console import (
     matrix_view,
     worker_rows,
 )
+from dashboard.decisions_page import decisions_section
 from dashboard.format import count, vnode_ranges
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm, filter_params
 from dashboard.key_finder import key_finder
@@ -574,7 +575,8 @@ def rescale_page(request: HttpRequest) -> HttpResponse:
 @require_GET
 def history_page(request: HttpRequest) -> HttpResponse:
     """Every operation, newest first, filtered exactly as ``GET /api/v1/operations`` filters
-    (the same FilterSet), 50 to a page, sorted by any column with ``?sort=``."""
+    (the same FilterSet), 50 to a page, sorted by any column with ``?sort=``; beside them the
+    autoscaler's decisions (``decisions_section``)."""
     params = filter_params(request.GET, ("created_after", "created_before"))
     filterset = OperationFilter(params, queryset=operation_list())
     errors = {} if filterset.is_valid() else filterset.errors
@@ -593,6 +595,7 @@ def history_page(request: HttpRequest) -> HttpResponse:
             "query": params.urlencode(),
             "statuses": [s.value for s in OperationStatus],
             "strategies": [s.value for s in Strategy],
+            **decisions_section(request),
         },
     )
 

@@ -18,7 +18,8 @@ from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.parsers import StrictJSONParser
 from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION, CanRescale
 from dashboard.api.serializers import DryRunSerializer
-from rescaler.autoscaling.model import DecisionKind, FragmentDecision, Mode, Policy
+from rescaler.autoscaling.decisions import fragment_json
+from rescaler.autoscaling.model import DecisionKind, Mode, Policy
 from rescaler.autoscaling.recommendation import Recommendation, recommendation_get
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get, policy_json
 from rescaler.autoscaling.services import POLICY_SETTINGS, autoscaling_policy_update
@@ -57,7 +58,7 @@ class AutoscalingPolicySerializer(serializers.Serializer):
     mode = serializers.ChoiceField(
         choices=MODE_CHOICES,
         help_text="off: nothing is decided; recommend: decisions are proposed as binding dry "
-        "runs, started on apply; auto: started by themselves (a later release).",
+        "runs, started on apply; auto: started by the autoscaler within the guard rails.",
     )
     target_utilisation = serializers.FloatField(
         help_text="The busy share of its time a PU should run at, in (0, 1]."
@@ -238,22 +239,11 @@ class RecommendationSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="What kept the request or its plan from being what was decided.",
     )
-
-
-def _fragment_json(decision: FragmentDecision) -> dict[str, Any]:
-    estimate = decision.estimate
-    return {
-        "fragment": decision.fragment,
-        "kind": decision.kind.value,
-        "parallel_units_now": decision.parallel_units_now,
-        "parallel_units_after": decision.parallel_units_after,
-        "parallel_units_needed": decision.parallel_units_needed,
-        "predicted_utilisation": decision.predicted_utilisation,
-        "predicted_skew": decision.predicted_skew,
-        "load_per_pu_now": {str(pu): load for pu, load in decision.load_per_pu_now.items()},
-        "reasons": list(decision.reasons),
-        "estimate": vars(estimate) if estimate is not None else None,
-    }
+    decision_id = serializers.IntegerField(
+        allow_null=True,
+        help_text="This decision in the history (GET pipelines/{name}/autoscaling/decisions), "
+        "where its outcome is followed; null in mode off, where nothing is decided.",
+    )
 
 
 def recommendation_json(recommendation: Recommendation) -> dict[str, Any]:
@@ -267,10 +257,11 @@ def recommendation_json(recommendation: Recommendation) -> dict[str, Any]:
             "kind": decision.kind.value,
             "reasons": list(decision.reasons),
             "missing_signals": dict(decision.missing_signals),
-            "fragments": [_fragment_json(f) for f in decision.fragments.values()],
+            "fragments": [fragment_json(f) for f in decision.fragments.values()],
             "request": recommendation.request,
             "plan": recommendation.plan,
             "notes": list(recommendation.notes),
+            "decision_id": recommendation.recorded.pk if recommendation.recorded else None,
         }
     ).data
 

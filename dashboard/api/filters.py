@@ -12,6 +12,8 @@ from django.db.models.functions import Left, StrIndex
 from django_filters.fields import IsoDateTimeField
 
 from rescaler.audit.models import AuditEvent
+from rescaler.autoscaling.model import DecisionKind, Mode
+from rescaler.autoscaling.models import AutoscalingDecision
 from rescaler.cluster.models import Worker
 from rescaler.operations.models import RescaleOperation, choices
 from workers.rescale.protocol import AuditObject, OperationStatus, Strategy
@@ -130,3 +132,25 @@ class AuditFilter(django_filters.FilterSet):
             | Q(object_type=AuditObject.WORKER, object_id__in=workers)
             | Q(pk__in=steps.filter(step_operation__in=operations).values("pk"))
         )
+
+
+class DecisionFilter(django_filters.FilterSet):
+    """The autoscaler's decisions: the API's per pipeline, the history page's of them all."""
+
+    kind = django_filters.ChoiceFilter(
+        choices=choices(DecisionKind), help_text="scale, rebalance or no_change."
+    )
+    mode = django_filters.ChoiceFilter(choices=choices(Mode), help_text="The policy's mode.")
+    outcome = django_filters.MultipleChoiceFilter(
+        choices=AutoscalingDecision.Outcome.choices, help_text="One or more outcomes (repeat it)."
+    )
+    decided_after = UtcDateTimeFilter(
+        field_name="decided_at", lookup_expr="gte", help_text="ISO 8601, inclusive."
+    )
+    decided_before = UtcDateTimeFilter(
+        field_name="decided_at", lookup_expr="lt", help_text="ISO 8601, exclusive."
+    )
+
+    class Meta:
+        model = AutoscalingDecision
+        fields: list[str] = []

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboard.api import autoscaling, snapshots, views
+from dashboard.api import autoscaling, decisions, snapshots, views
 
 app_name = "api"
 
@@ -40,6 +40,11 @@ urlpatterns = [
         "pipelines/<str:name>/autoscaling",
         autoscaling.AutoscalingPolicyView.as_view(),
         name="pipeline-autoscaling",
+    ),
+    path(
+        "pipelines/<str:name>/autoscaling/decisions",
+        decisions.DecisionListView.as_view(),
+        name="pipeline-autoscaling-decisions",
     ),
     path(
         "pipelines/<str:name>/recommendation",

@@ -10,3 +10,7 @@ class AutoscalingConfig(AppConfig):
     label = "autoscaling"
     verbose_name = "Autoscaling"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # the receivers import models, which the app registry allows only from here on
+        from rescaler.autoscaling import receivers  # noqa: F401  (connecting is importing)

@@ -15,6 +15,18 @@ class UnknownPipeline(AutoscalingError):
     code = "unknown_pipeline"
 
 
+class NotEnoughParallelUnits(AutoscalingError):
+    """Auto mode: the decision needs more PUs than the cluster has free (add workers)."""
+
+    code = "not_enough_parallel_units"
+
+
+class NothingToStart(AutoscalingError):
+    """Auto mode: the decision has no request to start (a rebalance at the same size)."""
+
+    code = "nothing_to_start"
+
+
 class PolicyInvalid(AutoscalingError):
     """A policy that cannot be kept: each of ``problems`` names a setting and what is wrong."""
 

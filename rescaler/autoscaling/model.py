@@ -49,7 +49,7 @@ MAX_COOLDOWN_S = 7 * 86_400.0
 class Mode(enum.StrEnum):
     OFF = "off"  # nothing is computed
     RECOMMEND = "recommend"  # decisions are proposed (a binding dry run), started on "apply"
-    AUTO = "auto"  # decisions are started within the guard rails (a later slice)
+    AUTO = "auto"  # decisions are started within the guard rails (rescaler.autoscaling.evaluation)
 
 
 class DecisionKind(enum.StrEnum):

@@ -17,9 +17,12 @@ from typing import Any
 
 from django.utils import timezone
 
+from rescaler.autoscaling.decisions import decision_record
 from rescaler.autoscaling.model import Decision, DecisionKind, Policy, decide
+from rescaler.autoscaling.models import AutoscalingDecision
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get
 from rescaler.autoscaling.signals import pipeline_signals, read_window_s
+from rescaler.cluster.models import Pipeline
 from rescaler.operations import plans
 from rescaler.operations.models import OperationPlan, RescaleOperation
 from rescaler.operations.requests import operation_request
@@ -43,15 +46,33 @@ class Recommendation:
     request: dict[str, Any] | None = None
     plan: OperationPlan | None = None  # the binding dry run of ``request``
     notes: tuple[str, ...] = ()  # what kept the request or its plan from being what was decided
+    # fragment -> the PUs it needs more than the cluster has free
+    parallel_units_short: dict[str, int] = dataclasses.field(default_factory=dict)
+    plan_refused: errors.RescaleError | None = None  # why ``request`` could not be planned
+    recorded: AutoscalingDecision | None = None  # the decision in the history (None: mode off)
 
 
 def recommendation_get(
     *, user: Any, pipeline: str, plan: bool, now: dt.datetime | None = None
 ) -> Recommendation:
-    """The decision on the pipeline's signals now under its policy; with ``plan`` (the user may
-    plan rescales), the binding dry run of a decision that changes a fragment's size."""
+    """The decision on the pipeline's signals now under its policy, recorded in the history
+    when it differs from the last one; with ``plan`` (the user may plan rescales), the binding
+    dry run of a decision that changes a fragment's size (``user`` None: the autoscaler's
+    own)."""
     row = pipeline_get(name=pipeline)
     now = now or timezone.now()
+    found = _recommendation(user=user, pipeline=row, plan=plan, now=now)
+    recorded = decision_record(
+        pipeline=row, mode=found.policy.mode, decision=found.decision, request=found.request,
+        now=now,
+    )  # fmt: skip
+    return dataclasses.replace(found, recorded=recorded)
+
+
+def _recommendation(
+    *, user: Any, pipeline: Pipeline, plan: bool, now: dt.datetime
+) -> Recommendation:
+    row = pipeline
     policy = autoscaling_policy_get(pipeline=row)
     signals = pipeline_signals(
         pipeline=row, window_s=read_window_s(policy.stabilisation_s), now=now
@@ -67,7 +88,8 @@ def recommendation_get(
             )
         return dataclasses.replace(base, notes=notes)
     cluster = cluster_view(row)
-    changes, notes = _changes(decision, cluster)
+    changes, notes, short = _changes(decision, cluster)
+    base = dataclasses.replace(base, parallel_units_short=short)
     if not changes:
         return dataclasses.replace(base, notes=notes)
     targets = ", ".join(f"{name} {n} PUs" for name, n in sorted(decision.parallel_units.items()))
@@ -86,19 +108,23 @@ def recommendation_get(
         stored = _plan(user=user, body=body, now=now)
     except errors.RescaleError as exc:
         return dataclasses.replace(
-            base, request=body, notes=(*notes, f"it cannot be planned now: {exc} ({exc.code})")
+            base,
+            request=body,
+            notes=(*notes, f"it cannot be planned now: {exc} ({exc.code})"),
+            plan_refused=exc,
         )
     return dataclasses.replace(base, request=body, plan=stored, notes=notes)
 
 
 def _changes(
     decision: Decision, cluster: ClusterView
-) -> tuple[dict[str, dict[str, list[int]]], tuple[str, ...]]:
+) -> tuple[dict[str, dict[str, list[int]]], tuple[str, ...], dict[str, int]]:
     """The request's changes for the decision's sizes: the free PUs that may take vnodes (the
     lowest numbers first) to add, and the PUs that may not (cordoned, lost), then the highest,
-    to remove; and what the cluster could not give."""
+    to remove; and what the cluster could not give (said, and by fragment the PUs short)."""
     changes: dict[str, dict[str, list[int]]] = {}
     notes: list[str] = []
+    short: dict[str, int] = {}
     for name, after in sorted(decision.parallel_units.items()):
         frag = cluster.fragments[name]
         units = list(frag.parallel_units)
@@ -111,6 +137,7 @@ def _changes(
             wanted = after - len(units)
             added = free[:wanted]
             if len(added) < wanted:
+                short[name] = wanted - len(added)
                 notes.append(
                     f"{name} needs {wanted} more PU(s) and the cluster has {len(free)} free: "
                     f"add workers (POST /api/v1/workers) for the rest"
@@ -123,7 +150,7 @@ def _changes(
             ]
             removed = sorted(order[: len(units) - after])
             changes[name] = {"added_parallel_units": [], "removed_parallel_units": removed}
-    return changes, tuple(notes)
+    return changes, tuple(notes), short
 
 
 def _may_take_vnodes(cluster: ClusterView, pu: int) -> bool:
@@ -165,16 +192,22 @@ def _plan(*, user: Any, body: dict[str, Any], now: dt.datetime) -> OperationPlan
     return result
 
 
-def recommendation_apply(*, user: Any, pipeline: str, plan_id: str) -> RescaleOperation:
+def recommendation_apply(
+    *, user: Any, pipeline: str, plan_id: str, actor_name: str = ""
+) -> RescaleOperation:
     """ "Apply": start the recommendation's plan ``plan_id`` (the user's own dry run of
-    ``pipeline``) with the very request it answered, so that exactly that plan starts or is
-    refused (``plan_stale`` when the mapping moved since, ``fragment_busy``...)."""
+    ``pipeline``; no user: the autoscaler's, ``actor_name`` saying who) with the very request
+    it answered, so that exactly that plan starts or is refused (``plan_stale`` when the
+    mapping moved since, ``fragment_busy``...). The decision it carries out is marked in the
+    history (``decisions.decision_carried_out``)."""
     plan_id = plans.plan_id_parse(plan_id)
     stored = OperationPlan.objects.filter(
         plan_id=plan_id, pipeline__name=pipeline, requested_by=user
     ).first()
     if stored is None:
         raise plans.UnknownPlan(f"no plan {plan_id} of yours for pipeline {pipeline!r}")
-    result = operation_request(user=user, body=dict(stored.request), plan_id=plan_id)
+    result = operation_request(
+        user=user, body=dict(stored.request), plan_id=plan_id, actor_name=actor_name
+    )
     assert isinstance(result, RescaleOperation)  # a plan_id starts its operation
     return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import defaultdict
 from typing import Any
 
@@ -22,9 +23,12 @@ from rescaler.cluster.models import (
     VnodeMapping,
     Worker,
 )
+from rescaler.cluster.signals import epoch_recorded
 from rescaler.events import CLUSTER_GROUP, publish
 from workers.control import EpochReport, PuLoad, Topology, WorkerStatus
 from workers.rescale.protocol import CommandKind, Event
+
+log = logging.getLogger(__name__)
 
 # keep the newest epochs per pipeline; older rows are deleted as new ones arrive
 EPOCH_RETENTION = 5_000
@@ -142,6 +146,11 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
                 pipeline=pipeline, epoch__lt=report.epoch - EPOCH_RETENTION
             ).delete()
     publish(CLUSTER_GROUP, Event.EPOCH_COMMITTED, epoch_summary(metric))
+    for receiver, failure in epoch_recorded.send_robust(
+        sender=EpochMetric, pipeline=pipeline, epoch=report.epoch
+    ):
+        if isinstance(failure, Exception):
+            log.warning("%s failed on epoch %s", receiver, report.epoch, exc_info=failure)
     return metric
 
 

@@ -111,8 +111,14 @@ def plan_transfers(stored: OperationPlan) -> dict[str, list[tuple[int, int, list
 
 def plan_locked(*, user: Any, plan_id: str) -> OperationPlan:
     """The user's plan of that id, locked until the transaction ends (two starts of one plan
-    are serialised: the second finds it used)."""
-    mine = Q(requested_by=user) if user is not None and user.is_authenticated else Q(pk=None)
+    are serialised: the second finds it used). No user: a plan no user asked for, the one a
+    component of the control plane planned by itself (the autoscaler in auto mode); the API
+    and the console always have a signed-in user."""
+    mine = (
+        Q(requested_by=user)
+        if user is not None and user.is_authenticated
+        else Q(requested_by__isnull=True)
+    )
     stored = (
         OperationPlan.objects.select_for_update(of=("self",))
         .select_related("pipeline", "operation")

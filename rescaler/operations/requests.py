@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -19,6 +20,7 @@ from rescaler.operations.models import (
     RescaleStep,
 )
 from rescaler.operations.selectors import cluster_view, measured_rates
+from rescaler.operations.signals import operation_requested
 from rescaler.operations.summary import operation_summary
 from workers.cycles import cycle_collection_paused
 from workers.rescale import errors
@@ -30,6 +32,8 @@ from workers.rescale.protocol import (
     Plan,
 )
 from workers.rescale.request import fragment_busy, validate
+
+log = logging.getLogger(__name__)
 
 
 def _pipeline_for(request: OperationRequest) -> Pipeline:
@@ -66,13 +70,17 @@ def operation_plan(
 
 
 def operation_request(
-    *, user: Any, body: Any, plan_id: str | None = None
+    *, user: Any, body: Any, plan_id: str | None = None, actor_name: str = ""
 ) -> RescaleOperation | OperationPlan:
     """A dry run keeps its plan and returns it (with its ``plan_id``); otherwise the
     operation, queued for the orchestrator: the plan of ``plan_id`` exactly, when given (the
-    body must then be the planned one), else a plan made now."""
+    body must then be the planned one), else a plan made now. ``user`` is who asks; a
+    component of the control plane asking by itself (no user) names itself in ``actor_name``,
+    which its audit events carry (the autoscaler in auto mode)."""
     if plan_id is not None:
-        return _operation_start_planned(user=user, body=body, plan_id=plan_id)
+        return _operation_start_planned(
+            user=user, body=body, plan_id=plan_id, actor_name=actor_name
+        )
     with cycle_collection_paused():  # a plan of 16,384 steps and its JSON: no cycle made
         pipeline, request, plan, versions = operation_plan(body=body)
         if request.dry_run:
@@ -84,12 +92,16 @@ def operation_request(
             del plan
             return stored
     with transaction.atomic():
-        op = _operation_create(user=user, pipeline=pipeline, request=request, plan=plan)
+        op = _operation_create(
+            user=user, pipeline=pipeline, request=request, plan=plan, actor_name=actor_name
+        )
     publish(CLUSTER_GROUP, Event.OPERATION_REQUESTED, operation_summary(op))
     return op
 
 
-def _operation_start_planned(*, user: Any, body: Any, plan_id: str) -> RescaleOperation:
+def _operation_start_planned(
+    *, user: Any, body: Any, plan_id: str, actor_name: str = ""
+) -> RescaleOperation:
     """Start the stored plan of ``plan_id`` as it was answered, if nothing it was bound to
     changed (else 409 plan_stale saying what did) and the request still validates now."""
     request = body if isinstance(body, OperationRequest) else OperationRequest.parse(body)
@@ -126,6 +138,7 @@ def _operation_start_planned(*, user: Any, body: Any, plan_id: str) -> RescaleOp
             request=request,
             plan=stored.plan_record(),
             plan_id=plan_id,
+            actor_name=actor_name,
         )
         plans.plan_use(stored, operation=op, now=now)
     publish(CLUSTER_GROUP, Event.OPERATION_REQUESTED, operation_summary(op))
@@ -139,10 +152,11 @@ def _operation_create(
     request: OperationRequest,
     plan: Plan,
     plan_id: str | None = None,
+    actor_name: str = "",
 ) -> RescaleOperation:
     """The operation of a validated request and its plan, its fragments held, its steps
-    stored, audited and queued for the orchestrator once committed (in the caller's
-    transaction)."""
+    stored, audited, told to the apps above (``operation_requested``) and queued for the
+    orchestrator once committed (in the caller's transaction)."""
     op = RescaleOperation.objects.create(
         pipeline=pipeline,
         requested_by=user if user is not None and user.is_authenticated else None,
@@ -187,10 +201,18 @@ def _operation_create(
         after["plan_id"] = plan_id
     audit_record(
         actor=user,
+        actor_name=actor_name,
         action="operation.requested",
         obj=(AuditObject.OPERATION, op.operation_id),
         after=after,
     )
+    for receiver, failure in operation_requested.send_robust(
+        sender=RescaleOperation, operation=op, plan_id=plan_id, actor_name=actor_name
+    ):
+        if isinstance(failure, Exception):
+            log.warning(
+                "%s failed on the request of %s", receiver, op.operation_id, exc_info=failure
+            )
     transaction.on_commit(lambda: enqueue.operation_drive_enqueue(op.id))
     return op
 

@@ -6,6 +6,13 @@
 status; an exception raised by a receiver rolls back both, and the drive loop retries.
 Receivers connect in their app's ``AppConfig.ready`` (the drains of ``rescaler.runner``).
 
+``operation_requested`` is sent where every operation is created
+(``rescaler.operations.requests._operation_create``), inside the transaction that creates it and
+robustly (a failing receiver is logged; it must do its writes in a savepoint of its own), with
+``operation`` (the new ``RescaleOperation``), ``plan_id`` (the binding dry run it starts, or
+None) and ``actor_name`` (the component that asked, when no user did). The autoscaler links it
+to the decision it carries out.
+
 ``operation_progressed`` is sent once per progress report of an operation
 (``rescaler.operations.progress.operation_progress_record``), after the transaction that
 recorded it, with ``operation`` (the ``RescaleOperation`` as recorded), ``version`` (its new
@@ -18,4 +25,5 @@ robustly (a failing receiver is logged, never raised into the runner).
 from django.dispatch import Signal
 
 operation_finished = Signal()
+operation_requested = Signal()
 operation_progressed = Signal()

@@ -61,6 +61,9 @@ RESCALER_DRIVE_BUDGET_S = env_float("RESCALER_DRIVE_BUDGET_S", 60.0)
 RESCALER_LEASE_S = env_float("RESCALER_LEASE_S", 15.0)
 # A dry run's plan_id starts its plan for this long (docs/api.md, "A binding dry run").
 RESCALER_PLAN_TTL_S = env_float("RESCALER_PLAN_TTL_S", 900.0)
+# A pipeline in recommend or auto mode is evaluated by the autoscaler at most once per this
+# many seconds, queued by its epochs (docs/autoscaling.md, "When the autoscaler decides").
+RESCALER_AUTOSCALING_INTERVAL_S = env_float("RESCALER_AUTOSCALING_INTERVAL_S", 10.0)
 # A preemption notice (POST /api/v1/workers/<name>/notice) cordons the worker; "drain" also
 # drains it at once with priority, "cordon" leaves that to an operator. A notice without a
 # deadline gives the worker this long (docs/elastic-workers.md, "Preemption").
@@ -278,6 +281,7 @@ SPECTACULAR_SETTINGS = {
         "ParallelUnitStatusEnum": "rescaler.cluster.models.ParallelUnit.Status",
         "DecisionKindEnum": "dashboard.api.autoscaling.DECISION_KIND_CHOICES",
         "AutoscalingModeEnum": "dashboard.api.autoscaling.MODE_CHOICES",
+        "DecisionOutcomeEnum": "dashboard.api.decisions.DECISION_OUTCOME_CHOICES",
     },
 }
 

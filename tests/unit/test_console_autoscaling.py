@@ -71,6 +71,7 @@ def test_the_panel_says_off_and_offers_the_policy_form(client: Client, admin: An
     assert 'action="/pipelines/wordcount/autoscaling"' in panel
     assert 'name="target_utilisation"' in panel and 'value="0.7"' in panel
     assert "autoscaling-apply" not in panel and "plan_id" not in panel
+    assert 'href="/operations/#decisions"' in panel  # the history of its decisions
 
 
 @pytest.mark.parametrize("rescale", [False, True], ids=["viewer", "operator"])
@@ -158,3 +159,28 @@ def test_apply_of_a_stale_plan_is_refused_with_its_reason(client: Client, admin:
     assert not RescaleOperation.objects.exists()
     bad = client.post("/pipelines/wordcount/autoscaling/apply", {"plan_id": "x"}, follow=True)
     assert "malformed_request" in bad.content.decode()
+
+
+def test_the_history_page_shows_the_decisions_beside_the_operations(
+    client: Client, admin: Any
+) -> None:
+    _stepped(admin)
+    panel = _panel(client.get("/").content.decode())  # the panel's look records the decision
+    plan_id = re.search(r'name="plan_id" value="([0-9a-f]{32})"', panel).group(1)  # type: ignore[union-attr]
+    client.post("/pipelines/wordcount/autoscaling/apply", {"plan_id": plan_id})
+    op = RescaleOperation.objects.get()
+    page = client.get("/operations/").content.decode()
+    table = re.search(r'<table[^>]*id="decisions-table".*?</table>', page, re.S)
+    assert table, "no decisions table"
+    row = re.search(r'<tr[^>]*data-kind="scale"[^>]*>.*?</tr>', table.group(0), re.S)
+    assert row and 'data-outcome="applied"' in row.group(0)
+    cells = row.group(0)
+    assert "word_count 2 → 3 (60 % busy after)" in cells
+    assert "word_count: 900/s, 500, 90 %, not reported" in cells
+    assert f'href="/operations/{op.operation_id}/"' in cells and "applied by admin" in cells
+    assert plan_id[:8] in cells
+    # filtered as the API filters, with the page's prefix
+    only = client.get("/operations/", {"decisions-outcome": "refused"}).content.decode()
+    assert "No decision matches" in only
+    bad = client.get("/operations/", {"decisions-outcome": "maybe"}).content.decode()
+    assert 'role="alert"' in bad and "maybe" in bad

@@ -190,6 +190,7 @@ ROUTES: dict[str, tuple[Call, ...]] = {
     "api:worker-notice": (Call(method="post", kwargs=WORKER, done=202),),
     "api:worker-drain": (Call(method="post", kwargs=WORKER, done=409),),
     "api:pipeline-recommendation": (Call(kwargs={"name": PIPELINE}),),
+    "api:pipeline-autoscaling-decisions": (Call(kwargs={"name": PIPELINE}),),
     "api:pipeline-autoscaling": (
         Call(kwargs={"name": PIPELINE}),
         Call(

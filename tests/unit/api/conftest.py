@@ -21,6 +21,13 @@ def _no_celery(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture(autouse=True)
+def _no_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The autoscaler's evaluations are not queued on a broker (tests/unit/rescaler/autoscaling
+    tests them)."""
+    monkeypatch.setattr("rescaler.autoscaling.tasks.evaluate_later", lambda pk: None)
+
+
+@pytest.fixture(autouse=True)
 def _state_dir(settings: Any, tmp_path: Path) -> Path:
     """An empty state directory per test: never the runner's real one."""
     settings.STATE_DIR = tmp_path / "state"

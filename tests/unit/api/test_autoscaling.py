@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from rescaler.audit.models import AuditEvent
-from rescaler.autoscaling.models import AutoscalingPolicy
+from rescaler.autoscaling.models import AutoscalingDecision, AutoscalingPolicy
 from rescaler.cluster.models import Pipeline
 from rescaler.operations.models import OperationPlan, RescaleOperation
 from tests.unit.api.fixtures import (
@@ -146,7 +146,7 @@ def test_a_viewer_may_not_set_a_policy(cluster: Pipeline, viewer_client: APIClie
 
 def test_off_recommends_nothing(cluster: Pipeline, admin_client: APIClient) -> None:
     body = admin_client.get(RECOMMENDATION_URL).json()
-    assert body["kind"] == "no_change"
+    assert body["kind"] == "no_change" and body["decision_id"] is None
     assert "off" in body["reasons"][0]
     assert body["request"] is None and body["plan"] is None
 
@@ -187,6 +187,7 @@ def test_a_recommendation_is_a_binding_dry_run_that_apply_starts(
     }
     plan = body["plan"]
     assert plan["plan_id"] and plan["fragments"][FRAGMENT]["parallel_units_after"] == [0, 1, 2]
+    assert body["decision_id"] == AutoscalingDecision.objects.get().pk  # in the history
     # asked again: the same plan, not one more per look
     again = admin_client.get(RECOMMENDATION_URL).json()
     assert again["plan"]["plan_id"] == plan["plan_id"]

@@ -78,6 +78,9 @@ READS: dict[str, Call] = {
     "GET pipelines/{name}/recommendation": lambda c, op: c.get(
         "/api/v1/pipelines/wordcount/recommendation"
     ),
+    "GET pipelines/{name}/autoscaling/decisions": lambda c, op: c.get(
+        "/api/v1/pipelines/wordcount/autoscaling/decisions"
+    ),
 }
 
 
@@ -196,6 +199,7 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
         "/api/v1/workers/{name}/uncordon", "/api/v1/workers/{name}/drain",
         "/api/v1/workers/{name}/notice", "/api/v1/pipelines/{name}/snapshots",
         "/api/v1/pipelines/{name}/autoscaling", "/api/v1/pipelines/{name}/recommendation",
+        "/api/v1/pipelines/{name}/autoscaling/decisions",
     }  # fmt: skip
     assert "Error" in schema.json()["components"]["schemas"]
     for ui in ("/api/docs/", "/api/redoc/"):

@@ -1,0 +1,104 @@
+"""``GET /api/v1/pipelines/<name>/autoscaling/decisions``: the history of the autoscaler's
+decisions for a pipeline, newest first, paginated and filtered like the other lists
+(docs/autoscaling.md, "The history of decisions"). The view calls one selector of
+``rescaler.autoscaling.decisions`` and serializes what it returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from dashboard.api.autoscaling import (
+    DECISION_KIND_CHOICES,
+    MODE_CHOICES,
+    FragmentDecisionSerializer,
+)
+from dashboard.api.errors import error_responses, pipeline_name
+from dashboard.api.filters import DecisionFilter
+from dashboard.api.pagination import Pagination
+from dashboard.api.serializers import OPERATION_STATUS_CHOICES
+from rescaler.autoscaling.decisions import decision_list
+from rescaler.autoscaling.models import AutoscalingDecision
+from rescaler.autoscaling.selectors import pipeline_get
+
+# the choices of the schema's enum (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]): this very list
+DECISION_OUTCOME_CHOICES = [value for value, _ in AutoscalingDecision.Outcome.choices]
+
+
+class DecisionOperationSerializer(serializers.Serializer):
+    operation_id = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=OPERATION_STATUS_CHOICES, help_text="How the operation stands, or ended."
+    )
+    outcome = serializers.CharField(help_text="The operation's outcome, once it ended.")
+
+
+class AutoscalingDecisionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    pipeline = serializers.CharField(source="pipeline.name")
+    decided_at = serializers.DateTimeField()
+    mode = serializers.ChoiceField(choices=MODE_CHOICES, help_text="The policy's mode then.")
+    kind = serializers.ChoiceField(choices=DECISION_KIND_CHOICES)
+    reasons = serializers.ListField(child=serializers.CharField())
+    fragments = FragmentDecisionSerializer(
+        many=True,
+        help_text="Per stateful fragment: the PUs now, after and needed, the predicted "
+        "utilisation, and the signals the decision rests on (estimate).",
+    )
+    missing_signals = serializers.DictField(child=serializers.CharField())
+    request = serializers.DictField(
+        allow_null=True, help_text="The body of POST /api/v1/operations that applies it."
+    )
+    plan_id = serializers.CharField(
+        allow_null=True, help_text="The binding dry run it was started from (null: none)."
+    )
+    outcome = serializers.ChoiceField(
+        choices=DECISION_OUTCOME_CHOICES,
+        help_text="none (no change); proposed (waits for apply); applied (by applied_by); "
+        "started (auto mode); superseded (another decision came first); refused (auto mode "
+        "could not start it: outcome_reason, error_code).",
+    )
+    outcome_reason = serializers.CharField()
+    error_code = serializers.CharField(help_text="A refusal's code (empty otherwise).")
+    outcome_at = serializers.DateTimeField(allow_null=True)
+    applied_by = serializers.CharField(allow_null=True, source="applied_by.username", default=None)
+    operation = DecisionOperationSerializer(
+        allow_null=True, help_text="The operation it started, and how it stands or ended."
+    )
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)
+        data["plan_id"] = data["plan_id"] or None
+        return data
+
+
+class DecisionListView(generics.ListAPIView):
+    """A pipeline's autoscaling decisions."""
+
+    serializer_class = AutoscalingDecisionSerializer
+    filterset_class = DecisionFilter
+    pagination_class = Pagination
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # the schema's generation
+            return AutoscalingDecision.objects.none()
+        return decision_list(pipeline=pipeline_get(name=pipeline_name(self.kwargs["name"])))
+
+    @extend_schema(
+        operation_id="pipelines_autoscaling_decisions_list",
+        summary="A pipeline's autoscaling decisions",
+        description="The history of the autoscaler's decisions for the pipeline, newest first, "
+        "paginated: one entry each time the decision differs from the last one (its mode, kind "
+        "or any fragment's PUs), with the signals it rests on and its outcome, and the "
+        "operation it started with that operation's status.",
+        responses={
+            200: AutoscalingDecisionSerializer(many=True),
+            **error_responses(400, 401, 404),
+        },
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)

@@ -1,0 +1,82 @@
+"""GET pipelines/{name}/autoscaling/decisions: the history of the autoscaler's decisions,
+newest first, paginated and filtered like the other lists, each with its signals and outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from rescaler.autoscaling.recommendation import recommendation_apply, recommendation_get
+from rescaler.autoscaling.services import autoscaling_policy_update
+from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, token_client
+from tests.unit.rescaler.autoscaling.test_decisions import stepped
+
+pytestmark = pytest.mark.django_db
+
+URL = f"/api/v1/pipelines/{PIPELINE}/autoscaling/decisions"
+
+
+@pytest.fixture
+def admin(db: None) -> Any:
+    return make_user("admin", rescale=True, policy=True)
+
+
+def test_the_decisions_with_their_signals_and_outcome(admin: Any, viewer_client: APIClient) -> None:
+    stepped(admin)
+    recommendation = recommendation_get(user=admin, pipeline=PIPELINE, plan=True)
+    assert recommendation.plan is not None
+    op = recommendation_apply(user=admin, pipeline=PIPELINE, plan_id=recommendation.plan.plan_id)
+    recommendation_get(user=admin, pipeline=PIPELINE, plan=False)  # no change while it runs
+    response = viewer_client.get(URL)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["count"] == 2 and body["next"] is None
+    during, applied = body["results"]
+    assert (during["kind"], during["outcome"], during["fragments"]) == ("no_change", "none", [])
+    assert applied["pipeline"] == PIPELINE and applied["mode"] == "recommend"
+    assert (applied["kind"], applied["outcome"], applied["applied_by"]) == (
+        "scale",
+        "applied",
+        "admin",
+    )
+    assert applied["plan_id"] == recommendation.plan.plan_id
+    assert applied["operation"] == {
+        "operation_id": op.operation_id,
+        "status": "pending",
+        "outcome": "",
+    }
+    (fragment,) = applied["fragments"]
+    assert (fragment["fragment"], fragment["parallel_units_now"]) == (FRAGMENT, 2)
+    assert fragment["parallel_units_after"] == 3
+    assert fragment["estimate"]["true_rate_per_pu"] == pytest.approx(500)
+    assert applied["request"]["changes"] == {
+        FRAGMENT: {"added_parallel_units": [2], "removed_parallel_units": []}
+    }
+    assert during["plan_id"] is None and during["operation"] is None
+    assert during["applied_by"] is None
+
+
+def test_filters_and_pages(admin: Any, viewer_client: APIClient) -> None:
+    stepped(admin)
+    recommendation_get(user=admin, pipeline=PIPELINE, plan=False)
+    autoscaling_policy_update(user=admin, pipeline=PIPELINE, changes={"max_parallel_units": 2})
+    recommendation_get(user=admin, pipeline=PIPELINE, plan=False)
+    assert viewer_client.get(URL, {"outcome": "superseded"}).json()["count"] == 1
+    assert viewer_client.get(URL, {"kind": "no_change"}).json()["count"] == 1
+    assert viewer_client.get(URL, {"mode": "auto"}).json()["count"] == 0
+    page = viewer_client.get(URL, {"page_size": 1}).json()
+    assert page["count"] == 2 and len(page["results"]) == 1 and page["next"]
+    assert viewer_client.get(URL, {"decided_after": "2999-01-01T00:00:00Z"}).json()["count"] == 0
+    bad = viewer_client.get(URL, {"outcome": "maybe"})
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid_parameters"
+
+
+def test_an_unknown_pipeline_is_404(viewer_client: APIClient) -> None:
+    response = viewer_client.get("/api/v1/pipelines/nope/autoscaling/decisions")
+    assert response.status_code == 404 and response.json()["code"] == "unknown_pipeline"
+
+
+def test_anonymous_is_401(cluster: Any) -> None:
+    assert token_client(None).get(URL).status_code == 401
