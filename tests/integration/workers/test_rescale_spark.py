@@ -39,10 +39,11 @@ def _small_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RESCALER_VNODES", str(VNODES))
 
 
-def launch(
+def start(
     state: Path, pipeline: str, log_name: str = "runner", env: dict[str, str] | None = None
 ) -> RunnerProcess:
-    runner = start_runner(
+    """The pipeline's runner on the tests' workload (a restart: on the state it left)."""
+    return start_runner(
         state,
         pipeline,
         "--rows-per-epoch",
@@ -52,6 +53,13 @@ def launch(
         log_name=log_name,
         env=env,
     )
+
+
+def launch(
+    state: Path, pipeline: str, log_name: str = "runner", env: dict[str, str] | None = None
+) -> RunnerProcess:
+    """:func:`start`, once it has committed two epochs."""
+    runner = start(state, pipeline, log_name, env)
     runner.wait_for(lambda: len(runner.epochs()) >= 2, 240, "two committed epochs")
     return runner
 
@@ -323,15 +331,7 @@ def test_kill_9_of_the_runner_mid_operation_then_restart(
         time.sleep(0.05)
     runner.kill()
     assert "page_stats: records folded per key in Spark" in runner.log_path.read_text()
-    restarted = start_runner(
-        tmp_path,
-        pipeline,
-        "--rows-per-epoch",
-        str(ROWS),
-        "--key-space",
-        str(KEYS),
-        log_name="restart",
-    )
+    restarted = start(tmp_path, pipeline, "restart")
     result = orch.run(timeout_s=600).to_json()
     assert result["status"] == "completed", result
     stop(restarted)
@@ -376,16 +376,7 @@ def test_a_live_rescale_moves_state_and_held_records_through_an_object_store(
     seen.update(durable.files("rescale"))
     assert any("/holdq/" in f for f in seen), f"no hold queue reached the bucket: {sorted(seen)}"
     assert any("/exports/" in f for f in seen), f"no export reached the bucket: {sorted(seen)}"
-    restarted = start_runner(
-        tmp_path,
-        pipeline,
-        "--rows-per-epoch",
-        str(ROWS),
-        "--key-space",
-        str(KEYS),
-        log_name="restart",
-        env=env,
-    )
+    restarted = start(tmp_path, pipeline, "restart", env)
     result = orch.run(timeout_s=600).to_json()
     assert result["status"] == "completed", result
     assert all(pus == (1, 2, 3) for pus in pus_of(tmp_path, pipeline).values())
