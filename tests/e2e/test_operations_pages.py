@@ -133,11 +133,11 @@ def test_an_operator_previews_the_plan_then_starts_the_rescale(
     # history lists it, filtered by status
     page.get_by_role("link", name="History").click()
     page.get_by_label("Status", exact=True).select_option("cancelling")
-    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("form", name="Filter operations").get_by_role("button", name="Filter").click()
     assert page.locator("table.history tbody tr").count() == 1
     assert op.operation_id in page.locator("table.history tbody").inner_text()
     page.get_by_label("Status", exact=True).select_option("completed")
-    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("form", name="Filter operations").get_by_role("button", name="Filter").click()
     assert "No operation matches." in page.locator("table.history tbody").inner_text()
     screenshot(page, "history")
 

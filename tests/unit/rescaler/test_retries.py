@@ -1,7 +1,7 @@
 """How a Celery task rides out Postgres restarting under it: one policy
 (``rescaler.retries.database_retry``) that every task working on the database carries (issue
-48): the operations' driver, watchdog and resume task, and the release of a removed worker's
-machine. The release's own retries of a failing provider are counted apart, so that a database
+48): the operations' driver, watchdog and resume task, the release of a removed worker's
+machine, and the autoscaler's evaluation. The release's own retries of a failing provider are counted apart, so that a database
 outage never spends them."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from celery.utils.time import get_exponential_backoff_interval
 from django.db import InterfaceError, OperationalError
 
+import rescaler.autoscaling.tasks
 import rescaler.operations.tasks
 import rescaler.runner.tasks
 import rescaler.tasks
@@ -37,6 +38,7 @@ def test_every_task_that_works_on_the_database_carries_the_policy() -> None:
         rescaler.operations.tasks.watch_operation.name,
         rescaler.operations.tasks.resume_operations.name,
         rescaler.runner.tasks.release_worker.name,
+        rescaler.autoscaling.tasks.autoscaling_evaluate.name,
     } | WITHOUT_THE_POLICY == set(ours)
     policy = database_retry()
     for name, task in ours.items():
