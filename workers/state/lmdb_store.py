@@ -26,23 +26,8 @@ from typing import Any, cast
 import lmdb
 import pyarrow as pa
 
-from workers.state.base import (
-    RANGE_SEALS_KEY,
-    STATS,
-    VNODE_PREFIX,
-    ColumnUpdates,
-    StateStore,
-    StateStoreError,
-    StoreWrite,
-    Update,
-    VnodeExport,
-    VnodeStats,
-    apply_stats_delta,
-    binary_array,
-    check_vnodes,
-    forget_range_seals,
-    vnode_range,
-)
+from workers.state.base import ColumnUpdates, StateStore, Update
+from workers.state.columns import binary_array
 from workers.state.commit import (
     APPLIED_EPOCH_KEY,
     EPOCH,
@@ -54,6 +39,18 @@ from workers.state.commit import (
     plan_columns,
     plan_commit,
     refuse_sealed,
+)
+from workers.state.errors import StateStoreError
+from workers.state.exports import VnodeExport
+from workers.state.key_ranges import StoreWrite, forget_range_seals
+from workers.state.keys import (
+    RANGE_SEALS_KEY,
+    STATS,
+    VNODE_PREFIX,
+    VnodeStats,
+    apply_stats_delta,
+    check_vnodes,
+    vnode_range,
 )
 
 DEFAULT_MAP_SIZE = 32 << 30
