@@ -114,7 +114,8 @@ def run_size(
     from workers.layout import store_path
     from workers.recovery.format import FragmentSnapshot, SnapshotManifest
     from workers.recovery.location import RecoveryLocation, snapshot_id
-    from workers.recovery.snapshots import restore_placements, restore_stores, snapshot_stores
+    from workers.recovery.restore import restore_placements, restore_stores
+    from workers.recovery.snapshots import snapshot_stores
     from workers.recovery.tasks import staging_path
 
     state = workdir / f"state-{keys}"

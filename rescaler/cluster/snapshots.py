@@ -42,8 +42,8 @@ from workers.config import RunnerConfig
 from workers.recovery.format import SnapshotError, SnapshotManifest
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import REBUILT as REBUILT_FILE
-from workers.recovery.snapshots import RESTORE_PENDING as RESTORE_PENDING_FILE
-from workers.recovery.snapshots import RESTORE_PROGRESS
+from workers.recovery.restore import RESTORE_PENDING as RESTORE_PENDING_FILE
+from workers.recovery.restore import RESTORE_PROGRESS
 from workers.rescale import errors
 from workers.rescale.protocol import CommandKind
 
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 AUDIT_OBJECT = "pipeline"
 REQUESTED = "snapshot.requested"
 RESTORED = "snapshot.restored"
-RESTORED_FILE = "restored.json"  # written by workers.recovery.snapshots.finish_restore
+RESTORED_FILE = "restored.json"  # written by workers.recovery.restore.finish_restore
 REBUILT = "store.rebuilt"  # learned from REBUILT_FILE, written by workers.recovery.rebuild
 # the recent requests a listing shows, newest first
 RECENT_REQUESTS = 10

@@ -19,7 +19,7 @@ from rescaler.cluster.models import Pipeline, RunnerCommand
 from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster
 from tests.unit.api.snapshot_fixtures import FRAGMENT, rebuild, restore, take_snapshot
 from workers.recovery.location import RecoveryLocation
-from workers.recovery.snapshots import RESTORE_PROGRESS, begin_restore
+from workers.recovery.restore import RESTORE_PROGRESS, begin_restore
 from workers.recovery.stores import StoreState
 
 pytestmark = pytest.mark.django_db

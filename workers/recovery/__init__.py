@@ -10,7 +10,8 @@ with, one task per target PU: resuming is rescaling (seed 004).
 * :mod:`workers.recovery.format`: the manifest, typed; checksums.
 * :mod:`workers.recovery.location`: where snapshots live (a directory, or any ``pyarrow.fs`` URI).
 * :mod:`workers.recovery.tasks`: what a snapshot or restore task does on an executor.
-* :mod:`workers.recovery.snapshots`: the driver's side: schedule, write job, restore job.
+* :mod:`workers.recovery.snapshots`: the driver's side of a snapshot: schedule, write job.
+* :mod:`workers.recovery.restore`: the driver's side of a restore: checks, placements, job.
 * :mod:`workers.recovery.rebuild`: lost stores found at a start, refilled from a snapshot.
 * :mod:`workers.recovery.startup`: what the runner does of it before its first epoch (restore,
   or check and rebuild) and after a clean stop (the stores' checksums).

@@ -36,7 +36,7 @@ from workers.pipeline.placement import EpochPlan, VnodeMapping, write_json_atomi
 from workers.recovery.format import SnapshotError, SnapshotManifest, TaskRun
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.replay import ReplayEntry, ReplayLog
-from workers.recovery.snapshots import restore_task
+from workers.recovery.restore import restore_task
 from workers.recovery.stores import CheckTask, SealTask, StoreState, check_pu, seal_pu
 from workers.recovery.tasks import RestoreTask
 from workers.spark_tasks import run_tasks

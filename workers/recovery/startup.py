@@ -34,7 +34,7 @@ from workers.recovery.rebuild import (
     seal_stores,
 )
 from workers.recovery.replay import ReplayLog
-from workers.recovery.snapshots import (
+from workers.recovery.restore import (
     RestoreRefused,
     begin_restore,
     check_restorable,

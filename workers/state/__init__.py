@@ -1,42 +1,19 @@
 """State stores: ``open_store``, the backends' names and limits, and the package's public names.
 
-The modules: ``base`` (the interface, the key layout, exports and their verification),
-``commit`` (the backend-neutral commit logic) and the backends, ``lmdb_store`` and
-``rocksdb_store``, which import those two and never this package. The backends are imported
-lazily so that a process using one never loads the other's native library.
+The modules: ``base`` (the interface), below it ``keys`` (the key layout, the tables, a vnode's
+stats), ``errors``, ``columns`` (binary columns as buffers), ``exports`` (a vnode's export and
+its verification) and ``key_ranges`` (an atomic write and the key-range steps in it), ``commit``
+(the backend-neutral commit logic) and the backends, ``lmdb_store`` and ``rocksdb_store``, which
+import those and never this package. The backends are imported lazily so that a process using
+one never loads the other's native library.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from workers.state.base import (
-    ENTRIES,
-    MAX_VNODES,
-    RANGE_SEALS_KEY,
-    SEALED,
-    STATS,
-    STATS_TABLE,
-    VNODE_PREFIX,
-    ColumnUpdates,
-    IngestMismatch,
-    StateStore,
-    StateStoreError,
-    StoreWrite,
-    Update,
-    VnodeExport,
-    VnodeSealed,
-    VnodeStats,
-    apply_stats_delta,
-    binary_array,
-    check_vnodes,
-    checksum_items,
-    decode_key,
-    encode_key,
-    forget_range_seals,
-    verify_export,
-    vnode_range,
-)
+from workers.state.base import ColumnUpdates, StateStore, Update
+from workers.state.columns import binary_array
 from workers.state.commit import (
     CommitPlan,
     fsync_enabled,
@@ -44,6 +21,24 @@ from workers.state.commit import (
     plan_columns,
     plan_commit,
     refuse_sealed,
+)
+from workers.state.errors import IngestMismatch, StateStoreError, VnodeSealed
+from workers.state.exports import VnodeExport, checksum_items, verify_export
+from workers.state.key_ranges import StoreWrite, forget_range_seals
+from workers.state.keys import (
+    ENTRIES,
+    MAX_VNODES,
+    RANGE_SEALS_KEY,
+    SEALED,
+    STATS,
+    STATS_TABLE,
+    VNODE_PREFIX,
+    VnodeStats,
+    apply_stats_delta,
+    check_vnodes,
+    decode_key,
+    encode_key,
+    vnode_range,
 )
 
 __all__ = [

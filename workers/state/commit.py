@@ -15,13 +15,10 @@ import pyarrow.compute as pc
 
 from workers.columnar import binary_parts
 from workers.hashing import key_range_of
-from workers.state.base import (
-    VNODE_PREFIX,
-    ColumnUpdates,
-    Update,
-    VnodeSealed,
-    decode_range_seals,
-)
+from workers.state.base import ColumnUpdates, Update
+from workers.state.errors import VnodeSealed
+from workers.state.key_ranges import decode_range_seals
+from workers.state.keys import VNODE_PREFIX
 
 # Encodings shared by both backends, so that a store's side data reads the same everywhere.
 APPLIED_EPOCH_KEY = b"applied_epoch"

@@ -6,9 +6,9 @@ sealed key ranges. Every mutating
 method is one write transaction across them, so it is atomic by construction.
 
 LMDB allows one writer and any number of readers across processes, but forbids opening one
-environment twice in a process (closing either handle drops the other's POSIX locks) and using an
-environment inherited through ``fork``. Environments are therefore shared through a per-process
-cache keyed by (realpath, pid) and reference-counted by the stores using them.
+environment twice in a process and using an environment inherited through ``fork``: a store
+takes its environment from the per-process cache of :mod:`workers.state.lmdb_env`, and a store
+carried across ``fork`` takes a new one in the child.
 """
 
 from __future__ import annotations
@@ -19,187 +19,38 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import lmdb
 import pyarrow as pa
 
-from workers.state.base import (
-    RANGE_SEALS_KEY,
-    STATS,
-    VNODE_PREFIX,
-    ColumnUpdates,
-    StateStore,
-    StateStoreError,
-    StoreWrite,
-    Update,
-    VnodeExport,
-    VnodeStats,
-    apply_stats_delta,
-    binary_array,
-    check_vnodes,
-    forget_range_seals,
-    vnode_range,
-)
+from workers.state.base import ColumnUpdates, StateStore, Update
+from workers.state.columns import binary_array
 from workers.state.commit import (
     APPLIED_EPOCH_KEY,
     EPOCH,
     OUTPUT_KEY,
     CommitPlan,
     check_epoch,
-    fsync_enabled,
     outputs_kept_from,
     plan_columns,
     plan_commit,
     refuse_sealed,
 )
-
-DEFAULT_MAP_SIZE = 32 << 30
-_DB_NAMES = ("entries", "meta", "stats", "outputs", "sealed")
-_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def map_size() -> int:
-    """RESCALER_LMDB_MAP_SIZE (bytes, or with a K/M/G/T suffix), default 32 GiB.
-
-    The map is only address space: the data file grows with the data, so a large value is free
-    and avoids MDB_MAP_FULL, which no running task could recover from.
-    """
-    raw = os.environ.get("RESCALER_LMDB_MAP_SIZE", "").strip().lower().removesuffix("ib")
-    if not raw:
-        return DEFAULT_MAP_SIZE
-    scale = _SUFFIXES.get(raw[-1], 1)
-    number = raw[:-1] if raw[-1] in _SUFFIXES else raw
-    try:
-        return int(float(number) * scale)
-    except ValueError:
-        raise StateStoreError(f"RESCALER_LMDB_MAP_SIZE={raw!r} is not a size") from None
-
-
-@dataclass(eq=False)
-class _Env:
-    env: lmdb.Environment
-    dbs: dict[str, Any]  # name -> lmdb database handle
-    pid: int
-    refs: int = 0
-    active: int = 0  # transactions in flight: whether the env may be closed after a fork
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @contextmanager
-    def txn(self, *, write: bool = False, db: Any = None) -> Iterator[lmdb.Transaction]:
-        """A transaction committed on success and aborted on error."""
-        with self.lock:
-            self.active += 1
-        try:
-            txn = self.env.begin(write=write, db=db)
-            try:
-                yield txn
-            except BaseException:
-                txn.abort()
-                raise
-            # Committing a write transaction that changed nothing does no I/O.
-            txn.commit()
-        except lmdb.Error as exc:
-            # Callers handle StateStoreError, not each backend's exceptions.
-            raise StateStoreError(f"LMDB store {self.env.path()}: {exc}") from exc
-        finally:
-            with self.lock:
-                self.active -= 1
-
-
-_ENVS: dict[tuple[str, int], _Env] = {}
-_ENVS_LOCK = threading.Lock()
-# Environments inherited through fork that had transactions in flight: never closed in the
-# child, because closing aborts those transactions, which clears the parent's reader slots in
-# the shared lock file. py-lmdb refuses to reopen their files in the child while they exist.
-_INHERITED: list[_Env] = []
-
-
-def _after_fork_in_child() -> None:
-    global _ENVS_LOCK
-    # The parent's lock may have been held by a thread that does not exist here.
-    _ENVS_LOCK = threading.Lock()
-    for entry in _ENVS.values():
-        entry.lock = threading.Lock()
-        if entry.active:
-            _INHERITED.append(entry)
-            continue
-        try:
-            # With no transaction to abort, mdb_env_close only unmaps and closes this process's
-            # descriptors (it clears reader slots by getpid(), and the child has none), which
-            # frees the files for this process's own environment.
-            entry.env.close()
-        except lmdb.Error:
-            _INHERITED.append(entry)
-    _ENVS.clear()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _acquire(path: Path, readonly: bool) -> tuple[tuple[str, int], _Env]:
-    if readonly:
-        if not (path / "data.mdb").is_file():
-            raise StateStoreError(f"no LMDB state store at {path}")
-    else:
-        if (path / "CURRENT").exists():
-            raise StateStoreError(f"{path} holds a RocksDB store, not an LMDB one")
-        path.mkdir(parents=True, exist_ok=True)
-    key = (os.path.realpath(path), os.getpid())
-    with _ENVS_LOCK:
-        entry = _ENVS.get(key)
-        if entry is None:
-            entry = _open_env(path, readonly)
-            _ENVS[key] = entry
-        entry.refs += 1
-        return key, entry
-
-
-def _open_env(path: Path, readonly: bool) -> _Env:
-    sync = fsync_enabled()
-    try:
-        # The environment is always opened read-write, even for a readonly store: one process
-        # may hold a readonly and a read-write store on the same directory, and the environment
-        # cannot be opened twice nor change mode. Readonly is enforced by the store.
-        env = lmdb.open(
-            str(path),
-            map_size=map_size(),
-            subdir=True,
-            create=not readonly,
-            lock=True,
-            max_dbs=len(_DB_NAMES),
-            sync=sync,
-            metasync=sync,
-            readahead=False,  # point lookups over a file that may exceed RAM
-            meminit=False,
-        )
-    except lmdb.Error as exc:
-        hint = ""
-        if "already open" in str(exc):
-            hint = " (inherited through fork with a transaction in flight: open stores after fork)"
-        raise StateStoreError(f"cannot open LMDB store at {path}: {exc}{hint}") from exc
-    try:
-        # Handles opened in a read transaction are not usable by write transactions, so open
-        # them in a (change-free, hence I/O-free) write transaction.
-        with env.begin(write=True) as txn:
-            dbs = {n: env.open_db(n.encode(), txn=txn, create=not readonly) for n in _DB_NAMES}
-    except lmdb.Error as exc:
-        env.close()
-        raise StateStoreError(f"{path} is not a complete LMDB state store: {exc}") from exc
-    # A task killed mid-read leaves its reader slot behind, and a stale slot pins the pages of
-    # its snapshot forever (the file then only grows): free the slots of dead processes.
-    env.reader_check()
-    return _Env(env=env, dbs=dbs, pid=os.getpid())
-
-
-def _release(key: tuple[str, int], entry: _Env) -> None:
-    with _ENVS_LOCK:
-        entry.refs -= 1
-        if entry.refs == 0 and entry.pid == os.getpid() and _ENVS.get(key) is entry:
-            del _ENVS[key]
-            entry.env.close()
+from workers.state.errors import StateStoreError
+from workers.state.exports import VnodeExport
+from workers.state.key_ranges import StoreWrite, forget_range_seals
+from workers.state.keys import (
+    RANGE_SEALS_KEY,
+    STATS,
+    VNODE_PREFIX,
+    VnodeStats,
+    apply_stats_delta,
+    check_vnodes,
+    vnode_range,
+)
+from workers.state.lmdb_env import Env, acquire, release
 
 
 class LmdbStore(StateStore):
@@ -207,7 +58,7 @@ class LmdbStore(StateStore):
 
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         super().__init__(path, readonly=readonly)
-        self._key, self._entry = _acquire(self.path, readonly)
+        self._key, self._entry = acquire(self.path, readonly)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -218,9 +69,9 @@ class LmdbStore(StateStore):
                 return
             self._closed = True
             if self._entry.pid == os.getpid():
-                _release(self._key, self._entry)
+                release(self._key, self._entry)
 
-    def _env(self) -> _Env:
+    def _env(self) -> Env:
         if self._closed:
             raise StateStoreError(f"state store {self.path} is closed")
         if self._entry.pid != os.getpid():
@@ -228,10 +79,10 @@ class LmdbStore(StateStore):
             # so this process gets its own.
             with self._lock:
                 if self._entry.pid != os.getpid():
-                    self._key, self._entry = _acquire(self.path, self.readonly)
+                    self._key, self._entry = acquire(self.path, self.readonly)
         return self._entry
 
-    def _writable(self) -> _Env:
+    def _writable(self) -> Env:
         if self.readonly:
             raise StateStoreError(f"state store {self.path} is open readonly")
         return self._env()

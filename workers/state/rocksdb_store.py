@@ -35,24 +35,8 @@ from rocksdict import (
     WriteOptions,
 )
 
-from workers.state.base import (
-    ENTRIES,
-    RANGE_SEALS_KEY,
-    STATS,
-    VNODE_PREFIX,
-    ColumnUpdates,
-    StateStore,
-    StateStoreError,
-    StoreWrite,
-    Update,
-    VnodeExport,
-    VnodeStats,
-    apply_stats_delta,
-    binary_array,
-    check_vnodes,
-    forget_range_seals,
-    vnode_range,
-)
+from workers.state.base import ColumnUpdates, StateStore, Update
+from workers.state.columns import binary_array
 from workers.state.commit import (
     APPLIED_EPOCH_KEY,
     EPOCH,
@@ -64,6 +48,19 @@ from workers.state.commit import (
     plan_columns,
     plan_commit,
     refuse_sealed,
+)
+from workers.state.errors import StateStoreError
+from workers.state.exports import VnodeExport
+from workers.state.key_ranges import StoreWrite, forget_range_seals
+from workers.state.keys import (
+    ENTRIES,
+    RANGE_SEALS_KEY,
+    STATS,
+    VNODE_PREFIX,
+    VnodeStats,
+    apply_stats_delta,
+    check_vnodes,
+    vnode_range,
 )
 
 _SIDE_CFS = ("meta", "stats", "outputs", "sealed")

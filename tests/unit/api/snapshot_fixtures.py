@@ -1,7 +1,7 @@
 """Snapshots and restores as the runner leaves them, without Spark: segments written into a
 recovery location with ``RecoveryLocation.write_bytes``, described by the format's own records
 (``workers.recovery.format``) and made to exist by ``RecoveryLocation.commit``; a restore's
-``restored.json`` written by ``workers.recovery.snapshots.finish_restore``, a rebuild's
+``restored.json`` written by ``workers.recovery.restore.finish_restore``, a rebuild's
 ``rebuilt.json`` by ``workers.recovery.rebuild.finish_rebuild``."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from workers.recovery.format import (
 )
 from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.recovery.rebuild import Rebuild, finish_rebuild
-from workers.recovery.snapshots import finish_restore
+from workers.recovery.restore import finish_restore
 from workers.recovery.stores import StoreState
 from workers.recovery.tasks import segment_bytes
 from workers.state.base import checksum_items, encode_key

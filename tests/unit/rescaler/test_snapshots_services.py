@@ -16,7 +16,7 @@ from rescaler.cluster import snapshots
 from rescaler.cluster.models import Pipeline, RunnerCommand
 from tests.unit.api.fixtures import PIPELINE, make_user, register_cluster
 from tests.unit.api.snapshot_fixtures import FRAGMENT, rebuild, restore, take_snapshot
-from tests.unit.workers.recovery.test_snapshots import _take
+from tests.unit.workers.recovery.snapshot_setup import take
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.stores import StoreState
@@ -27,7 +27,7 @@ def test_a_snapshot_the_runners_own_code_wrote_is_listed(tmp_path: Path) -> None
     """The write job of ``workers.recovery.snapshots.Snapshots`` (its tasks run in this
     process), then the listing: every figure comes from that manifest."""
     mapping = VnodeMapping.initial("counts", 64, [0, 1])
-    _, entries, sid = _take(tmp_path, "lmdb", mapping, epoch=7, keys=500)
+    _, entries, sid = take(tmp_path, "lmdb", mapping, epoch=7, keys=500)
     records, problems = snapshots.snapshot_list(
         pipeline="p", location=RecoveryLocation(tmp_path / "recovery")
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.workers.recovery.test_snapshots import VNODES, InProcessSpark, _fill, _take
+from tests.unit.workers.recovery.snapshot_setup import VNODES, InProcessSpark, fill, take
 from workers.layout import store_path
 from workers.pipeline.placement import (
     CutVnode,
@@ -52,7 +52,7 @@ def _check(root: Path, backend: str, committed: int) -> dict[int, StoreState]:
 @pytest.mark.parametrize("backend", ["lmdb", "rocksdb"])
 def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend: str) -> None:
     root = tmp_path / "p"
-    _fill(root, backend, MAPPING, 5, 2000)
+    fill(root, backend, MAPPING, 5, 2000)
     assert (
         seal_stores(
             InProcessSpark(), pipeline_dir=root, backend=backend, placements={"counts": MAPPING}
@@ -90,7 +90,7 @@ def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend:
 
 def test_a_torn_store_file_does_not_open_and_is_lost(tmp_path: Path) -> None:
     root = tmp_path / "p"
-    _fill(root, "lmdb", MAPPING, 3, 500)
+    fill(root, "lmdb", MAPPING, 3, 500)
     data = store_path(root, "counts", 2) / "data.mdb"
     data.write_bytes(data.read_bytes()[:4096])  # no checksums: a crash left no clean stop
     state = _check(root, "lmdb", 3)[2]
@@ -134,7 +134,7 @@ def _replayed(root: Path, epochs: range) -> ReplayLog:
 
 
 def test_a_rebuild_starts_at_the_newest_snapshot_of_this_job(tmp_path: Path) -> None:
-    snapshots, _, first = _take(tmp_path, "lmdb", MAPPING, 4)
+    snapshots, _, first = take(tmp_path, "lmdb", MAPPING, 4)
     root = tmp_path / "state" / "p"
     lineage = (root / "checkpoint" / "metadata").read_text("utf-8")
     log = _replayed(root, range(4, 8))
@@ -177,7 +177,7 @@ def test_a_rebuild_starts_at_the_newest_snapshot_of_this_job(tmp_path: Path) -> 
 
 
 def test_a_lost_store_is_refilled_fresh_at_the_snapshot_epoch(tmp_path: Path) -> None:
-    snapshots, entries, _ = _take(tmp_path, "lmdb", MAPPING, 4)
+    snapshots, entries, _ = take(tmp_path, "lmdb", MAPPING, 4)
     root = tmp_path / "state" / "p"
     lineage = (root / "checkpoint" / "metadata").read_text("utf-8")
     with open_store("lmdb", store_path(root, "counts", 1)) as store:  # what went on after it

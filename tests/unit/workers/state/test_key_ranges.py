@@ -1,5 +1,6 @@
-"""Key ranges of a vnode in the state stores (workers/state/base.py), against every backend: a hot
-vnode moves range by range, so a range is sealed, exported, ingested and dropped on its own."""
+"""Key ranges of a vnode in the state stores (workers/state/key_ranges.py), against every
+backend: a hot vnode moves range by range, so a range is sealed, exported, ingested and dropped
+on its own."""
 
 from __future__ import annotations
 

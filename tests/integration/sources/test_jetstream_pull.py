@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from tests.integration.natsservice import create_stream, publish, unique_name
-from workers.sources import jetstream, jetstream_wire
-from workers.sources.jetstream import JetStreamStreamReader, SeqRange
+from workers.sources import jetstream_pull, jetstream_wire
+from workers.sources.jetstream import JetStreamStreamReader
+from workers.sources.jetstream_pull import SeqRange
 
 
 def test_both_pull_paths_read_the_same_records(
@@ -26,14 +27,14 @@ def test_both_pull_paths_read_the_same_records(
     publish(nats_service, f"{base}.b", payloads[1_200:])
     options = {"url": nats_service, "stream": stream, "schema": "i bigint"}
     calls: list[str] = []
-    real = jetstream.pull_range
+    real = jetstream_pull.pull_range
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append("wire")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(jetstream, "pull_range", spy)
-    monkeypatch.setattr(jetstream, "FETCH_BATCH", 700)  # several pull requests per range
+    monkeypatch.setattr(jetstream_pull, "pull_range", spy)
+    monkeypatch.setattr(jetstream_pull, "FETCH_BATCH", 700)  # several pull requests per range
     ranges = [
         SeqRange(0, 2_500, None),
         SeqRange(1_000, 2_100, None),
@@ -41,7 +42,7 @@ def test_both_pull_paths_read_the_same_records(
     ]
     fast = [pa.Table.from_batches(list(JetStreamStreamReader(options).read(r))) for r in ranges]
     assert calls == ["wire"] * 3
-    monkeypatch.setattr(jetstream, "plain_address", lambda url: None)
+    monkeypatch.setattr(jetstream_pull, "plain_address", lambda url: None)
     slow = [pa.Table.from_batches(list(JetStreamStreamReader(options).read(r))) for r in ranges]
     assert calls == ["wire"] * 3, "without a plain address, nats-py's path"
     for f, s in zip(fast, slow, strict=True):
@@ -70,7 +71,7 @@ def test_odd_payloads_read_the_same_both_ways(
     headers = [{"Nats-Msg-Id": f"m{i}"} if i % 5 else None for i in range(3_000)]
     publish(nats_service, f"{base}.a", payloads, headers)
     options = {"url": nats_service, "stream": stream, "schema": "i bigint"}
-    monkeypatch.setattr(jetstream, "FETCH_BATCH", 1_100)
+    monkeypatch.setattr(jetstream_pull, "FETCH_BATCH", 1_100)
     part = SeqRange(0, 3_000, None)
     fast = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
     bursts: list[int] = []
@@ -88,7 +89,7 @@ def test_odd_payloads_read_the_same_both_ways(
     # timing (1,907 of 3,000 in one loaded CI run, most of them here): the burst parser must
     # take a large part, and the records must be the same either way (above and below)
     assert sum(bursts) > 1_000, "many messages are parsed in bursts"
-    monkeypatch.setattr(jetstream, "plain_address", lambda url: None)
+    monkeypatch.setattr(jetstream_pull, "plain_address", lambda url: None)
     slow = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
     assert fast.to_pylist() == slow.to_pylist()
     assert fast.column("seq").to_pylist() == list(range(1, 3_001))

@@ -1,18 +1,19 @@
-"""The JetStream source's batch: Arrow's JSON reader for clean payloads, the checked row-by-row
-path for the rest, with the same records either way."""
+"""The JetStream source's batch (workers/sources/jetstream_batch.py): Arrow's JSON reader for
+clean payloads, the checked row-by-row path for the rest, with the same records either way."""
 
 from __future__ import annotations
 
 import json
 
-from workers.sources.jetstream import JetStreamStreamReader
+from workers.sources.jetstream_batch import checked_batch, fast_batch, to_batch
+from workers.sources.jetstream_options import JetStreamOptions
 from workers.sources.jetstream_wire import Pulled
 
 SCHEMA = "user string, ts bigint, bytes int, score double, ok boolean"
 
 
-def reader() -> JetStreamStreamReader:
-    return JetStreamStreamReader({"stream": "S", "schema": SCHEMA})
+def options() -> JetStreamOptions:
+    return JetStreamOptions.from_options({"stream": "S", "schema": SCHEMA})
 
 
 def messages(payloads: list[bytes]) -> Pulled:
@@ -29,9 +30,9 @@ def test_clean_payloads_take_the_fast_path_and_equal_the_checked_one() -> None:
         [record(i) for i in range(50)]
         + [b'{"user":"x","ts":1,"bytes":2,"score":3,"ok":true,"extra":[1]}']
     )
-    fast = reader()._fast_batch(batch)
+    fast = fast_batch(options(), batch)
     assert fast is not None
-    assert fast.to_pylist() == reader()._checked_batch(batch).to_pylist()
+    assert fast.to_pylist() == checked_batch(options(), batch).to_pylist()
     assert fast.column("_malformed").null_count == len(batch)
 
 
@@ -45,8 +46,8 @@ def test_anything_doubtful_goes_the_checked_way_and_is_named() -> None:
         (b'{"user":"x",\n"ts":1,"bytes":2,"score":3,"ok":true}', None),
     ]:
         batch = messages([record(1), bad])
-        assert reader()._fast_batch(batch) is None, bad
-        rows = reader()._batch(batch).to_pylist()
+        assert fast_batch(options(), batch) is None, bad
+        rows = to_batch(options(), batch).to_pylist()
         assert rows[0]["_malformed"] is None
         if reason is None:
             assert rows[1]["_malformed"] is None, "a JSON null is a null value, not malformed"
