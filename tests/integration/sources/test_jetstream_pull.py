@@ -86,9 +86,10 @@ def test_odd_payloads_read_the_same_both_ways(
     again = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
     assert again.to_pylist() == fast.to_pylist()
     # how many messages sit whole in the buffer when it is parsed depends on the machine's
-    # timing (1,907 of 3,000 in one loaded CI run, most of them here): the burst parser must
-    # take a large part, and the records must be the same either way (above and below)
-    assert sum(bursts) > 1_000, "many messages are parsed in bursts"
+    # timing (1,907 of 3,000 in one loaded CI run, 736 with four test processes on two cores,
+    # most of them on an idle machine): the burst parser must take a fair part, and the records
+    # must be the same either way (above and below)
+    assert sum(bursts) > 300, "many messages are parsed in bursts"
     monkeypatch.setattr(jetstream_pull, "plain_address", lambda url: None)
     slow = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
     assert fast.to_pylist() == slow.to_pylist()
