@@ -53,7 +53,11 @@ class Location:
         return f"Location({self.uri!r})"
 
     def path(self, *parts: str) -> str:
-        """The filesystem's path of the relative path ``parts`` (joined by ``/``)."""
+        """The filesystem's path of the relative path ``parts`` (joined by ``/``). A whole path
+        already under a local root is taken as it is: the plans an earlier release recorded
+        (``replay/<epoch>.json``, re-run by a rebuild) name their hold queues and exports so."""
+        if len(parts) == 1 and self.local and parts[0].startswith(f"{self.root}/"):
+            return parts[0]
         return "/".join([self.root, *(p.strip("/") for p in parts)])
 
     def uri_of(self, relpath: str) -> str:

@@ -104,6 +104,15 @@ def test_a_location_inside_another_is_the_same_files(durable: Location) -> None:
     assert inner.files("") == []
 
 
+def test_a_whole_path_recorded_by_an_earlier_release_names_the_same_file(tmp_path: Path) -> None:
+    """Plans recorded before the durable location named their files by whole paths under the
+    pipeline's directory, the default location: a rebuild re-running one finds them."""
+    root = location(tmp_path / "pipe")
+    root.write_table("rescale/holdq/f/pu-1/epoch-0000000003.arrow", pa.table({"x": [1]}))
+    recorded = str(tmp_path / "pipe" / "rescale/holdq/f/pu-1/epoch-0000000003.arrow")
+    assert root.read_table(recorded) == pa.table({"x": [1]})
+
+
 def test_a_location_that_cannot_be_opened_says_what_to_give() -> None:
     with pytest.raises(LocationError, match=r"pyarrow\.fs URI"):
         Location("nosuchscheme://bucket/prefix")
