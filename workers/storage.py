@@ -24,6 +24,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+#: filesystems whose directories are only key prefixes: a file needs no parent made first
+OBJECT_STORES = frozenset({"s3", "gcs"})
+
 
 class LocationError(Exception):
     """A location that cannot be opened, with what to set instead."""
@@ -88,7 +91,8 @@ class Location:
         """A whole file at ``relpath``, visible only once complete."""
         if not self.local:
             target = self.path(relpath)
-            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            if self.fs.type_name not in OBJECT_STORES:  # an object store has no directories
+                self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
             with self.fs.open_output_stream(target) as out:
                 out.write(data)
             return
@@ -155,6 +159,15 @@ class Location:
             self.fs.delete_file(self.path(relpath))
         except FileNotFoundError:
             pass
+
+    def delete_empty_dir(self, relpath: str) -> None:
+        """Remove the directory ``relpath`` if nothing is left in it (an object store has no
+        directories to remove)."""
+        if self.local:
+            try:
+                os.rmdir(self.path(relpath))
+            except OSError:  # not empty, or gone
+                pass
 
     def delete_dir(self, relpath: str) -> None:
         """Remove everything under ``relpath`` (an absent directory is no error)."""

@@ -76,14 +76,14 @@ def run_task(
     path = store_path(Path(spec.state_root), spec.fragment, pu)
     store = open_store(spec.backend, path)
     try:
-        if store.applied_epoch() < spec.expected_epoch(slot):
+        applied = store.applied_epoch()
+        if applied < spec.expected_epoch(slot):
             raise StoreLost(
                 f"{STORE_LOST}: {spec.fragment} PU {pu}'s store ({path}) has committed epoch "
-                f"{store.applied_epoch()}, but the PU committed epoch "
-                f"{spec.expected_epoch(slot)} already: it was deleted or replaced; the runner "
-                f"rebuilds it from the newest snapshot"
+                f"{applied}, but the PU committed epoch {spec.expected_epoch(slot)} already: it "
+                f"was deleted or replaced; the runner rebuilds it from the newest snapshot"
             )
-        replay = store.applied_epoch() >= spec.epoch
+        replay = applied >= spec.epoch
         if replay:
             recorded = store.epoch_outputs(spec.epoch)
             if recorded is None and spec.rebuilding and spec.terminal:

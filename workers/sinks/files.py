@@ -63,7 +63,5 @@ class FileSink(Sink):
         if outputs.epoch >= self.retention:
             old = sink_file(outputs.fragment, outputs.epoch - self.retention, outputs.pu)
             at.delete(old)
-            folder = old.rsplit("/", 1)[0]
-            if not at.files(folder):
-                at.delete_dir(folder)
+            at.delete_empty_dir(old.rsplit("/", 1)[0])  # once the epoch's last PU file went
         return not existed
