@@ -9,6 +9,7 @@ benchmarks put the repository root on their children's PYTHONPATH (``_common.Chi
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,7 +58,12 @@ def spark_session(app: str, workdir: Path, conf: Sequence[tuple[str, str]]) -> A
     from workers.spark_session import build_spark
 
     config = RunnerConfig(
-        spark_ui=False, state_dir=workdir, spark_master="local[2]", spark_conf=tuple(conf)
+        spark_ui=False,
+        state_dir=workdir,
+        spark_master="local[2]",
+        spark_conf=tuple(conf),
+        # the executor's directory (workers/layout.py): the one this process's own calls use
+        local_dir=os.environ.get("RESCALER_LOCAL_DIR", ""),
     )
     return build_spark(config, app)
 

@@ -102,7 +102,7 @@ def one_run(
 ) -> dict[str, Any]:
     """A fresh store, one untimed epoch, one timed epoch; returns the time and digests."""
     from workers.epoch import TaskSpec, run_task
-    from workers.layout import store_path
+    from workers.layout import pu_store
     from workers.state import checksum_items, open_store
 
     root = Path(tempfile.mkdtemp(prefix=f"{operator}-{path}-", dir=workdir))
@@ -129,7 +129,7 @@ def one_run(
     task(0, epochs[0])
     seconds, out = task(1, epochs[1])
     emitted = pa.Table.from_batches(out).drop_columns(["info"])
-    with open_store(backend, store_path(root, "bench", 0), readonly=True) as store:
+    with open_store(backend, pu_store(root, "bench", 0), readonly=True) as store:
         state_digest = checksum_items(store.scan())
         keys = sum(s.keys for s in store.vnode_stats().values())
     sink = pa.BufferOutputStream()
@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     cases: dict[str, dict[str, Any]] = {}
     launches: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-epoch-task-") as tmp:
+        # the tasks run here: this process is their executor (workers/layout.py)
+        os.environ.setdefault("RESCALER_LOCAL_DIR", str(Path(tmp) / "executor"))
         for operator in operators:
             for dist, zipf_s in DISTRIBUTIONS.items():
                 case = f"{operator}/{dist}"

@@ -64,14 +64,14 @@ def build_stores(root: Path, keys: int, backend: str, value_bytes: int = 8) -> t
     import pyarrow as pa
 
     from workers.hashing import vnode_of
-    from workers.layout import store_path
+    from workers.layout import pu_store
     from workers.pipeline.placement import VnodeMapping
     from workers.state import open_store
     from workers.state.base import ColumnUpdates, encode_key
 
     mapping = VnodeMapping.initial(FRAGMENT, VNODES, SOURCE_PUS)
     size = 0
-    stores = {pu: open_store(backend, store_path(root, FRAGMENT, pu)) for pu in SOURCE_PUS}
+    stores = {pu: open_store(backend, pu_store(root, FRAGMENT, pu)) for pu in SOURCE_PUS}
     try:
         for epoch, start in enumerate(range(0, keys, CHUNK)):
             parts: dict[int, list[bytes]] = {pu: [] for pu in SOURCE_PUS}
@@ -97,12 +97,12 @@ def build_stores(root: Path, keys: int, backend: str, value_bytes: int = 8) -> t
 
 
 def read_all(root: Path, backend: str, pus: list[int]) -> dict[bytes, bytes]:
-    from workers.layout import store_path
+    from workers.layout import pu_store
     from workers.state import open_store
 
     out: dict[bytes, bytes] = {}
     for pu in pus:
-        with open_store(backend, store_path(root, FRAGMENT, pu), readonly=True) as store:
+        with open_store(backend, pu_store(root, FRAGMENT, pu), readonly=True) as store:
             out.update(store.scan())
     return out
 
@@ -111,7 +111,7 @@ def run_size(
     spark: Any, workdir: Path, keys: int, backend: str, partitions: int, value_bytes: int = 8
 ) -> dict[str, Any]:
     """Every contender on the same stores of ``keys`` keys."""
-    from workers.layout import store_path
+    from workers.layout import local_root, pu_store
     from workers.recovery.format import FragmentSnapshot, SnapshotManifest
     from workers.recovery.location import RecoveryLocation, snapshot_id
     from workers.recovery.restore import restore_placements, restore_stores
@@ -127,7 +127,7 @@ def run_size(
         say(f"{keys:,} keys: {contender}")
         if contender == "copy":
             t0 = time.perf_counter()
-            shutil.copytree(state / "stores", workdir / "copy" / "stores")
+            shutil.copytree(local_root(state) / "stores", workdir / "copy" / "stores")
             t1 = time.perf_counter()
             shutil.rmtree(workdir / "copy")
             result["contenders"][contender] = _rates(n, size, {"snapshot_s": t1 - t0})
@@ -136,14 +136,14 @@ def run_size(
         location = RecoveryLocation(workdir / f"recovery-{contender}")
         sid = snapshot_id(time.time(), 1)
         t0 = time.perf_counter()
-        staged: dict[int, list[tuple[str, str]]] = {}
+        staged: dict[int, list[str]] = {}
         from workers.state import open_store
 
         for pu in SOURCE_PUS:
-            with open_store(backend, store_path(state, FRAGMENT, pu)) as store:
-                dest = staging_path(state, sid, FRAGMENT, pu)
+            with open_store(backend, pu_store(state, FRAGMENT, pu)) as store:
+                dest = staging_path(local_root(state), sid, FRAGMENT, pu)
                 store.checkpoint(dest)
-                staged[pu] = [(FRAGMENT, str(dest))]
+                staged[pu] = [FRAGMENT]
         t1 = time.perf_counter()
         runs, segments = snapshot_stores(
             runner,
@@ -153,6 +153,7 @@ def run_size(
             partitions=partitions,
             backend=backend,
             stores=staged,
+            state_root=state,
         )
         t2 = time.perf_counter()
         manifest = SnapshotManifest(
@@ -363,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     with common.RunDir("recovery-bench-", keep=args.keep, log_prefix=LOG_PREFIX) as run_dir:
         from bench import _spark as shared_spark
 
+        # the driver is the executor here: its stores, built in this process, in one directory
+        os.environ.setdefault("RESCALER_LOCAL_DIR", str(run_dir.path / "executor"))
         spark = shared_spark.spark_session("rescaler-recovery-bench", run_dir.path, ())
         try:
             report["sizes"] = [

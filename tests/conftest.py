@@ -91,3 +91,13 @@ def processes(tmp_path: Path, redis_service: str, transactional_db: None) -> Ite
     finally:
         app.conf.update(task_default_queue=previous)
         procs.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def executor_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's executor directory (workers/layout.py): where the stores of a task run in
+    the test's own process go, and what a runner the test starts gives its executors. Each test
+    its own, as each executor has its own disk."""
+    directory = tmp_path_factory.mktemp("executor")
+    monkeypatch.setenv("RESCALER_LOCAL_DIR", str(directory))
+    return directory

@@ -99,6 +99,10 @@ class RunnerConfig:
     # (RESCALER_DURABLE_LOCATION: a directory or a pyarrow.fs URI, the pipeline's files under
     # <it>/<pipeline>; "": the pipeline's state directory)
     durable_location: str = ""
+    # every executor's own directory for its PUs' stores (RESCALER_LOCAL_DIR, given to the
+    # executors as spark.executorEnv); "": on a cluster each executor's own RESCALER_LOCAL_DIR,
+    # else under Spark's local directories; in local mode <state_dir>/../executors/driver
+    local_dir: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -191,6 +195,17 @@ class RunnerConfig:
         return f"{base.rstrip('/')}/{self.pipeline}" + (f"?{query}" if query else "")
 
     @property
+    def executor_dir(self) -> str:
+        """The directory the runner gives every executor for its stores ("": none, each
+        executor keeps its own). In local mode the driver is the one executor: its directory is
+        ``executors/driver`` beside the state directory, laid out as on a cluster."""
+        if self.local_dir:
+            return str(Path(self.local_dir).absolute())
+        if self.is_local:
+            return str(Path(self.state_dir).absolute().parent / "executors" / "driver")
+        return ""
+
+    @property
     def source_dir(self) -> Path | None:
         return Path(self.source[4:]) if self.source.startswith("dir:") else None
 
@@ -231,6 +246,7 @@ class RunnerConfig:
             ("snapshot_every", "RESCALER_SNAPSHOT_EVERY"),
             ("recovery_dir", "RESCALER_RECOVERY_DIR"),
             ("durable_location", "RESCALER_DURABLE_LOCATION"),
+            ("local_dir", "RESCALER_LOCAL_DIR"),
         ):
             if os.environ.get(var):
                 env[name] = os.environ[var]

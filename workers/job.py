@@ -21,7 +21,7 @@ from workers.config import RunnerConfig
 from workers.epoch import TaskSpec, make_task, output_schema
 from workers.hashing import key_range_sql, vnode_sql
 from workers.partials import Aggregates, aggregates_of, refusal, spark_aggregations
-from workers.pinning import pin
+from workers.pinning import executor_of, pin
 from workers.pipeline.loading import resolve_sink
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, FragmentActions, VnodeMapping
@@ -33,6 +33,7 @@ from workers.sinks.base import Sink
 from workers.source_order import position_seq, read_partitions, with_read_ids
 from workers.source_stream import SourceStreams
 from workers.sources.control import ControlStream
+from workers.store_homes import StoreHomes
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class EpochJob:
         # (fragment, PU) -> the last epoch its task reported committed, since this start: the
         # least its store must hold at the next epoch (StoreLost otherwise)
         self.committed: dict[tuple[str, int], int] = {}
+        self.store_homes = StoreHomes(config.pipeline_dir)  # where each store is, as reported
 
     def source_stream(self) -> Any:
         """The pipeline's own stream of source records (``SourceStreams.source_stream``)."""
@@ -226,10 +228,11 @@ class EpochJob:
             else {"kind": r.kind, "text": r.info}
             for r in rows
         ]
-        for r in results:
-            if r["kind"] == "stat":
-                where = (r["fragment"], r["pu"])
-                self.committed[where] = max(self.committed.get(where, -1), r["epoch"])
+        stats = [r for r in results if r["kind"] == "stat"]
+        for r in stats:
+            where = (r["fragment"], r["pu"])
+            self.committed[where] = max(self.committed.get(where, -1), r["epoch"])
+        self.store_homes.update(stats)
         return results
 
     def build(self, df: Any, plan: EpochPlan) -> Any:
@@ -289,6 +292,9 @@ class EpochJob:
                 if plan.rebuilding
                 else tuple(
                     self.committed.get((frag.name, pu), -1) for pu in placement.parallel_units
+                ),
+                homes=tuple(
+                    executor_of((homes or {}).get(pu, "")) for pu in placement.parallel_units
                 ),
             )
             key_col = "key" if i > 0 else frag.key

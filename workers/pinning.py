@@ -38,6 +38,11 @@ def location(host: str, executor_id: str) -> str:
     return f"executor_{host}_{executor_id}"
 
 
+def executor_of(where: str) -> str:
+    """The executor id a :func:`location` names ("" for none)."""
+    return where.rsplit("_", 1)[1] if where.startswith("executor_") else ""
+
+
 def _spark_jars() -> Path:
     import pyspark
 

@@ -1,7 +1,9 @@
 """Reading state out of a pipeline's stores: every key of a fragment, or one key.
 
-Stores are opened read-only, so this works while the runner writes (LMDB readers never block
-the writer; RocksDB is opened read-only).
+Each store is on its executor (:mod:`workers.layout`); it is found where its last epoch task
+said it is (:mod:`workers.store_homes`), which a reader on that host can open. Stores are opened
+read-only, so this works while the runner writes (LMDB readers never block the writer; RocksDB
+is opened read-only).
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from workers.hashing import SECTION_MARK, TIMER_MARK, key_range_index, stable_hash64, vnode_of
-from workers.layout import store_path
 from workers.pipeline.loading import registered
 from workers.pipeline.model import Fragment
 from workers.pipeline.placement import PlacementStore, VnodeMapping
 from workers.region import Region
 from workers.state import open_store
 from workers.state.base import decode_key, encode_key
+from workers.store_homes import StoreHomes
 
 
 class ReadoutError(Exception):
@@ -54,11 +56,29 @@ def _placement(pipeline_dir: Path, fragment: str) -> VnodeMapping:
     return placements[fragment]
 
 
-def _stores(pipeline_dir: Path, fragment: str) -> list[int]:
-    root = pipeline_dir / "stores" / fragment
-    if not root.is_dir():
-        return []
-    return sorted(int(p.name[3:]) for p in root.iterdir() if p.name.startswith("pu-"))
+def _stores(pipeline_dir: Path, fragment: str) -> list[tuple[int, Path]]:
+    """The fragment's stores as (PU, path), each where its last epoch task ran; one on another
+    host cannot be read from here."""
+    found = []
+    for pu in StoreHomes(pipeline_dir).of_fragment(fragment):
+        path = _store(pipeline_dir, fragment, pu)
+        if path is not None:
+            found.append((pu, path))
+    return found
+
+
+def _store(pipeline_dir: Path, fragment: str, pu: int) -> Path | None:
+    """The PU's store, where its last epoch task ran (None: no task of it has run yet)."""
+    home = StoreHomes(pipeline_dir).load().get((fragment, pu))
+    if home is None:
+        return None
+    path = home.path(fragment, pu)
+    if not path.is_dir():
+        raise ReadoutError(
+            f"{fragment} PU {pu}'s store is on executor {home.executor} ({home.host}), in "
+            f"{path}, which is not readable here: read it on that host"
+        )
+    return path
 
 
 def iter_state(
@@ -71,8 +91,8 @@ def iter_state(
     if isinstance(frag.operator, Region):
         yield from _iter_region(pipeline_dir, frag, frag.operator, backend)
         return
-    for pu in _stores(pipeline_dir, fragment):
-        with open_store(backend, store_path(pipeline_dir, fragment, pu), readonly=True) as store:
+    for pu, path in _stores(pipeline_dir, fragment):
+        with open_store(backend, path, readonly=True) as store:
             for store_key, value in store.scan():
                 vnode, key = decode_key(store_key)
                 if key.startswith(TIMER_MARK):  # a processor's timer index: shown in its key
@@ -90,8 +110,8 @@ def _iter_region(
 ) -> Iterator[dict[str, Any]]:
     """A keyed region's keys: every operator's section of a key, shown together by operator."""
     labels = region.labels
-    for pu in _stores(pipeline_dir, frag.name):
-        with open_store(backend, store_path(pipeline_dir, frag.name, pu), readonly=True) as store:
+    for pu, path in _stores(pipeline_dir, frag.name):
+        with open_store(backend, path, readonly=True) as store:
             for vnode in sorted(store.vnode_stats()):
                 keys: dict[str, dict[str, Any]] = {}
                 for store_key, value in store.scan_vnode(vnode):
@@ -132,11 +152,11 @@ def read_key(
         owner = cut.target
     raw = None
     as_of: int | None = None
-    path = store_path(pipeline_dir, fragment, owner)
+    path = _store(pipeline_dir, fragment, owner)
     operator = frag.operator
     if isinstance(operator, Region):
         found: dict[str, Any] = {}
-        if path.exists():
+        if path is not None and path.exists():
             with open_store(backend, path, readonly=True) as store:
                 as_of = _as_of(store.applied_epoch())
                 for label, op, section in zip(
@@ -148,7 +168,7 @@ def read_key(
         return KeyState(
             key, fragment, vnode, owner, bool(found), found or None, placement.version, as_of
         )
-    if path.exists():
+    if path is not None and path.exists():
         with open_store(backend, path, readonly=True) as store:
             as_of = _as_of(store.applied_epoch())
             raw = store.get(encode_key(vnode, key.encode("utf-8")))

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from workers.config import RunnerConfig
+from workers.layout import LOCAL_DIR
 from workers.pinning import jar_path, with_jar
 from workers.spark_tasks import scheduler_conf
 
@@ -39,6 +40,8 @@ def build_spark(config: RunnerConfig, app_name: str) -> Any:
         .config("spark.decommission.enabled", "true")
     )
     conf = {**scheduler_conf(config.pipeline_dir), **dict(config.spark_conf)}
+    if config.executor_dir:  # where every executor keeps its PUs' stores (workers/layout.py)
+        conf.setdefault(f"spark.executorEnv.{LOCAL_DIR}", config.executor_dir)
     if not config.is_local:  # each PU's task on its home executor (workers/pinning.py)
         conf = with_jar(conf, jar_path())
     for key, value in conf.items():

@@ -15,15 +15,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workers.config import RunnerConfig
 from workers.control import Command
 from workers.epoch.location import task_location
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.membership import ExecutorSeen, Membership, WorkerInfo, spark_executors
 from workers.pipeline.placement import VnodeMapping
+from workers.spark_tasks import run_tasks
 from workers.state import open_store
 
 log = logging.getLogger("workers.runner")
@@ -31,6 +33,24 @@ log = logging.getLogger("workers.runner")
 
 class ExecutorsMissing(Exception):
     """The master gave too few executors in time; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class BootstrapTask:
+    """A new PU's stores to create, on its home executor."""
+
+    pipeline_dir: str
+    backend: str
+    pu: int
+    fragments: tuple[str, ...]
+
+
+def bootstrap_pu(task: BootstrapTask) -> dict[str, Any]:
+    """On the PU's executor: each fragment's store exists (created empty)."""
+    for fragment in task.fragments:
+        open_store(task.backend, pu_store(task.pipeline_dir, fragment, task.pu)).close()
+    executor, host = task_location()
+    return {"pu": task.pu, "executor": executor, "host": host}
 
 
 class WorkerPool:
@@ -175,9 +195,18 @@ class WorkerPool:
         and the epoch and placement versions they join at are recorded beside it."""
         root = Path(self.config.pipeline_dir)
         placements = self._placements()
-        for name in placements:
-            for pu in pus:
-                open_store(self.config.backend, store_path(root, name, pu)).close()
+        homes = self.membership.home_locations()
+        tasks = [
+            BootstrapTask(str(root), self.config.backend, pu, tuple(sorted(placements)))
+            for pu in pus
+        ]
+        run_tasks(
+            self.spark,
+            tasks,
+            bootstrap_pu,
+            f"rescaler bootstrap of PUs {list(pus)}",
+            locations=[homes.get(pu) for pu in pus],
+        )
         record = {
             "epoch": epoch,
             "mapping_versions": {n: p.version for n, p in placements.items()},

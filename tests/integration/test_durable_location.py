@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from tests.integration.s3service import S3Service, s3_service  # noqa: F401 (a fixture)
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.recovery.format import SnapshotError
 from workers.recovery.location import RecoveryLocation, snapshot_id
 from workers.rescale import transfer
@@ -62,7 +62,7 @@ def test_an_export_crosses_through_the_location_verified(durable: Location, tmp_
     from any path it shares with the source; a damaged copy is refused whole."""
     source_root, target_root = tmp_path / "host-a", tmp_path / "host-b"
     rows = [(k(3, b"key%04d" % i), b"v%d" % i) for i in range(500)]
-    with open_store("lmdb", store_path(source_root, "count", 0)) as store:
+    with open_store("lmdb", pu_store(source_root, "count", 0)) as store:
         store.commit_epoch(0, [Update(key, None, value) for key, value in rows])
         store.seal([3])
     out = transfer.export_path("op-1", "count", 3)
@@ -70,7 +70,7 @@ def test_an_export_crosses_through_the_location_verified(durable: Location, tmp_
     run = export_pu(task)
     assert run["manifests"][out]["keys"] == 500
     assert durable.files("rescale") == [out]
-    with open_store("lmdb", store_path(target_root, "count", 1)) as target:
+    with open_store("lmdb", pu_store(target_root, "count", 1)) as target:
         transfer.ingest_export(target, durable, out)
         assert list(target.scan_vnode(3)) == rows
         good = durable.read_table(out)

@@ -33,6 +33,12 @@ class StoreLost(Exception):
     nothing; the runner rebuilds the store from the newest snapshot (docs/recovery.md)."""
 
 
+class AwayFromHome(RuntimeError):
+    """Spark ran a PU's task on another executor than its home, where its store is not (the home
+    was busy past Spark's locality wait): the task refuses, and Spark runs it again; a lost home
+    is re-homed by the runner, which rebuilds the store there."""
+
+
 def output_schema(operator: KeyedOperator) -> pa.Schema:
     """The schema every task of a fragment emits: kind, key, seq, the operator's fields, info."""
     fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]
@@ -77,9 +83,15 @@ class TaskSpec:
     # a re-run for a rebuild of lost stores (workers/recovery/rebuild.py): the sink already
     # holds the epoch, and a whole store whose outputs of it are gone re-emits none
     rebuilding: bool = False
+    # homes[i]: the id of the executor PU parallel_units[i]'s store is on ("" or (): any, as in
+    # local mode); a task that Spark ran elsewhere refuses to run (AwayFromHome)
+    homes: tuple[str, ...] = ()
 
     def slot_actions(self, slot: int) -> SlotActions:
         return self.actions[slot] if self.actions else SlotActions()
+
+    def home_of(self, slot: int) -> str:
+        return self.homes[slot] if self.homes else ""
 
     def expected_epoch(self, slot: int) -> int:
         """The epoch the slot's store must have committed at least (-1: none known)."""

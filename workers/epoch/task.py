@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,9 +23,16 @@ from workers.epoch.outputs import (
     passthrough,
 )
 from workers.epoch.sink import write_sink
-from workers.epoch.spec import STORE_LOST, StoreLost, TaskSpec, is_processor, output_schema
+from workers.epoch.spec import (
+    STORE_LOST,
+    AwayFromHome,
+    StoreLost,
+    TaskSpec,
+    is_processor,
+    output_schema,
+)
 from workers.hashing import KeyRange
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.processor import max_event_ms
 from workers.processor.layout import INITIAL_KIND
 from workers.processor.run import next_timer_of
@@ -43,6 +49,12 @@ def run_task(
     pu = spec.parallel_units[slot]
     actions = spec.slot_actions(slot)
     where = task_location()
+    home = spec.home_of(slot)
+    if home and home != where[0]:  # before anything is written here: the store is at home
+        raise AwayFromHome(
+            f"{spec.fragment} PU {pu}'s task ran on executor {where[0]}, but its store is on "
+            f"executor {home}: Spark runs it again (raise spark.locality.wait if this repeats)"
+        )
     received = list(batches)
     held = None
     if received:
@@ -73,7 +85,7 @@ def run_task(
     if records is not None and records.num_rows:
         for vnode, n in partials.records_per_vnode(records).items():
             vnode_records[str(vnode)] = vnode_records.get(str(vnode), 0) + n
-    path = store_path(Path(spec.state_root), spec.fragment, pu)
+    path = pu_store(spec.state_root, spec.fragment, pu)
     store = open_store(spec.backend, path)
     try:
         applied = store.applied_epoch()
@@ -148,6 +160,8 @@ def run_task(
             "max_event_ms": max((m for m in event_ms if m is not None), default=None),
             "next_timer_ms": next_timer,
             "seconds": round(time.perf_counter() - started, 4),
+            # where the store is: this executor's directory of the pipeline (store_homes.py)
+            "store_root": str(local_root(spec.state_root)),
             # where this PU's task really ran (truthful placement)
             "executor": where[0],
             "host": where[1],
@@ -162,7 +176,7 @@ def _stage_copy(spec: TaskSpec, store: StateStore, pu: int) -> None:
     from workers.recovery.tasks import staging_path
 
     assert spec.snapshot is not None
-    dest = staging_path(Path(spec.state_root), spec.snapshot, spec.fragment, pu)
+    dest = staging_path(local_root(spec.state_root), spec.snapshot, spec.fragment, pu)
     if dest.exists():
         shutil.rmtree(dest)
     store.checkpoint(dest)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from workers.control import WorkerInfo
+from workers.layout import LOCAL_DIR
 from workers.provider.base import ProviderError
 from workers.provider.processes import (
     alive,
@@ -58,6 +59,8 @@ class LocalProvider:
         self.master_url = master_url
         self.dir = Path(directory)
         self.memory = memory
+        # this host's disk for the executors' stores (RESCALER_LOCAL_DIR of every worker here)
+        self.local_dir = self.dir / "local"
 
     # -- the registry ------------------------------------------------------------------------
     def _registry(self) -> Path:
@@ -110,6 +113,10 @@ class LocalProvider:
                 env=java_env(
                     {
                         "SPARK_WORKER_DIR": str(work_dir),
+                        # the directory its executors keep their PUs' stores in
+                        # (workers/layout.py): this host's local disk, which outlives an
+                        # executor on it; every worker here is on this one host
+                        LOCAL_DIR: str(self.local_dir),
                         # SIGPWR (a spot agent's, a node drain's) decommissions the worker and its
                         # executors gracefully: the driver sees it as a notice (docs/elastic-workers.md)
                         "SPARK_WORKER_OPTS": " ".join(

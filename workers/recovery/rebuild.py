@@ -251,10 +251,12 @@ def check_stores(
     reference: dict[str, VnodeMapping],
     committed: int,
     skip: frozenset[tuple[str, int]] = frozenset(),
+    homes: dict[int, str] | None = None,
 ) -> list[StoreState]:
     """One task per PU checks the stores that hold vnodes under ``reference`` (the placement of
     epoch ``committed``; a PU that owns no vnode has nothing to lose). ``skip``: stores an epoch
-    planned after it may have just created."""
+    planned after it may have just created. ``homes``: PU -> its home executor's location,
+    where its store is and its task runs."""
     by_pu: dict[int, list[str]] = {}
     for name, placement in sorted(reference.items()):
         for pu in placement.parallel_units:
@@ -266,14 +268,26 @@ def check_stores(
     ]
     if not tasks:
         return []
-    results = run_tasks(spark, tasks, _check_task, f"rescaler store check ({len(tasks)} PU tasks)")
+    results = run_tasks(
+        spark,
+        tasks,
+        _check_task,
+        f"rescaler store check ({len(tasks)} PU tasks)",
+        locations=[(homes or {}).get(task.pu) for task in tasks],
+    )
     return [StoreState.from_json(s) for states in results for s in states]
 
 
 def seal_stores(
-    spark: Any, *, pipeline_dir: Path, backend: str, placements: dict[str, VnodeMapping]
+    spark: Any,
+    *,
+    pipeline_dir: Path,
+    backend: str,
+    placements: dict[str, VnodeMapping],
+    homes: dict[int, str] | None = None,
 ) -> int:
-    """One task per PU writes its stores' checksums (a clean stop); returns how many."""
+    """One task per PU writes its stores' checksums (a clean stop), on its home executor;
+    returns how many."""
     by_pu: dict[int, list[str]] = {}
     for name, placement in sorted(placements.items()):
         for pu in placement.parallel_units:
@@ -282,7 +296,14 @@ def seal_stores(
         SealTask(str(pipeline_dir), backend, pu, tuple(names))
         for pu, names in sorted(by_pu.items())
     ]
-    return sum(run_tasks(spark, tasks, _seal_task, f"rescaler store checksums ({len(tasks)} PUs)"))
+    done = run_tasks(
+        spark,
+        tasks,
+        _seal_task,
+        f"rescaler store checksums ({len(tasks)} PUs)",
+        locations=[(homes or {}).get(task.pu) for task in tasks],
+    )
+    return sum(done)
 
 
 def run_rebuild(
@@ -294,6 +315,7 @@ def run_rebuild(
     backend: str,
     placements: dict[str, VnodeMapping],
     rerun: Callable[[EpochPlan], None],
+    homes: dict[int, str] | None = None,
 ) -> dict[str, Any]:
     """Refill the lost stores from the snapshot, re-run the epochs after it (``rerun`` runs one
     epoch's plan through Spark's re-run of the epoch), put the checkpoint back; returns the
@@ -307,6 +329,7 @@ def run_rebuild(
         tasks,
         restore_task,
         f"rescaler rebuild of {len(rebuild.lost)} stores from {manifest.snapshot_id}",
+        locations=[(homes or {}).get(task.pu) for task in tasks],
     )
     runs = [TaskRun.from_json(r) for r in results]
     checkpoint = Path(pipeline_dir) / "checkpoint"

@@ -109,12 +109,14 @@ def restore_stores(
     report_progress: bool = False,
     fresh_from: dict[str, VnodeMapping] | None = None,
     homes: dict[int, str] | None = None,
+    fresh: bool = False,
 ) -> list[TaskRun]:
     """The restore job: one task per target PU fills its stores. ``report_progress``: each task
     writes how far it is into ``RESTORE_PROGRESS`` (a --restore-from, shown by the console).
     ``fresh_from``: the placement the stores held until now (a stop-start): each task first
     removes its PU's stores of it, and PUs that are not targets get a task that only does that,
-    so no separate clear job runs. ``homes``: PU -> its home executor's location, where its
+    so no separate clear job runs. ``fresh``: each task first removes what its PU's stores hold
+    (a restore into a new state directory: an executor may keep an earlier run's). ``homes``: PU -> its home executor's location, where its
     task runs."""
     pus = {pu for p in placements.values() for pu in p.parallel_units}
     if fresh_from is not None:
@@ -132,7 +134,7 @@ def restore_stores(
                 for name, p in sorted(placements.items())
                 if pu in p.parallel_units or (fresh_from and pu in fresh_from[name].parallel_units)
             ),
-            fresh=fresh_from is not None,
+            fresh=fresh or fresh_from is not None,
             progress_dir=progress,
         )
         for pu in sorted(pus)

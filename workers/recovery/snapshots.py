@@ -39,9 +39,9 @@ from workers.recovery.location import RecoveryLocation, snapshot_id
 # re-exported: workers/rescale/stop_start.py imports it from here
 from workers.recovery.restore import restore_stores as restore_stores
 from workers.recovery.tasks import (
+    DropStagingTask,
     SnapshotTask,
-    drop_staging,
-    staging_path,
+    drop_pu_staging,
     write_snapshot_segments,
 )
 from workers.spark_tasks import run_tasks, task_location
@@ -175,7 +175,6 @@ class Snapshots:
         # the newest complete snapshot's epoch: a lost store is rebuilt from it
         ids = location.snapshot_ids(pipeline)
         self.latest_epoch: int | None = location.manifest(pipeline, ids[-1]).epoch if ids else None
-        drop_staging(self.pipeline_dir)  # copies a crash left behind belong to no snapshot
 
     def request(self, requested_by: str) -> None:
         """Snapshot now: at the next barrier where none is in flight."""
@@ -250,7 +249,7 @@ class Snapshots:
             self.last_error = f"snapshot {pending.snapshot_id}: {exc}"
             log.exception("snapshot %s failed", pending.snapshot_id)
             # what it wrote is no snapshot (no manifest): leave nothing behind
-            drop_staging(self.pipeline_dir, pending.snapshot_id)
+            self._drop_copies(pending)
             try:
                 self.location.delete_snapshot(self.pipeline, pending.snapshot_id)
             except OSError:
@@ -265,15 +264,28 @@ class Snapshots:
             except Exception:  # reporting must not lose a written snapshot
                 log.exception("reporting snapshot %s failed", manifest.snapshot_id)
 
+    def _drop_copies(self, pending: Pending) -> None:
+        """The PUs' staged copies of a failed snapshot, removed on their executors (what a
+        task cannot remove now goes with the PU's next snapshot task)."""
+        pus = sorted({pu for p in pending.placements.values() for pu in p.parallel_units})
+        homes = self.homes() if self.homes is not None else {}
+        try:
+            run_tasks(
+                self.spark,
+                [DropStagingTask(str(self.pipeline_dir), pu) for pu in pus],
+                drop_pu_staging,
+                f"rescaler snapshot {pending.snapshot_id}: its copies removed",
+                locations=[homes.get(pu) for pu in pus],
+            )
+        except Exception:
+            log.warning("could not remove the copies of snapshot %s", pending.snapshot_id)
+
     def write(self, pending: Pending) -> SnapshotManifest:
         """The write job, then the manifest; returns it."""
-        by_pu: dict[int, list[tuple[str, str]]] = {}
+        by_pu: dict[int, list[str]] = {}
         for name, placement in sorted(pending.placements.items()):
             for pu in placement.parallel_units:
-                path = staging_path(self.pipeline_dir, pending.snapshot_id, name, pu)
-                if not path.exists():
-                    raise SnapshotError(f"PU {pu} of {name} made no copy at epoch {pending.epoch}")
-                by_pu.setdefault(pu, []).append((name, str(path)))
+                by_pu.setdefault(pu, []).append(name)  # its task finds the copy on its executor
         runs, segments = snapshot_stores(
             self.spark,
             location=self.location,
@@ -311,7 +323,6 @@ class Snapshots:
             tasks=runs,
         )
         self.location.commit(manifest)
-        drop_staging(self.pipeline_dir, pending.snapshot_id)
         pruned = self.location.prune(self.pipeline, self.keep)
         log.info(
             "snapshot %s of epoch %d: %d keys, %d bytes, %d PU tasks on %s, %.2fs%s",
@@ -369,13 +380,15 @@ def snapshot_stores(
     snapshot: str,
     partitions: int,
     backend: str,
-    stores: dict[int, list[tuple[str, str]]],
-    state_root: Path | str = "",
+    stores: dict[int, list[str]],
+    state_root: Path | str,
     homes: dict[int, str] | None = None,
+    live: bool = False,
 ) -> tuple[tuple[TaskRun, ...], list[Segment]]:
-    """The write job: one task per source PU writes its stores (PU -> [(fragment, path)]) into
-    the recovery partitions, on the PU's home executor when ``homes`` names it; returns where
-    each task ran and every segment written."""
+    """The write job: one task per source PU writes its stores (PU -> fragments) into the
+    recovery partitions, on the PU's home executor when ``homes`` names it: the copies its epoch
+    task staged for ``snapshot``, or (``live``, the query stopped) the stores themselves. Returns
+    where each task ran and every segment written."""
     tasks = [
         SnapshotTask(
             location.uri,
@@ -384,10 +397,11 @@ def snapshot_stores(
             partitions,
             backend,
             pu,
-            tuple(staged),
+            tuple(fragments),
             str(state_root),
+            live,
         )
-        for pu, staged in sorted(stores.items())
+        for pu, fragments in sorted(stores.items())
     ]
     results = run_tasks(
         spark,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +72,11 @@ class RunnerRecovery:
         self.control = control
         self.placements_store = placements_store
         self.replay_log = replay_log
+        # PU -> its home executor's location, where its stores are (None: local mode)
+        self.homes: Callable[[], dict[int, str]] | None = None
+
+    def _homes(self) -> dict[int, str] | None:
+        return self.homes() if self.homes is not None else None
 
     # -- a restore (--restore-from) ----------------------------------------------------------
     def restore_manifest(self) -> SnapshotManifest | None:
@@ -101,11 +105,11 @@ class RunnerRecovery:
         return manifest
 
     def begin_restore(self, manifest: SnapshotManifest) -> dict[str, VnodeMapping]:
-        """Mark the directory as being restored and give it the new placement; stores a crashed
-        attempt left behind go (the restore writes every vnode again)."""
+        """Mark the directory as being restored and give it the new placement (the restore's
+        tasks first remove whatever their PUs' stores hold on their executors: a crashed
+        attempt's, or an earlier run's)."""
         cfg = self.config
         begin_restore(cfg.pipeline_dir, manifest, cfg.recovery_location)
-        shutil.rmtree(cfg.pipeline_dir / "stores", ignore_errors=True)
         (cfg.pipeline_dir / "recovery.json").write_text(
             json.dumps({"partitions": manifest.partitions}), "utf-8"
         )
@@ -134,6 +138,8 @@ class RunnerRecovery:
             backend=self.config.backend,
             placements=placements,
             report_progress=True,
+            fresh=True,
+            homes=self._homes(),
         )
         finish_restore(self.config.pipeline_dir, manifest, runs)
         log.info(
@@ -168,6 +174,7 @@ class RunnerRecovery:
             reference=reference,
             committed=target,
             skip=skip,
+            homes=self._homes(),
         )
         lost = [s for s in states if s.lost]
         if not lost and pending is None:
@@ -217,6 +224,7 @@ class RunnerRecovery:
             backend=cfg.backend,
             placements=placements,
             rerun=rerun,
+            homes=self._homes(),
         )
         log.info(
             "rebuilt %d stores (%d keys) from snapshot %s and %d re-run epochs in %.2fs",
@@ -253,6 +261,7 @@ class RunnerRecovery:
                 pipeline_dir=self.config.pipeline_dir,
                 backend=self.config.backend,
                 placements=placements,
+                homes=self._homes(),
             )
             log.info("checksums of %d stores written for the next start", sealed)
         except Exception:

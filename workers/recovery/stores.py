@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.layout import store_path
+from workers.layout import local_root, store_path
 from workers.state import open_store
 
 #: files a store's engine rewrites on open, left out of the checksum
@@ -35,10 +35,10 @@ CORRUPT = "corrupt"
 BEHIND = "behind"
 
 
-def sums_path(state_root: Path, fragment: str, pu: int) -> Path:
-    """Where a store's checksums wait for the next start (outside ``stores/``, which holds
-    nothing but store directories)."""
-    return Path(state_root) / "store-sums" / fragment / f"pu-{pu}.json"
+def sums_path(root: Path, fragment: str, pu: int) -> Path:
+    """Where a store's checksums wait for the next start, under the executor's ``root``
+    (:func:`workers.layout.local_root`; outside ``stores/``, which holds nothing but stores)."""
+    return Path(root) / "store-sums" / fragment / f"pu-{pu}.json"
 
 
 def store_sums(path: Path) -> dict[str, str]:
@@ -99,7 +99,7 @@ def check_pu(task: CheckTask) -> list[StoreState]:
 
 
 def _check(task: CheckTask, fragment: str) -> StoreState:
-    root = Path(task.state_root)
+    root = local_root(task.state_root)
     path = store_path(root, fragment, task.pu)
     sums_file = sums_path(root, fragment, task.pu)
     if not path.is_dir() or not any(path.iterdir()):
@@ -149,11 +149,12 @@ class SealTask:
 def seal_pu(task: SealTask) -> int:
     """Write each store's checksums beside it; returns how many stores were sealed."""
     sealed = 0
+    root = local_root(task.state_root)
     for fragment in task.fragments:
-        path = store_path(Path(task.state_root), fragment, task.pu)
+        path = store_path(root, fragment, task.pu)
         if not path.is_dir():
             continue
-        target = sums_path(Path(task.state_root), fragment, task.pu)
+        target = sums_path(root, fragment, task.pu)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
         tmp.write_text(json.dumps({"files": store_sums(path)}), "utf-8")

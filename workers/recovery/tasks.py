@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.faults import crash_point
-from workers.layout import store_path
+from workers.layout import local_root, store_path
 from workers.recovery.format import (
     Segment,
     SnapshotCorrupt,
@@ -46,14 +46,17 @@ from workers.state.base import (
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 
 
-def staging_path(state_root: Path, snapshot: str, fragment: str, pu: int) -> Path:
-    """Where a PU's epoch task copies its store for a snapshot (inside ``STATE_DIR``)."""
-    return Path(state_root) / "snapshot-staging" / snapshot / fragment / f"pu-{pu}"
+def staging_path(root: Path, snapshot: str, fragment: str, pu: int) -> Path:
+    """Where a PU's epoch task copies its store for a snapshot, under its executor's ``root``
+    (:func:`workers.layout.local_root`), beside the stores."""
+    return Path(root) / "snapshot-staging" / snapshot / fragment / f"pu-{pu}"
 
 
 @dataclass(frozen=True)
 class SnapshotTask:
-    """One source PU's share of a snapshot: its staged copy of each fragment's store."""
+    """One source PU's share of a snapshot: its copy of each fragment's store, staged by its
+    epoch task on its executor; or, for a stop-start (``live``), the stores themselves (the
+    query is stopped), a PU without one of them writing nothing of it."""
 
     location: str
     pipeline: str
@@ -61,8 +64,9 @@ class SnapshotTask:
     partitions: int
     backend: str
     pu: int
-    staged: tuple[tuple[str, str], ...]  # (fragment, staged store path)
-    state_root: str = ""  # the pipeline's directory (the fault marker of the crash tests)
+    fragments: tuple[str, ...]
+    state_root: str  # the pipeline's directory (named after it; the crash tests' fault marker)
+    live: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,21 @@ def write_snapshot_segments(
     started = time.perf_counter()
     location = RecoveryLocation(task.location)
     segments: list[Segment] = []
-    for fragment, staged in task.staged:
-        _read_ahead(Path(staged))
-        with open_store(task.backend, Path(staged), readonly=True) as store:
+    root = local_root(task.state_root)
+    for fragment in task.fragments:
+        if task.live:
+            staged = store_path(root, fragment, task.pu)
+            if not staged.is_dir():
+                continue  # the PU never held this fragment's vnodes
+        else:
+            staged = staging_path(root, task.snapshot, fragment, task.pu)
+            if not staged.is_dir():
+                raise SnapshotError(
+                    f"PU {task.pu} of {fragment} made no copy for snapshot {task.snapshot} "
+                    f"({staged} is not on executor {where[0]})"
+                )
+        _read_ahead(staged)
+        with open_store(task.backend, staged, readonly=True) as store:
             stats = store.vnode_stats()
             by_partition: dict[int, list[int]] = {}
             for vnode in sorted(stats):
@@ -162,6 +178,7 @@ def write_snapshot_segments(
                 segments.append(
                     Segment(fragment, partition, task.pu, rel, file_checksum(data), runs)
                 )
+    drop_staging(root, task.pu)  # written: this PU's copies (and any a crash left) go
     run = TaskRun(
         task.pu,
         where[0],
@@ -222,10 +239,10 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     _report_progress(task, where, 0, total)
     for fragment, owned in task.owned:
         wanted = set(owned)
-        path = store_path(Path(task.state_root), fragment, task.pu)
+        path = store_path(local_root(task.state_root), fragment, task.pu)
         if task.fresh:
             shutil.rmtree(path, ignore_errors=True)
-            sums_path(Path(task.state_root), fragment, task.pu).unlink(missing_ok=True)
+            sums_path(local_root(task.state_root), fragment, task.pu).unlink(missing_ok=True)
         with open_store(task.backend, path) as store:
             for segment in manifest.fragments[fragment].segments:
                 vnodes = sorted(wanted & set(segment.vnodes))
@@ -258,7 +275,35 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     return TaskRun(task.pu, where[0], where[1], keys, size, round(time.perf_counter() - started, 4))
 
 
-def drop_staging(state_root: Path, snapshot: str | None = None) -> None:
-    """Remove one snapshot's staged copies, or all of them (a start clears what a crash left)."""
-    base = Path(state_root) / "snapshot-staging"
-    shutil.rmtree(base / snapshot if snapshot else base, ignore_errors=True)
+@dataclass(frozen=True)
+class DropStagingTask:
+    """One PU's staged copies to remove, on its executor (a snapshot that failed)."""
+
+    state_root: str
+    pu: int
+
+
+def drop_pu_staging(task: DropStagingTask) -> int:
+    drop_staging(local_root(task.state_root), task.pu)
+    return task.pu
+
+
+def drop_staging(root: Path, pu: int) -> None:
+    """On the PU's executor: remove every staged copy of the PU's stores under ``root`` (once
+    its snapshot task wrote them; copies of a snapshot that failed go with the next one)."""
+    base = Path(root) / "snapshot-staging"
+    if not base.is_dir():
+        return
+    for snapshot in base.iterdir():
+        for fragment in list(snapshot.iterdir()) if snapshot.is_dir() else []:
+            shutil.rmtree(fragment / f"pu-{pu}", ignore_errors=True)
+            _remove_if_empty(fragment)
+        _remove_if_empty(snapshot)
+    _remove_if_empty(base)
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:  # another PU's copy is still there
+        pass

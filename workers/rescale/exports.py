@@ -17,11 +17,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from workers.hashing import KeyRange
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState, StepState
@@ -59,7 +58,7 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
     vnodes are sealed, the store keeps serving the others). Returns the manifests by vnode and
     where and how long the task ran."""
     started = time.perf_counter()
-    path = store_path(Path(task.pipeline_dir), task.fragment, task.pu)
+    path = pu_store(task.pipeline_dir, task.fragment, task.pu)
     manifests: dict[str, dict[str, Any]] = {}
     at = location(task.durable or task.pipeline_dir)
     with open_store(task.backend, path, readonly=True) as store:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from workers.layout import store_path
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import FragmentSnapshot, SnapshotManifest
 from workers.recovery.location import RecoveryLocation, snapshot_id
@@ -132,12 +130,10 @@ class StopStart:
     ) -> SnapshotManifest:
         """The fragments' stores as of the previous epoch, written by one task per PU."""
         taken_at = time.time()
-        stores: dict[int, list[tuple[str, str]]] = {}
-        for name in op.fragments:
+        stores: dict[int, list[str]] = {}
+        for name in op.fragments:  # each task reads its PU's stores on its executor
             for pu in self.ledger.placements[name].parallel_units:
-                path = store_path(self.ledger.dir, name, pu)
-                if Path(path).exists():
-                    stores.setdefault(pu, []).append((name, str(path)))
+                stores.setdefault(pu, []).append(name)
         partitions = recovery_partitions(self.ledger.dir, DEFAULT_PARTITIONS)
         sid = snapshot_id(taken_at, max(epoch - 1, 0))
         runs, segments = snapshot_stores(
@@ -150,6 +146,7 @@ class StopStart:
             stores=stores,
             state_root=self.ledger.dir,
             homes=homes,
+            live=True,
         )
         manifest = SnapshotManifest(
             snapshot_id=sid,

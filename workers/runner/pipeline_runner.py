@@ -27,6 +27,7 @@ from workers.cycles import cycle_collection_paused
 from workers.epoch.spec import STORE_LOST
 from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
 from workers.job import EpochJob
+from workers.layout import adopt_shared_stores
 from workers.pipeline.loading import (
     check_on_executors,
     load_pipeline,
@@ -122,6 +123,8 @@ class PipelineRunner:
             config.idle_barrier_s,
         )
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
+        if not config.is_local:  # the stores are on their PUs' home executors
+            self.recovery.homes = self.workers.home_locations
         self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
         self.vnode_records = RecordsPerVnode()  # the vnodes' load, for the planner
 
@@ -295,6 +298,8 @@ class PipelineRunner:
         cfg = self.config
         phases = self.start_phases
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.is_local:  # the driver is the executor: an earlier release's stores move to it
+            adopt_shared_stores(cfg.pipeline_dir, Path(cfg.executor_dir) / cfg.pipeline)
         # beats from the start on, with the start's phases: /healthz says what a start waits for
         self.heartbeat.start()
         try:

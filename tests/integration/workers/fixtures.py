@@ -18,6 +18,7 @@ from workers.oracle import OracleResult, compare
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.placement import PlacementStore
 from workers.readout import iter_state
+from workers.store_homes import StoreHomes
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -134,8 +135,24 @@ def exported(state_dir: Path, pipeline: str, fragment: str) -> dict[str, dict[st
     return rows
 
 
+def assert_stores_on_executors(state_dir: Path, pipeline: str) -> None:
+    """The driver's state directory holds no store: each is in the directory of the executor
+    whose task last ran it (workers/layout.py), as the tasks reported (workers/store_homes.py)."""
+    stray = [p for p in Path(state_dir).rglob("pu-*") if p.parent.parent.name == "stores"]
+    assert not stray, f"stores in the driver's state directory: {stray}"
+    homes = StoreHomes(Path(state_dir) / pipeline).load()
+    assert homes, "no PU task reported where its store is"
+    for (fragment, pu), home in homes.items():
+        path = home.path(fragment, pu)
+        assert path.is_dir(), f"{fragment} PU {pu}: no store at {path}"
+        assert not path.is_relative_to(Path(state_dir).resolve()), path
+        assert path.parts[-4:-2] == (pipeline, "stores"), path
+
+
 def assert_matches_oracle(state_dir: Path, pipeline: str, expected: OracleResult) -> None:
-    """Every key of every stateful fragment equals the oracle, on the PU its vnode maps to."""
+    """Every key of every stateful fragment equals the oracle, on the PU its vnode maps to, in
+    its executor's own directory."""
+    assert_stores_on_executors(state_dir, pipeline)
     spec = get_pipeline(pipeline)
     placements = PlacementStore(state_dir / pipeline).load()
     assert placements is not None

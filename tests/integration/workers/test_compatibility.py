@@ -236,13 +236,13 @@ def run_under_rescaler(case: Case, tmp: Path) -> dict[str, Any]:
         no_data.epoch_committed(stats)
         counts.append(len(rows))
         epoch += 1
-    from workers.layout import store_path
+    from workers.layout import pu_store
 
-    with open_store("lmdb", store_path(tmp, "f", 0)) as store:
+    with open_store("lmdb", pu_store(tmp, "f", 0)) as store:
         state = _state(op, store)
     then_state = None
     if then is not None:
-        with open_store("lmdb", store_path(tmp, "g", 0)) as store:
+        with open_store("lmdb", pu_store(tmp, "g", 0)) as store:
             then_state = _state(then, store)
     return {
         "batches": [{"rows": n, "outputs": written.get(i, [])} for i, n in enumerate(counts)],

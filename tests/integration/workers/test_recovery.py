@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.workers.fixtures import assert_matches_oracle, start_runner
 from workers.control import LocalControl
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.oracle import expected_from_generator
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.placement import PlacementStore
@@ -184,13 +184,13 @@ def test_lost_and_corrupt_stores_are_rebuilt_from_the_last_snapshot(tmp_path: Pa
     assert latest.epoch == 6
     root = state / pipeline
     second = [f.name for f in get_pipeline(pipeline).fragments]
-    missing = store_path(root, second[1], 1)
+    missing = pu_store(root, second[1], 1)
     shutil.rmtree(missing)
-    flipped = store_path(root, second[0], 0) / "data.mdb"
+    flipped = pu_store(root, second[0], 0) / "data.mdb"
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2] ^= 0xFF
     flipped.write_bytes(bytes(data))
-    untouched = store_path(root, second[0], 1)
+    untouched = pu_store(root, second[0], 1)
 
     # killed after the rebuild's first re-run epoch: the next start finishes the same rebuild
     crash = {**env, "RESCALER_FAULT_CRASH_DURING": "rebuild"}
@@ -236,7 +236,7 @@ def test_a_store_lost_while_the_runner_runs_is_rebuilt_before_it_counts_again(
         240,
         "a snapshot and six epochs",
     )
-    lost = store_path(state / PIPELINE, "word_count", 1)
+    lost = pu_store(state / PIPELINE, "word_count", 1)
     assert lost.is_dir()
     shutil.rmtree(lost, ignore_errors=True)
     runner.wait_exit()
@@ -323,7 +323,7 @@ def test_a_lost_store_without_a_snapshot_is_refused_before_anything_changes(
     env = {"RESCALER_RECOVERY_DIR": str(tmp_path / "recovery")}
     start_runner(state, PIPELINE, *_args(3), env=env).wait_exit()
     root = state / PIPELINE
-    shutil.rmtree(store_path(root, "word_count", 1))
+    shutil.rmtree(pu_store(root, "word_count", 1))
     commits = sorted(p.name for p in (root / "checkpoint" / "commits").iterdir())
     refused = start_runner(state, PIPELINE, *_args(5), env=env, log_name="refused")
     assert refused.proc.wait(timeout=240) != 0
@@ -331,4 +331,4 @@ def test_a_lost_store_without_a_snapshot_is_refused_before_anything_changes(
     assert "word_count PU 1: missing" in tail and "no snapshot" in tail, tail
     assert "--restore-from" in tail, "the refusal says what to do"
     assert sorted(p.name for p in (root / "checkpoint" / "commits").iterdir()) == commits
-    assert not store_path(root, "word_count", 1).exists(), "nothing was opened empty"
+    assert not pu_store(root, "word_count", 1).exists(), "nothing was opened empty"

@@ -14,10 +14,11 @@ from rescaler.operations.models import RescaleOperation, RescaleStep
 from rescaler.operations.requests import operation_request
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, request_body
 from workers.hashing import vnode_of
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.placement import PlacementStore, VnodeMapping
 from workers.state import Update, encode_key, open_store
+from workers.store_homes import StoreHomes
 
 pytestmark = pytest.mark.django_db
 
@@ -43,9 +44,19 @@ def state(_state_dir: Path, cluster: Pipeline) -> dict[str, int]:
             Update(encode_key(vnode, word.encode()), None, operator.encode(count))
         )
     for pu, updates in by_pu.items():
-        with open_store("lmdb", store_path(pipeline_dir, FRAGMENT, pu)) as store:
+        with open_store("lmdb", pu_store(pipeline_dir, FRAGMENT, pu)) as store:
             store.commit_epoch(0, updates)
+    ran_here(pipeline_dir, FRAGMENT, [0, 1])
     return counts
+
+
+def ran_here(pipeline_dir: Path, fragment: str, pus: list[int]) -> None:
+    """What the runner records from its PU tasks' reports: their stores are on this host."""
+    StoreHomes(pipeline_dir).update(
+        {"fragment": fragment, "pu": pu, "executor": "driver", "host": "localhost",
+         "store_root": str(local_root(pipeline_dir))}
+        for pu in pus
+    )  # fmt: skip
 
 
 def test_a_key_with_state(viewer_client: APIClient, state: dict[str, int]) -> None:
@@ -67,7 +78,7 @@ def test_the_answer_says_which_epoch_it_is_as_of(
     vnode = vnode_of("apple", VNODES)
     owner = 0 if vnode < 8 else 1
     operator = get_pipeline(PIPELINE).fragment(FRAGMENT).operator
-    path = store_path(_state_dir / PIPELINE, FRAGMENT, owner)
+    path = pu_store(_state_dir / PIPELINE, FRAGMENT, owner)
     with open_store("lmdb", path) as store:
         key = encode_key(vnode, b"apple")
         store.commit_epoch(1, [])
@@ -204,7 +215,8 @@ def test_a_processor_key_shows_each_state_variable_and_its_timers(
             {"key": ["ann", "ann"], "seq": [0, 1], "vnode": [vnode, vnode],
              "page": ["p1", "p2"], "bytes": [10, 20]}
         )  # fmt: skip
-        with open_store("lmdb", store_path(pipeline_dir, frag.name, 0)) as store:
+        ran_here(pipeline_dir, frag.name, [0])
+        with open_store("lmdb", pu_store(pipeline_dir, frag.name, 0)) as store:
             runs = [
                 ProcessorRun(op, store, None, section=section_of(i), same_key=i == 0)
                 for i, op in enumerate(region.operators)

@@ -22,7 +22,7 @@ from workers.barrier import Barrier, owned_vnodes, route_record, route_slots
 from workers.control import Command, LocalControl
 from workers.epoch import TaskSpec, run_task
 from workers.hashing import vnode_of
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.operators import KeyedOperator, Record
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
 from workers.rescale.executor import HoldQueueBounds, RescaleExecutor
@@ -176,13 +176,13 @@ class SimRunner:
     def state_by_store(self) -> dict[int, dict[str, tuple[int, Any]]]:
         """PU -> key -> (vnode, value), for every store that exists."""
         out: dict[int, dict[str, tuple[int, Any]]] = {}
-        base = self.root / "stores" / FRAGMENT
+        base = local_root(self.root) / "stores" / FRAGMENT
         if not base.is_dir():
             return out
         for path in sorted(base.iterdir()):
             pu = int(path.name[3:])
             with open_store(
-                self.backend, store_path(self.root, FRAGMENT, pu), readonly=True
+                self.backend, pu_store(self.root, FRAGMENT, pu), readonly=True
             ) as store:
                 rows = {}
                 for key, value in store.scan():

@@ -10,7 +10,7 @@ import pytest
 
 from workers.epoch import RoutingError, TaskSpec, run_task
 from workers.hashing import vnode_of
-from workers.layout import sink_path, store_path
+from workers.layout import pu_store, sink_path
 from workers.operators import Count, UserActivity
 from workers.state import BACKENDS, open_store
 from workers.state.base import encode_key
@@ -54,7 +54,7 @@ def _run(spec: TaskSpec, batch: pa.RecordBatch | None) -> tuple[pa.Table, list[s
 
 
 def _value(tmp_path: Path, backend: str, operator, key: str):
-    with open_store(backend, store_path(tmp_path, "frag", 7), readonly=True) as store:
+    with open_store(backend, pu_store(tmp_path, "frag", 7), readonly=True) as store:
         raw = store.get(encode_key(vnode_of(key, VNODES), key.encode()))
     return None if raw is None else operator.decode(raw)
 
@@ -107,7 +107,7 @@ def test_records_of_a_vnode_the_pu_does_not_own_are_refused(tmp_path: Path) -> N
         pytest.skip("a and b share a vnode")  # deterministic: never true for these keys
     with pytest.raises(RoutingError, match="does not own"):
         _run(spec, batch)
-    with open_store("lmdb", store_path(tmp_path, "frag", 7), readonly=True) as store:
+    with open_store("lmdb", pu_store(tmp_path, "frag", 7), readonly=True) as store:
         assert store.applied_epoch() == -1, "a refused epoch writes nothing"
 
 
@@ -126,5 +126,5 @@ def test_terminal_fragment_writes_the_sink_idempotently(tmp_path: Path) -> None:
 def test_empty_partition_advances_the_marker(tmp_path: Path) -> None:
     _, stats = _run(_spec(tmp_path, Count(), 4, "lmdb"), None)
     assert '"records": 0' in stats[0]
-    with open_store("lmdb", store_path(tmp_path, "frag", 7), readonly=True) as store:
+    with open_store("lmdb", pu_store(tmp_path, "frag", 7), readonly=True) as store:
         assert store.applied_epoch() == 4

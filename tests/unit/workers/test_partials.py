@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from workers import partials
 from workers.epoch import TaskSpec, run_task
 from workers.hashing import vnode_of
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.operators import (
     Count,
     KeyedOperator,
@@ -122,7 +122,7 @@ def _run(spec: TaskSpec, table: pa.Table | None) -> tuple[pa.Table, dict]:
 
 
 def _state(root: Path, operator) -> dict:
-    with open_store("lmdb", store_path(root, "frag", 3), readonly=True) as store:
+    with open_store("lmdb", pu_store(root, "frag", 3), readonly=True) as store:
         return {
             decode_key(k)[1].decode(): operator.to_json(operator.decode(v)) for k, v in store.scan()
         }

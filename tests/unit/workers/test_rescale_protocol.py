@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.unit.workers.rescale_sim import FRAGMENT, Crash, SimRunner, oracle
 from workers.hashing import key_range_index, stable_hash64, vnode_of
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.pipeline.placement import CutVnode
 from workers.rescale.executor import HoldQueueBounds
 from workers.rescale.orchestrator import Orchestrator
@@ -190,7 +190,7 @@ def check_final(h: Harness, plan, operation_id: str) -> dict[str, Any]:
             )
     assert set(placement.mapping) <= set(placement.parallel_units)
     for pu in stores:  # a cut vnode ends whole on one PU, its ranges' seals gone with it
-        with open_store(sim.backend, store_path(sim.root, FRAGMENT, pu), readonly=True) as store:
+        with open_store(sim.backend, pu_store(sim.root, FRAGMENT, pu), readonly=True) as store:
             assert store.sealed_key_ranges() == {}, f"PU {pu} keeps sealed key ranges"
     actual = {k: v for rows in stores.values() for k, (_, v) in rows.items()}
     assert actual == oracle(h.fed), "I2/I3: final state differs from the oracle"

@@ -8,10 +8,12 @@ encoding used before the vectorised path (msgpack's compact forms, UserActivity 
 
 from __future__ import annotations
 
+import os
 import struct
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import msgpack
 import numpy as np
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 
 from workers.epoch import TaskSpec, run_task
 from workers.hashing import vnode_of
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.operators import (
     Count,
     KeyedOperator,
@@ -141,7 +143,7 @@ def _bits(table: pa.Table) -> dict[str, list[Any]]:
 
 
 def _store(root: Path, backend: str) -> tuple[Any, ...]:
-    with open_store(backend, store_path(root, "frag", 3), readonly=True) as s:
+    with open_store(backend, pu_store(root, "frag", 3), readonly=True) as s:
         return list(s.scan()), s.vnode_stats(), s.applied_epoch()
 
 
@@ -151,7 +153,7 @@ def _seed(root: Path, backend: str, op: KeyedOperator, states: dict[str, Any]) -
         Update(encode_key(vnode_of(k, VNODES), k.encode()), None, b"\x01" + msgpack.packb(v))
         for k, v in states.items()
     ]
-    with open_store(backend, store_path(root, "frag", 3)) as s:
+    with open_store(backend, pu_store(root, "frag", 3)) as s:
         s.commit_epoch(0, updates)
 
 
@@ -173,7 +175,11 @@ def compare_paths(
 ) -> None:
     """Run the epochs through both paths; assert identical outputs, stores, and replays."""
     op = OPERATORS[name]
-    with tempfile.TemporaryDirectory() as tmp:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        # each example its own executor directory: the stores of one never meet another's
+        mock.patch.dict(os.environ, {"RESCALER_LOCAL_DIR": f"{tmp}/executor"}),
+    ):
         roots = {mode: Path(tmp) / mode for mode in ("vector", "per_key")}
         if legacy:
             for root in roots.values():

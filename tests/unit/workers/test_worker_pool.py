@@ -11,7 +11,7 @@ import pytest
 
 from workers.config import RunnerConfig
 from workers.control import Command
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.membership import DecommissionRefused, ExecutorSeen
 from workers.pipeline.placement import VnodeMapping
 from workers.worker_pool import ExecutorsMissing, WorkerPool
@@ -43,7 +43,7 @@ def test_start_binds_executors_and_bootstraps_their_stores(tmp_path: Path) -> No
     assert p.pool.usable_pus() == {0, 1}
     root = p.cfg.pipeline_dir
     for pu in (0, 1):
-        assert (store_path(root, "count", pu)).is_dir()
+        assert (pu_store(root, "count", pu)).is_dir()
         record = json.loads((root / "bootstrap" / f"pu-{pu}.json").read_text())
         assert record == {"epoch": 0, "mapping_versions": {"count": 1}}
     assert p.changes == [], "the start is reported by the runner itself"
@@ -66,7 +66,7 @@ def test_a_join_and_a_loss_reach_the_runner_at_the_barrier(tmp_path: Path) -> No
     p.pool.observe(7)
     assert p.changes == [7]
     assert p.pool.usable_pus() == {0, 1, 2}
-    assert (store_path(p.cfg.pipeline_dir, "count", 2)).is_dir()
+    assert (pu_store(p.cfg.pipeline_dir, "count", 2)).is_dir()
     p.seen = p.seen[:2]
     p.pool.observe(8)
     assert p.changes == [7, 8]

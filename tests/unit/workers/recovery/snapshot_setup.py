@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.snapshots import Pending, SnapshotEvery, Snapshots
@@ -82,7 +82,7 @@ def fill(
         entries[key] = value
         by_pu[mapping.mapping[vnode]].append(Update(key, None, value))
     for pu, updates in by_pu.items():
-        with open_store(backend, store_path(root, "counts", pu)) as store:
+        with open_store(backend, pu_store(root, "counts", pu)) as store:
             store.commit_epoch(epoch, updates)
     return entries
 
@@ -120,8 +120,10 @@ def take(
     pending = snapshots.due(epoch, busy=False)
     assert pending is not None
     for pu in mapping.parallel_units:  # what each PU's epoch task does after its commit
-        with open_store(backend, store_path(pipeline_dir, "counts", pu)) as store:
-            store.checkpoint(staging_path(pipeline_dir, pending.snapshot_id, "counts", pu))
+        with open_store(backend, pu_store(pipeline_dir, "counts", pu)) as store:
+            store.checkpoint(
+                staging_path(local_root(pipeline_dir), pending.snapshot_id, "counts", pu)
+            )
     snapshots.write(Pending(**{**pending.__dict__, "placements": {"counts": mapping}}))
     return snapshots, entries, pending.snapshot_id
 
@@ -129,7 +131,7 @@ def take(
 def restored(root: Path, backend: str, placements: dict[str, VnodeMapping]) -> dict[bytes, bytes]:
     out: dict[bytes, bytes] = {}
     for pu in placements["counts"].parallel_units:
-        with open_store(backend, store_path(root, "counts", pu), readonly=True) as store:
+        with open_store(backend, pu_store(root, "counts", pu), readonly=True) as store:
             for key, value in store.scan():
                 vnode = int.from_bytes(key[:2], "big")
                 assert placements["counts"].mapping[vnode] == pu, "a vnode restored off its owner"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.workers.recovery.snapshot_setup import VNODES, InProcessSpark, fill, take
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.pipeline.placement import (
     CutVnode,
     EpochPlan,
@@ -60,7 +60,9 @@ def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend:
         == 3
     )
     assert {s.status for s in _check(root, backend, 5).values()} == {OK}
-    assert not sums_path(root, "counts", 0).exists(), "a whole store's checksums are used up"
+    assert not sums_path(local_root(root), "counts", 0).exists(), (
+        "a whole store's checksums are used up"
+    )
 
     seal_stores(
         InProcessSpark(), pipeline_dir=root, backend=backend, placements={"counts": MAPPING}
@@ -68,8 +70,8 @@ def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend:
     # PU 0's store is gone; one file of PU 1's changed while no runner had it open
     import shutil
 
-    shutil.rmtree(store_path(root, "counts", 0))
-    files = sorted(p for p in store_path(root, "counts", 1).iterdir() if p.stat().st_size)
+    shutil.rmtree(pu_store(root, "counts", 0))
+    files = sorted(p for p in pu_store(root, "counts", 1).iterdir() if p.stat().st_size)
     target = next(p for p in files if p.suffix in (".mdb", ".sst", ".log")) if files else None
     assert target is not None
     data = bytearray(target.read_bytes())
@@ -79,7 +81,7 @@ def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend:
     assert states[0].status == MISSING and "is gone" in states[0].detail
     assert states[1].status == CORRUPT and target.name in states[1].detail
     assert states[2].status == OK
-    assert sums_path(root, "counts", 1).exists(), "a lost store keeps its checksums"
+    assert sums_path(local_root(root), "counts", 1).exists(), "a lost store keeps its checksums"
 
     # without checksums (a crash): the applied-epoch marker against Spark's commit
     assert _check(root, backend, 7)[2].status == BEHIND
@@ -91,7 +93,7 @@ def test_a_missing_a_changed_and_a_stale_store_are_lost(tmp_path: Path, backend:
 def test_a_torn_store_file_does_not_open_and_is_lost(tmp_path: Path) -> None:
     root = tmp_path / "p"
     fill(root, "lmdb", MAPPING, 3, 500)
-    data = store_path(root, "counts", 2) / "data.mdb"
+    data = pu_store(root, "counts", 2) / "data.mdb"
     data.write_bytes(data.read_bytes()[:4096])  # no checksums: a crash left no clean stop
     state = _check(root, "lmdb", 3)[2]
     assert state.status == CORRUPT and "does not open" in state.detail
@@ -180,7 +182,7 @@ def test_a_lost_store_is_refilled_fresh_at_the_snapshot_epoch(tmp_path: Path) ->
     snapshots, entries, _ = take(tmp_path, "lmdb", MAPPING, 4)
     root = tmp_path / "state" / "p"
     lineage = (root / "checkpoint" / "metadata").read_text("utf-8")
-    with open_store("lmdb", store_path(root, "counts", 1)) as store:  # what went on after it
+    with open_store("lmdb", pu_store(root, "counts", 1)) as store:  # what went on after it
         store.commit_epoch(6, [Update(encode_key(MAPPING.vnodes_of(1)[0], b"x"), None, b"1")])
     rebuild = plan_rebuild(
         location=snapshots.location,
@@ -194,7 +196,7 @@ def test_a_lost_store_is_refilled_fresh_at_the_snapshot_epoch(tmp_path: Path) ->
     )
     (task,) = rebuild.restore_tasks(snapshots.location.uri, root, "lmdb", {"counts": MAPPING})
     restore_pu(task, ("driver", "here"))
-    with open_store("lmdb", store_path(root, "counts", 1), readonly=True) as store:
+    with open_store("lmdb", pu_store(root, "counts", 1), readonly=True) as store:
         assert store.applied_epoch() == 4
         assert dict(store.scan()) == {
             k: v for k, v in entries.items() if MAPPING.mapping[int.from_bytes(k[:2], "big")] == 1

@@ -14,7 +14,7 @@ from tests.unit.workers.recovery.snapshot_setup import (
     checkpoint_log_next,
     take,
 )
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import SnapshotCorrupt
 from workers.recovery.location import RecoveryLocation
@@ -51,9 +51,11 @@ def test_a_corrupt_segment_is_refused_and_the_previous_snapshot_offered(tmp_path
     assert pending is not None and pending.trigger == "manual" and pending.requested_by == "alice"
     checkpoint_log_next(tmp_path / "state" / "p", 4)
     for pu in (0, 1):
-        with open_store("lmdb", store_path(tmp_path / "state" / "p", "counts", pu)) as store:
+        with open_store("lmdb", pu_store(tmp_path / "state" / "p", "counts", pu)) as store:
             store.checkpoint(
-                staging_path(tmp_path / "state" / "p", pending.snapshot_id, "counts", pu)
+                staging_path(
+                    local_root(tmp_path / "state" / "p"), pending.snapshot_id, "counts", pu
+                )
             )
     manifest = snapshots.write(Pending(**{**pending.__dict__, "placements": {"counts": mapping}}))
     segment = manifest.fragments["counts"].segments[0]

@@ -17,7 +17,7 @@ from tests.unit.workers.recovery.snapshot_setup import (
     restored,
     take,
 )
-from workers.layout import store_path
+from workers.layout import local_root, pu_store
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import SnapshotError, recovery_partition
 from workers.recovery.location import RecoveryLocation, snapshot_id
@@ -39,7 +39,9 @@ from workers.state.base import COLUMNAR
 
 @pytest.mark.parametrize("backend", ["lmdb", "rocksdb"])
 @pytest.mark.parametrize("target", [1, 3, 4])
-def test_snapshot_restores_at_any_size(tmp_path: Path, backend: str, target: int) -> None:
+def test_snapshot_restores_at_any_size(
+    tmp_path: Path, backend: str, target: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mapping = VnodeMapping.initial("counts", VNODES, [0, 1])
     snapshots, entries, sid = take(tmp_path, backend, mapping, epoch=7)
     location = RecoveryLocation(tmp_path / "recovery")
@@ -57,9 +59,11 @@ def test_snapshot_restores_at_any_size(tmp_path: Path, backend: str, target: int
         assert all(mapping.mapping[v] == seg.pu for v in seg.vnodes)
         # each vnode's run is verified on its buffers at restore (no step per key in Python)
         assert all(run.checksum.startswith(COLUMNAR) for run in seg.vnodes.values())
-    assert not (tmp_path / "state" / "p" / "snapshot-staging" / sid).exists()
+    # the executors' staged copies went once written
+    assert not (local_root(tmp_path / "state" / "p") / "snapshot-staging").exists()
 
-    fresh = tmp_path / "elsewhere" / "p"
+    fresh = tmp_path / "elsewhere" / "p"  # another cluster: its executor's directory too
+    monkeypatch.setenv("RESCALER_LOCAL_DIR", str(tmp_path / "elsewhere-executor"))
     check_restorable(fresh, manifest, {"counts": VNODES})
     begin_restore(fresh, manifest, location.uri)
     placements = restore_placements(manifest, list(range(target)))
@@ -87,7 +91,7 @@ def test_snapshot_restores_at_any_size(tmp_path: Path, backend: str, target: int
     assert not (fresh / RESTORE_PROGRESS).exists()
     assert restored(fresh, backend, placements) == entries
     for pu in range(target):
-        with open_store(backend, store_path(fresh, "counts", pu), readonly=True) as store:
+        with open_store(backend, pu_store(fresh, "counts", pu), readonly=True) as store:
             assert store.applied_epoch() == 7
     assert (fresh / "checkpoint" / "commits" / "7").exists()
     # a restart reads the offsets before the last too (what was committed before it)
@@ -183,11 +187,13 @@ def test_a_snapshot_whose_epoch_never_commits_is_dropped_whole(tmp_path: Path) -
     pending = snapshots.due(5, busy=False)
     assert pending is not None
     for pu in (0, 1):
-        with open_store("lmdb", store_path(pipeline_dir, "counts", pu)) as store:
-            store.checkpoint(staging_path(pipeline_dir, pending.snapshot_id, "counts", pu))
+        with open_store("lmdb", pu_store(pipeline_dir, "counts", pu)) as store:
+            store.checkpoint(
+                staging_path(local_root(pipeline_dir), pending.snapshot_id, "counts", pu)
+            )
     snapshots.query_stopped()
     snapshots.epoch_committed(pending, {"counts": mapping})
     snapshots.wait(timeout=30)
     assert snapshots.last_error is not None and "did not commit epoch 5" in snapshots.last_error
     assert location.snapshot_ids("p") == [] and location.incomplete_ids("p") == []
-    assert not (pipeline_dir / "snapshot-staging" / pending.snapshot_id).exists()
+    assert not (local_root(pipeline_dir) / "snapshot-staging").exists(), "its copies are gone"

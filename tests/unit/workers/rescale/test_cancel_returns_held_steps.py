@@ -22,7 +22,7 @@ import pytest
 
 from tests.unit.workers.rescale_sim import FRAGMENT
 from tests.unit.workers.test_rescale_protocol import Channel, Harness, check_final, make_plan
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.rescale import exports as exports_module
 from workers.rescale.executor import HoldQueueBounds
 from workers.rescale.orchestrator import Orchestrator
@@ -116,7 +116,7 @@ def test_a_cancel_returns_the_steps_whose_export_cannot_finish(
         assert step.keys_moved == 0
     # the sources' copies are writable again: nothing stays sealed
     for pu in h.sim.placements[FRAGMENT].parallel_units:
-        path = store_path(h.root, FRAGMENT, pu)
+        path = pu_store(h.root, FRAGMENT, pu)
         if path.exists():
             with open_store("lmdb", path, readonly=True) as store:
                 assert store.sealed_vnodes() == set(), f"PU {pu} keeps vnodes sealed"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from workers.layout import store_path
+from workers.layout import pu_store
 from workers.rescale import transfer
 from workers.rescale.exports import ExportTask, export_pu
 from workers.state import open_store
@@ -36,7 +36,7 @@ def _source(root: Path, backend: str) -> dict[int, list[tuple[bytes, bytes]]]:
         1: [(k(1, b"a%05d" % i), b"v" * (i % 13)) for i in range(2_000)],
         7: [(k(7, b"z%03d" % i), bytes([i % 256]) * 40) for i in range(300)],
     }
-    with open_store(backend, store_path(root, "count", 0)) as store:
+    with open_store(backend, pu_store(root, "count", 0)) as store:
         store.commit_epoch(
             0, [Update(key, None, value) for items in rows.values() for key, value in items]
         )
@@ -73,7 +73,7 @@ def test_exported_vnodes_ingest_into_another_store_as_they_were(
         assert manifest["keys"] == len(items)
         assert manifest["bytes"] == sum(len(a) + len(b) for a, b in items)
         assert manifest["checksum"].startswith(COLUMNAR)
-    with open_store(backend, store_path(tmp_path, "count", 1)) as target:
+    with open_store(backend, pu_store(tmp_path, "count", 1)) as target:
         target.commit_epoch(0, [Update(k(1, b"stale"), None, b"s"), Update(k(3, b"n"), None, b"n")])
         for _, _, path in task.exports:
             transfer.ingest_export(target, _at(tmp_path), path)
@@ -103,7 +103,7 @@ def test_a_damaged_export_is_refused_and_the_target_keeps_what_it_had(
         (good.keys[:-1], good.values[:-1], good.manifest),  # a row lost
         (good.keys, good.values, {**good.manifest, "vnode": 2}),  # another vnode's range
     ]
-    with open_store(backend, store_path(tmp_path, "count", 1)) as target:
+    with open_store(backend, pu_store(tmp_path, "count", 1)) as target:
         target.commit_epoch(0, [Update(k(1, b"mine"), None, b"m")])
         for keys, vals, manifest in damaged:
             table = pa.Table.from_arrays([keys, vals], schema=transfer.ITEMS_SCHEMA)
@@ -119,7 +119,7 @@ def test_an_export_whose_store_disagrees_with_its_stats_fails_the_task(tmp_path:
     """The task reads exactly the keys the vnode's stats count: a store holding more is not
     exported short (the step stays held and the export is retried)."""
     _source(tmp_path, "lmdb")
-    with open_store("lmdb", store_path(tmp_path, "count", 0)) as store:
+    with open_store("lmdb", pu_store(tmp_path, "count", 0)) as store:
         # a key written behind the stats' back (as a damaged store would hold)
         env = store._writable()
         with env.txn(write=True, db=env.dbs["entries"]) as txn:

@@ -34,13 +34,13 @@ def test_an_export_in_a_fresh_process_does_not_import_pandas(backend: str, tmp_p
         f"""
         import sys
         from pathlib import Path
-        from workers.layout import store_path
+        from workers.layout import pu_store
         from workers.rescale.exports import ExportTask, export_pu
         from workers.state import open_store
         from workers.state.base import Update, encode_key
 
         root = Path({str(tmp_path)!r})
-        with open_store({backend!r}, store_path(root, "f", 0)) as store:
+        with open_store({backend!r}, pu_store(root, "f", 0)) as store:
             store.commit_epoch(
                 0, [Update(encode_key(3, b"k%05d" % i), None, b"v" * 9) for i in range(500)]
             )

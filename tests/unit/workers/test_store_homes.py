@@ -1,0 +1,99 @@
+"""Each store on its executor's own disk (workers/layout.py), where the tasks say it is
+(workers/store_homes.py), and a task Spark runs away from its PU's home refuses."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.workers.test_epoch_task import _records, _run, _spec
+from workers.epoch.spec import AwayFromHome
+from workers.layout import NoExecutorDir, adopt_shared_stores, executor_dir, local_root, pu_store
+from workers.operators import Count
+from workers.pipeline.builtins import get_pipeline
+from workers.pipeline.loading import record
+from workers.pipeline.placement import PlacementStore, VnodeMapping
+from workers.readout import ReadoutError, read_key
+from workers.store_homes import FILE, StoreHome, StoreHomes
+
+
+def test_the_executor_dir_is_its_own_setting_else_sparks_local_dirs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RESCALER_LOCAL_DIR", str(tmp_path / "disk"))
+    assert executor_dir() == tmp_path / "disk"
+    assert pu_store(tmp_path / "state" / "p", "f", 3) == tmp_path / "disk/p/stores/f/pu-3"
+    monkeypatch.delenv("RESCALER_LOCAL_DIR")
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path}/blockmgr-1,{tmp_path}/blockmgr-2")
+    assert executor_dir() == tmp_path / "blockmgr-1" / "rescaler"
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    with pytest.raises(NoExecutorDir, match="set RESCALER_LOCAL_DIR"):
+        executor_dir()
+
+
+def test_an_epoch_task_writes_its_store_in_the_executor_dir_and_says_so(
+    tmp_path: Path, executor_dir: Path
+) -> None:
+    state = tmp_path / "state" / "p"
+    _, stats = _run(_spec(state, Count(), 0, "lmdb"), _records(["a", "b"]))
+    reported = json.loads(stats[0])
+    assert reported["store_root"] == str(executor_dir / "p")
+    assert (executor_dir / "p" / "stores" / "frag" / "pu-7").is_dir()
+    assert not (state / "stores").exists(), "the driver's state directory holds no store"
+
+
+def test_a_task_away_from_its_pus_home_refuses_before_writing_anything(tmp_path: Path) -> None:
+    state = tmp_path / "state" / "p"
+    spec = dataclasses.replace(_spec(state, Count(), 0, "lmdb"), homes=("5",))
+    with pytest.raises(
+        AwayFromHome, match="ran on executor driver, but its store is on executor 5"
+    ):
+        _run(spec, _records(["a"]))
+    assert not local_root(state).exists()
+    # at home it runs
+    _run(dataclasses.replace(spec, homes=("driver",)), _records(["a"]))
+    assert pu_store(state, "frag", 7).is_dir()
+
+
+def test_the_record_is_rewritten_only_when_a_home_changes(tmp_path: Path) -> None:
+    homes = StoreHomes(tmp_path)
+    row = {"fragment": "f", "pu": 1, "executor": "2", "host": "h", "store_root": "/d/p"}
+    assert homes.update([row, {"fragment": "f", "pu": 9}])  # a row without a home is skipped
+    mtime = (tmp_path / FILE).stat().st_mtime_ns
+    assert not homes.update([row])
+    assert (tmp_path / FILE).stat().st_mtime_ns == mtime
+    assert homes.update([{**row, "executor": "3", "store_root": "/e/p"}])
+    assert StoreHomes(tmp_path).load() == {("f", 1): StoreHome("3", "h", "/e/p")}
+
+
+def test_the_key_finder_says_where_a_store_it_cannot_read_is(
+    tmp_path: Path, executor_dir: Path
+) -> None:
+    state = tmp_path / "state"
+    pipeline_dir = state / "wordcount"
+    pipeline = get_pipeline("wordcount")
+    record(pipeline_dir, "wordcount", pipeline)
+    frag = pipeline.fragments[-1].name
+    vnodes = pipeline.fragments[-1].vnodes
+    PlacementStore(pipeline_dir).save({frag: VnodeMapping.initial(frag, vnodes, [0])})
+    StoreHomes(pipeline_dir).update(
+        [{"fragment": frag, "pu": 0, "executor": "4", "host": "far", "store_root": "/nowhere/x"}]
+    )
+    with pytest.raises(ReadoutError, match=r"on executor 4 \(far\).*not readable here"):
+        read_key(state, "wordcount", frag, "apple")
+
+
+def test_local_mode_adopts_the_stores_an_earlier_release_kept_in_the_state_dir(
+    tmp_path: Path,
+) -> None:
+    pipeline_dir = tmp_path / "state" / "p"
+    (pipeline_dir / "stores" / "f" / "pu-0").mkdir(parents=True)
+    (pipeline_dir / "stores" / "f" / "pu-0" / "data.mdb").write_bytes(b"x")
+    root = tmp_path / "executors" / "driver" / "p"
+    assert adopt_shared_stores(pipeline_dir, root)
+    assert (root / "stores" / "f" / "pu-0" / "data.mdb").read_bytes() == b"x"
+    assert not (pipeline_dir / "stores").exists()
+    assert not adopt_shared_stores(pipeline_dir, root)  # once
