@@ -27,10 +27,16 @@ Outcome = AutoscalingDecision.Outcome
 RECOMMEND = {"mode": "recommend", "stabilisation_s": 60, "cooldown_s": 60, "catch_up_s": 120}
 
 
-def stepped(admin: Any, **policy: Any) -> Pipeline:
-    """word_count on 2 PUs whose signals call for 3 (tests/unit/api/test_autoscaling.py)."""
+def stepped(admin: Any, *, end_at: float | None = None, **policy: Any) -> Pipeline:
+    """word_count on 2 PUs whose signals call for 3 (tests/unit/api/test_autoscaling.py), the
+    last of its 60 epochs committed at ``end_at`` (default: now)."""
     pipeline = register_cluster(epochs=0)
-    report_epochs(count=60, records=lambda e, pu: 900 if e >= 5 else 300, busy_s_per_record=0.002)
+    report_epochs(
+        count=60,
+        records=lambda e, pu: 900 if e >= 5 else 300,
+        busy_s_per_record=0.002,
+        end_at=end_at,
+    )
     autoscaling_policy_update(user=admin, pipeline=PIPELINE, changes={**RECOMMEND, **policy})
     return pipeline
 

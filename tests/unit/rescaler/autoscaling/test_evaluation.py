@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -228,10 +229,19 @@ def test_epochs_reach_the_task_and_it_starts_the_rescale(
     monkeypatch.undo()  # the real evaluate_later, with the task run in place
     monkeypatch.setattr("rescaler.operations.enqueue.operation_drive_enqueue", lambda pk: None)
     monkeypatch.setitem(tasks.autoscaling_evaluate.app.conf, "task_always_eager", True)
-    stepped(admin, mode="auto")
+    # the next epoch 2 s after the 60th, however long the test took to get there: its input
+    # rate is its records over that gap
+    last = time.time()
+    stepped(admin, end_at=last, mode="auto")
     assert not RescaleOperation.objects.exists()  # the policy came after the epochs
     with django_capture_on_commit_callbacks(execute=True):
-        report_epochs(count=1, records=lambda e, pu: 900, first_epoch=60, busy_s_per_record=0.002)
+        report_epochs(
+            count=1,
+            records=lambda e, pu: 900,
+            first_epoch=60,
+            busy_s_per_record=0.002,
+            end_at=last + 2.0,
+        )
     row = AutoscalingDecision.objects.get()
     assert row.outcome == Outcome.STARTED and RescaleOperation.objects.get() == row.operation
 
