@@ -281,7 +281,13 @@ def standalone_main(args: argparse.Namespace) -> int:
     import threading
 
     from workers.config import default_state_dir
-    from workers.provider import LocalMaster, LocalProvider, ProviderError, local_workers_dir
+    from workers.provider import (
+        LocalMaster,
+        LocalProvider,
+        ProviderError,
+        local_store_dir,
+        local_workers_dir,
+    )
 
     if args.workers < 0 or args.cores < 1:
         print("error: --workers must be >= 0 and --cores >= 1", file=sys.stderr)
@@ -296,7 +302,11 @@ def standalone_main(args: argparse.Namespace) -> int:
         url = master.start()
         print(f"Spark master {url} (web UI :{master.webui_port})", file=sys.stderr, flush=True)
         # the same registry the control plane's local provider uses to add and release workers
-        provider = LocalProvider(url, local_workers_dir(state_dir=state_dir))
+        provider = LocalProvider(
+            url,
+            local_workers_dir(state_dir=state_dir),
+            local_dir=local_store_dir(state_dir=state_dir),
+        )
         for _ in range(args.workers):
             print(f"  {provider.add(args.cores)}", file=sys.stderr, flush=True)
         if args.url_file:

@@ -27,6 +27,7 @@ from workers.provider.local import (
     LocalMaster,
     LocalProvider,
     LocalWorker,
+    local_store_dir,
     local_workers_dir,
 )
 from workers.provider.processes import free_port, spark_home, wait_for_port
@@ -41,6 +42,7 @@ __all__ = [
     "ProviderError",
     "WorkerProvider",
     "free_port",
+    "local_store_dir",
     "local_workers_dir",
     "provider_from_env",
     "spark_home",
@@ -61,7 +63,7 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> WorkerProvider:
             "(scripts/dev --workers N) or set RESCALER_WORKER_PROVIDER=command"
         )
     if kind == "local":
-        return LocalProvider(master, local_workers_dir(env))
+        return LocalProvider(master, local_workers_dir(env), local_dir=local_store_dir(env))
     if kind == "command":
         command = env.get("RESCALER_WORKER_PROVIDER_COMMAND", "")
         if not command:

@@ -50,7 +50,15 @@ class LocalProvider:
 
     name = "local"
 
-    def __init__(self, master_url: str, directory: Path, memory: str = "1g") -> None:
+    def __init__(
+        self,
+        master_url: str,
+        directory: Path,
+        memory: str = "1g",
+        local_dir: Path | None = None,
+    ) -> None:
+        """``local_dir``: this host's disk for the executors' stores (:func:`local_store_dir`;
+        default ``local`` in ``directory``)."""
         if not master_url.startswith("spark://"):
             raise ProviderError(
                 f"the local provider needs a standalone master (SPARK_MASTER=spark://host:7077), "
@@ -60,7 +68,7 @@ class LocalProvider:
         self.dir = Path(directory)
         self.memory = memory
         # this host's disk for the executors' stores (RESCALER_LOCAL_DIR of every worker here)
-        self.local_dir = self.dir / "local"
+        self.local_dir = Path(local_dir) if local_dir is not None else self.dir / "local"
 
     # -- the registry ------------------------------------------------------------------------
     def _registry(self) -> Path:
@@ -233,6 +241,17 @@ class LocalMaster:
         if self.proc is not None:
             stop_group(self.proc.pid)
             self.proc = None
+
+
+def local_store_dir(env: Mapping[str, str] | None = None, state_dir: Path | None = None) -> Path:
+    """The directory this machine's standalone workers keep their executors' stores in:
+    ``RESCALER_LOCAL_DIR``, else ``executors/local-workers`` beside ``state_dir`` (default
+    ``STATE_DIR``): never inside the driver's state directory (docs/elastic-workers.md)."""
+    env = os.environ if env is None else env
+    if env.get(LOCAL_DIR):
+        return Path(env[LOCAL_DIR])
+    state = state_dir or Path(env.get("STATE_DIR") or Path.cwd() / "var" / "state")
+    return Path(state).absolute().parent / "executors" / "local-workers"
 
 
 def local_workers_dir(env: Mapping[str, str] | None = None, state_dir: Path | None = None) -> Path:

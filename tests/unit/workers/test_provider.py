@@ -50,3 +50,13 @@ def test_a_release_after_the_runner_restarted_stops_the_machine_of_the_new_appli
         return None if found is None else found.worker_id
 
     assert [machine(e) for e in ("0", "1", "2", "3")] == [3, 1, 4, None]
+
+
+def test_the_local_workers_keep_their_stores_outside_the_state_directory(tmp_path: Path) -> None:
+    from workers.provider import local_store_dir
+
+    state = tmp_path / "var" / "state"
+    assert local_store_dir({}, state) == tmp_path / "var" / "executors" / "local-workers"
+    assert local_store_dir({"STATE_DIR": str(state)}) == local_store_dir({}, state)
+    assert local_store_dir({"RESCALER_LOCAL_DIR": "/disk"}, state) == Path("/disk")
+    assert not local_store_dir({}, state).is_relative_to(state)
