@@ -25,22 +25,24 @@ __all__ = [
 def binary_parts(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, data) of a binary or string column: value i is ``data[offsets[i]:offsets[i+1]]``.
 
-    Offsets are int64 and index ``data`` directly (the array's own slice offset is applied).
-    A null value's bytes are unspecified (usually empty): callers mask nulls themselves.
+    Offsets are int64 (32-bit ones widened) and index ``data``, the column's bytes as uint8,
+    directly: the array's own slice offset is applied, and the bytes are not copied. A column of
+    another type is cast to large_binary first. A null value's bytes are unspecified (usually
+    empty): callers mask nulls themselves.
     """
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    if (
-        pa.types.is_string(array.type)
-        or pa.types.is_large_string(array.type)
-        or not pa.types.is_large_binary(array.type)
-    ):
-        array = array.cast(pa.large_binary())
+    kind = array.type
+    wide = pa.types.is_large_binary(kind) or pa.types.is_large_string(kind)
+    if not (wide or pa.types.is_binary(kind) or pa.types.is_string(kind)):
+        array, wide = array.cast(pa.large_binary()), True
     n = len(array)
     buffers = array.buffers()
-    offsets = np.frombuffer(buffers[1], np.int64)[array.offset : array.offset + n + 1]
     if n == 0:
         offsets = np.zeros(1, np.int64)
+    else:
+        offsets = np.frombuffer(buffers[1], np.int64 if wide else np.int32)
+        offsets = offsets[array.offset : array.offset + n + 1].astype(np.int64, copy=False)
     data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None else np.empty(0, np.uint8)
     return offsets, data
 

@@ -26,10 +26,11 @@ Messages the stream no longer has (removed by its limits or a purge) before the 
 are data loss; with ``fail_on_data_loss`` (default true) reading such a range fails and says so.
 
 The modules: ``jetstream_options`` (the options, the JSON fields, the errors),
-``jetstream_pull`` (one range pulled from its consumer, over ``jetstream_wire``'s socket or
-nats-py), ``jetstream_batch`` (the pulled messages as the source's Arrow batch) and this one,
-the reader (offsets, partitions, the consumer of a read, progress) and the source. The names
-the rest of the code imports from here are re-exported.
+``jetstream_pull`` (one range pulled from its consumer, over ``jetstream_wire``'s socket, whose
+frames ``jetstream_frames`` parses, or nats-py), ``jetstream_batch`` (the pulled messages as
+the source's Arrow batch) and this one, the reader (offsets, partitions, the consumer of a
+read, progress) and the source. The names the rest of the code imports from here are
+re-exported.
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from workers.natsio import JETSTREAM_HINT, NatsUnavailable, close, connect, redact
 from workers.sources.jetstream_batch import to_batch
+from workers.sources.jetstream_frames import Pulled
 from workers.sources.jetstream_options import JETSTREAM, DataLoss, JetStreamOptions, StreamMissing
 from workers.sources.jetstream_pull import SeqRange, pull
-from workers.sources.jetstream_wire import Pulled
 
 __all__ = [
     "JETSTREAM",

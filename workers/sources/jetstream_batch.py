@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workers.sources.jetstream_frames import Pulled
 from workers.sources.jetstream_options import JetStreamOptions, JsonField
-from workers.sources.jetstream_wire import Pulled
 
 MALFORMED_SAMPLE = 200  # characters of a bad payload kept in its _malformed reason
 _INT_RANGE = {"bigint": 2**63, "int": 2**31}

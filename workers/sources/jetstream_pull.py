@@ -21,9 +21,9 @@ from nats.js.client import JetStreamContext
 from pyspark.sql.datasource import InputPartition
 
 from workers.natsio import NatsUnavailable, redact
+from workers.sources.jetstream_frames import Pulled
 from workers.sources.jetstream_options import DataLoss, JetStreamOptions
 from workers.sources.jetstream_wire import (
-    Pulled,
     WireError,
     WireUnsupported,
     plain_address,

@@ -3,9 +3,9 @@
 The modules: ``base`` (the interface), below it ``keys`` (the key layout, the tables, a vnode's
 stats), ``errors``, ``columns`` (binary columns as buffers), ``exports`` (a vnode's export and
 its verification) and ``key_ranges`` (an atomic write and the key-range steps in it), ``commit``
-(the backend-neutral commit logic) and the backends, ``lmdb_store`` and ``rocksdb_store``, which
-import those and never this package. The backends are imported lazily so that a process using
-one never loads the other's native library.
+(the backend-neutral commit logic) and the backends, ``lmdb_store`` (on ``lmdb_env``) and
+``rocksdb_store`` (on ``rocksdb_db``), which import those and never this package. The backends
+are imported lazily so that a process using one never loads the other's native library.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from workers.hashing import KeyRange
-from workers.state.columns import binary_array, binary_parts, row_vnodes
+from workers.state.columns import binary_array, row_vnodes
 from workers.state.errors import IngestMismatch, StateStoreError, VnodeSealed
 from workers.state.exports import (
     COLUMNAR,
@@ -94,7 +94,6 @@ __all__ = [
     "VnodeStats",
     "apply_stats_delta",
     "binary_array",
-    "binary_parts",
     "check_vnodes",
     "checksum_items",
     "columnar_checksum",

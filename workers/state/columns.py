@@ -1,9 +1,9 @@
 """A store's keys and values as Arrow binary columns, built from and read as buffers.
 
-:func:`binary_array` builds a column from two buffers (the offsets and the joined bytes);
-:func:`binary_parts` reads one back as its offsets and bytes without copying, and
-:func:`row_vnodes` takes each store key's vnode from them: what a snapshot's runs, an export's
-verification and the vectorised epoch work on, with no step per row in Python.
+:func:`binary_array` builds a column from two buffers (the offsets and the joined bytes), and
+:func:`row_vnodes` takes each store key's vnode from a column's buffers (read by
+:func:`workers.columnar.binary_parts`, without copying them): what a snapshot's runs, an
+export's verification and the vectorised epoch work on, with no step per row in Python.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import cast
 
 import numpy as np
 import pyarrow as pa
+
+from workers.columnar import binary_parts
 
 # a binary array's offsets are 32-bit: past this many bytes, pa.array makes the array
 _BINARY_MAX_BYTES = (1 << 31) - 1
@@ -38,21 +40,9 @@ def binary_array(items: Sequence[bytes | memoryview]) -> pa.BinaryArray:
     )
 
 
-def binary_parts(array: pa.Array) -> tuple[np.ndarray, memoryview]:
-    """A (large_)binary array's offsets (``len + 1``, absolute) and the bytes they index, for
-    a sliced array too, without copying."""
-    buffers = array.buffers()
-    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
-    offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)
-    offsets = offsets[array.offset : array.offset + len(array) + 1]
-    data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
-    return offsets, data
-
-
 def row_vnodes(keys: pa.Array) -> np.ndarray:
     """Each store key's vnode (its first two bytes, big-endian)."""
-    offsets, data = binary_parts(keys)
-    raw = np.frombuffer(data, dtype=np.uint8)
+    offsets, raw = binary_parts(keys)
     starts = offsets[:-1]
     vnodes: np.ndarray = raw[starts].astype(np.int32) * 256 + raw[starts + 1]
     return vnodes

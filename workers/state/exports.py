@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from workers.state.columns import binary_parts, row_vnodes
+from workers.columnar import binary_parts
+from workers.state.columns import row_vnodes
 from workers.state.errors import IngestMismatch
 from workers.state.keys import MAX_VNODES, VNODE_PREFIX, VnodeStats
 
@@ -60,7 +61,7 @@ def columnar_checksum(keys: pa.Array, values: pa.Array) -> str:
         offsets, data = binary_parts(array)
         digest.update(np.diff(offsets).astype(">u4").tobytes())
         if len(offsets) > 1:
-            digest.update(data[int(offsets[0]) : int(offsets[-1])])
+            digest.update(data[int(offsets[0]) : int(offsets[-1])].data)  # a memoryview, no copy
     return COLUMNAR + digest.hexdigest()
 
 

@@ -7,8 +7,9 @@ process may open a RocksDB read-write (the LOCK file); readonly stores use Rocks
 mode, which takes no lock and sees what was committed when it was opened (it replays the WAL).
 
 rocksdict objects that refer to the database (column-family handles, iterators) keep it open,
-and with it the LOCK, after ``Rdict.close()``. So the store drops every handle on close and never
-lets an iterator outlive one call: scans read in chunks, each from a fresh iterator.
+and with it the LOCK, after ``Rdict.close()``. So the store drops every handle on close, and
+reads through :mod:`workers.state.rocksdb_db` (which opens the database), whose iterators never
+outlive one call: scans read in chunks, each from a fresh iterator.
 """
 
 from __future__ import annotations
@@ -19,21 +20,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pyarrow as pa
-from rocksdict import (
-    AccessType,
-    BlockBasedOptions,
-    Cache,
-    Checkpoint,
-    ColumnFamily,
-    Options,
-    Rdict,
-    ReadOptions,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import Checkpoint, ColumnFamily, Rdict, WriteBatch, WriteOptions
 
 from workers.state.base import ColumnUpdates, StateStore, Update
 from workers.state.columns import binary_array
@@ -62,48 +52,16 @@ from workers.state.keys import (
     check_vnodes,
     vnode_range,
 )
-
-_SIDE_CFS = ("meta", "stats", "outputs", "sealed")
-_SCAN_CHUNK = 4096
-_BLOCK_CACHE_BYTES = 64 << 20
-
-_cache_lock = threading.Lock()
-_block_cache: Cache | None = None
-
-
-def _shared_block_cache() -> Cache:
-    """One block cache per process: a Spark Python worker reopens its store every task, and a
-    per-open cache would start cold each time."""
-    global _block_cache
-    with _cache_lock:
-        if _block_cache is None:
-            _block_cache = Cache(_BLOCK_CACHE_BYTES)
-        return _block_cache
-
-
-def _options() -> Options:
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    table = BlockBasedOptions()
-    table.set_bloom_filter(10, False)
-    table.set_block_cache(_shared_block_cache())
-    opts.set_block_based_table_factory(table)
-    opts.set_max_background_jobs(2)
-    # A new info LOG is started at every open, i.e. every task: keep only a few.
-    opts.set_keep_log_file_num(2)
-    return opts
-
-
-# rocksdict's stubs type keys and values as any scalar; in raw mode they are bytes.
-def _multi_get(rdict: Rdict, keys: list[bytes]) -> list[bytes | None]:
-    return cast("list[bytes | None]", rdict.get(cast("list[Any]", keys)))
-
-
-def _items(
-    rdict: Rdict, start: bytes | None = None, read_opts: ReadOptions | None = None
-) -> Iterator[tuple[bytes, bytes]]:
-    return cast("Iterator[tuple[bytes, bytes]]", rdict.items(from_key=start, read_opt=read_opts))
+from workers.state.rocksdb_db import (
+    SCAN_CHUNK,
+    SIDE_CFS,
+    delete_range_into,
+    iter_items,
+    multi_get,
+    open_db,
+    read_chunk,
+    read_column,
+)
 
 
 class RocksStore(StateStore):
@@ -111,32 +69,10 @@ class RocksStore(StateStore):
 
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         super().__init__(path, readonly=readonly)
-        if readonly:
-            if not (self.path / "CURRENT").is_file():
-                raise StateStoreError(f"no RocksDB state store at {self.path}")
-            access = AccessType.read_only(False)
-        else:
-            if (self.path / "data.mdb").exists():
-                raise StateStoreError(f"{self.path} holds an LMDB store, not a RocksDB one")
-            self.path.mkdir(parents=True, exist_ok=True)
-            access = AccessType.read_write()
-        try:
-            db = Rdict(
-                str(self.path),
-                _options(),
-                column_families={name: Options(raw_mode=True) for name in _SIDE_CFS},
-                access_type=access,
-            )
-        except Exception as exc:  # rocksdict raises bare Exception
-            if "lock" in str(exc).lower():
-                raise StateStoreError(
-                    f"RocksDB store {self.path} is already open read-write (by another process "
-                    f"or another store in this one); RocksDB allows one read-write opener: {exc}"
-                ) from exc
-            raise StateStoreError(f"cannot open RocksDB store at {self.path}: {exc}") from exc
+        db = open_db(self.path, readonly=readonly)
         self._db: Rdict | None = db
-        self._cf: dict[str, Rdict] = {n: db.get_column_family(n) for n in _SIDE_CFS}
-        self._cfh: dict[str, ColumnFamily] = {n: db.get_column_family_handle(n) for n in _SIDE_CFS}
+        self._cf: dict[str, Rdict] = {n: db.get_column_family(n) for n in SIDE_CFS}
+        self._cfh: dict[str, ColumnFamily] = {n: db.get_column_family_handle(n) for n in SIDE_CFS}
         self._write_opts = WriteOptions()
         self._write_opts.sync = fsync_enabled()
         # Serialises read-check-write sequences (replay and seal checks, stats read-modify-write)
@@ -184,52 +120,25 @@ class RocksStore(StateStore):
         if not keys:
             return []
         # One MultiGet: a single consistent view of the keys.
-        return _multi_get(self._rdict(), keys)
+        return multi_get(self._rdict(), keys)
 
     def scan(self, start: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         position = start
         skip_first = False
         while True:
-            chunk = self._scan_chunk(position, end, _SCAN_CHUNK + skip_first)
+            chunk = read_chunk(self._rdict(), position, end, SCAN_CHUNK + skip_first)
             if skip_first and chunk and chunk[0][0] == position:
                 chunk = chunk[1:]
             yield from chunk
-            if len(chunk) < _SCAN_CHUNK:
+            if len(chunk) < SCAN_CHUNK:
                 return
             position, skip_first = chunk[-1][0], True
 
-    def _scan_chunk(self, start: bytes, end: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
-        read_opts = ReadOptions()
-        if end is not None:
-            read_opts.set_iterate_upper_bound(end)
-        items = _items(self._rdict(), start, read_opts)
-        try:
-            out: list[tuple[bytes, bytes]] = []
-            for item in items:
-                out.append(item)
-                if len(out) >= limit:
-                    break
-            return out
-        finally:
-            # The iterator pins the database (and its LOCK) past close(): drop it here even when
-            # an exception's traceback keeps this frame alive.
-            del items
-
     def vnode_columns(self, vnode: int, keys: int) -> tuple[pa.BinaryArray, pa.BinaryArray]:
         start, end = vnode_range(vnode)
-        columns = []
-        for part in ("keys", "values"):
-            read_opts = ReadOptions()
-            if end is not None:
-                read_opts.set_iterate_upper_bound(end)
-            rows = getattr(self._rdict(), part)(from_key=start, read_opt=read_opts)
-            try:
-                # the iterator's own loop, in Rust, for one row more than the stats count (to
-                # show the vnode ends where they say): no Python step per row
-                columns.append(list(itertools.islice(rows, keys + 1)))
-            finally:
-                del rows  # it pins the database past close() (see _scan_chunk)
-        found, values = columns
+        # one row more than the stats count, to show the vnode ends where they say
+        found = read_column(self._rdict(), "keys", start, end, keys + 1)
+        values = read_column(self._rdict(), "values", start, end, keys + 1)
         if len(found) > keys:
             raise StateStoreError(f"{self.path}: vnode {vnode} holds more than {keys} keys")
         return binary_array(found), binary_array(values)
@@ -237,7 +146,7 @@ class RocksStore(StateStore):
     def vnode_stats(self) -> dict[int, VnodeStats]:
         return {
             VNODE_PREFIX.unpack(k)[0]: VnodeStats(*STATS.unpack(v))
-            for k, v in _items(self._side("stats"))
+            for k, v in iter_items(self._side("stats"))
         }
 
     def epoch_outputs(self, epoch: int) -> bytes | None:
@@ -249,7 +158,7 @@ class RocksStore(StateStore):
         # the record of sealed key ranges is no vnode's key (never 2 bytes long)
         return {
             VNODE_PREFIX.unpack(k)[0]
-            for k, _ in _items(self._side("sealed"))
+            for k, _ in iter_items(self._side("sealed"))
             if len(k) == VNODE_PREFIX.size
         }
 
@@ -293,7 +202,7 @@ class RocksStore(StateStore):
             vnode_keys = [VNODE_PREFIX.pack(v) for v in vnodes]
             if vnode_keys:
                 # the range seals' record in the same MultiGet as the vnodes' seals
-                *sealed, ranges = _multi_get(self._cf["sealed"], [*vnode_keys, RANGE_SEALS_KEY])
+                *sealed, ranges = multi_get(self._cf["sealed"], [*vnode_keys, RANGE_SEALS_KEY])
                 touched = [v for v, s in zip(vnodes, sealed, strict=True) if s is not None]
                 refuse_sealed(epoch, plan, touched, ranges, self.path)
             batch = WriteBatch(raw_mode=True)
@@ -302,7 +211,7 @@ class RocksStore(StateStore):
             deque(map(batch.delete, plan.deletes), maxlen=0)
             if vnode_keys:
                 stats_cf = self._cfh["stats"]
-                current = _multi_get(self._cf["stats"], vnode_keys)
+                current = multi_get(self._cf["stats"], vnode_keys)
                 for vnode, key, raw in zip(vnodes, vnode_keys, current, strict=True):
                     old = VnodeStats(*STATS.unpack(raw)) if raw is not None else None
                     new = apply_stats_delta(old, plan.stats_delta[vnode])
@@ -316,7 +225,7 @@ class RocksStore(StateStore):
             # Point deletes of the (few) stale outputs rather than a range tombstone per epoch,
             # which would pile up in a column family read at every replay.
             keep_from = OUTPUT_KEY.pack(outputs_kept_from(epoch, outputs_from))
-            for key, _ in _items(self._cf["outputs"]):
+            for key, _ in iter_items(self._cf["outputs"]):
                 if key >= keep_from:
                     break
                 batch.delete(key, outputs_cf)
@@ -406,25 +315,7 @@ class RocksStore(StateStore):
 
         Counted from the data rather than the stats, which trust the callers' Update.old.
         """
-        start, end = vnode_range(vnode)
-        read_opts = ReadOptions()
-        if end is not None:
-            read_opts.set_iterate_upper_bound(end)
-        keys = cast("Iterator[bytes]", self._rdict().keys(from_key=start, read_opt=read_opts))
-        try:
-            if end is not None:
-                count = sum(1 for _ in keys)
-                if count:
-                    batch.delete_range(start, end)
-                return count
-            # The last vnode has no finite end key for a range tombstone: delete point by point.
-            count = 0
-            for key in keys:
-                batch.delete(key)
-                count += 1
-            return count
-        finally:
-            del keys  # as in _scan_chunk: the iterator must not outlive the call
+        return delete_range_into(self._rdict(), batch, *vnode_range(vnode))
 
 
 class _Write(StoreWrite):

@@ -75,14 +75,14 @@ def test_odd_payloads_read_the_same_both_ways(
     part = SeqRange(0, 3_000, None)
     fast = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
     bursts: list[int] = []
-    real_scan = jetstream_wire._scan
+    real_scan = jetstream_wire.scan_burst
 
     def counting(*args: Any) -> Any:
         burst = real_scan(*args)
         bursts.append(burst[3] if burst else 0)
         return burst
 
-    monkeypatch.setattr(jetstream_wire, "_scan", counting)
+    monkeypatch.setattr(jetstream_wire, "scan_burst", counting)
     again = pa.Table.from_batches(list(JetStreamStreamReader(options).read(part)))
     assert again.to_pylist() == fast.to_pylist()
     # how many messages sit whole in the buffer when it is parsed depends on the machine's

@@ -15,7 +15,8 @@ The package is split by concern, and every name is also importable from the pack
 
 * :mod:`.phases` — where a step and an operation are (phases, statuses, strategies, routing);
 * :mod:`.operation_request` — an operation as a client asks for it, and the parser's limits;
-* :mod:`.plan` — moves, steps and plans;
+* :mod:`.moves` — a vnode's move and a step, the units of a plan;
+* :mod:`.plan` — each fragment's plan and the whole plan;
 * :mod:`.commands` — runner commands and their payloads;
 * :mod:`.progress` — what the runner reports at each barrier;
 * :mod:`.events` — websocket events and audit object types.
@@ -35,6 +36,10 @@ from workers.rescale.protocol.commands import (
 from workers.rescale.protocol.events import (
     AuditObject,
     Event,
+)
+from workers.rescale.protocol.moves import (
+    Move,
+    StepSpec,
 )
 from workers.rescale.protocol.operation_request import (
     FRAGMENT_NAME_MAX_CHARS,
@@ -69,9 +74,7 @@ from workers.rescale.protocol.phases import (
 )
 from workers.rescale.protocol.plan import (
     FragmentPlan,
-    Move,
     Plan,
-    StepSpec,
 )
 from workers.rescale.protocol.progress import (
     OperationProgress,

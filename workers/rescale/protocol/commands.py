@@ -6,9 +6,10 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from workers.rescale.protocol.moves import StepSpec
 from workers.rescale.protocol.operation_request import Granularity
 from workers.rescale.protocol.phases import Strategy
-from workers.rescale.protocol.plan import Plan, StepSpec
+from workers.rescale.protocol.plan import Plan
 
 
 class CommandKind(enum.StrEnum):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from workers.sources.jetstream_batch import checked_batch, fast_batch, to_batch
+from workers.sources.jetstream_frames import Pulled
 from workers.sources.jetstream_options import JetStreamOptions
-from workers.sources.jetstream_wire import Pulled
 
 SCHEMA = "user string, ts bigint, bytes int, score double, ok boolean"
 

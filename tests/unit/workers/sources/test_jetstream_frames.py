@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from workers.sources.jetstream_wire import Pulled, _scan
+from workers.sources.jetstream_frames import Pulled, scan_burst
 
 STREAM, CONSUMER = b"S", b"C"
 HEADERS = b"NATS/1.0\r\nNats-Msg-Id: gen-1:0\r\n\r\n"
@@ -33,12 +33,12 @@ def frame(
 
 
 def read_all(window: bytes) -> tuple[list[tuple[int, str, bytes]], int]:
-    """What the reader takes from ``window``: bursts where _scan finds them, one frame at a time
+    """What the reader takes from ``window``: bursts where scan_burst finds them, one frame at a time
     (by the lengths, as the reader's single path does) elsewhere; and the bursts' message count."""
     out: list[tuple[int, str, bytes]] = []
     pos = in_bursts = 0
     while pos < len(window):
-        burst = _scan(window[pos:], STREAM, CONSUMER, 10**9)
+        burst = scan_burst(window[pos:], STREAM, CONSUMER, 10**9)
         if burst is not None:
             messages, used, _, count = burst
             assert used > 0 and count == len(messages)
@@ -74,7 +74,7 @@ def rows(messages: Pulled) -> list[tuple[int, str, bytes]]:
 def test_plain_frames_are_one_burst() -> None:
     payloads = [b'{"line":"w%05d"}' % i for i in range(500)]
     window = b"".join(frame(i + 1, p, pending=499 - i) for i, p in enumerate(payloads))
-    burst = _scan(window, STREAM, CONSUMER, 10**9)
+    burst = scan_burst(window, STREAM, CONSUMER, 10**9)
     assert burst is not None
     messages, used, pending, count = burst
     assert (used, pending, count) == (len(window), 0, 500)
@@ -92,7 +92,7 @@ def test_frames_without_headers_and_mixed() -> None:
 
 def test_at_most_the_messages_asked_for() -> None:
     window = b"".join(frame(i + 1, b"x", pending=9 - i) for i in range(10))
-    burst = _scan(window, STREAM, CONSUMER, 4)
+    burst = scan_burst(window, STREAM, CONSUMER, 4)
     assert burst is not None
     assert burst[3] == 4 and burst[2] == 6
     assert burst[1] == len(b"".join(frame(i + 1, b"x", pending=9 - i) for i in range(4)))
@@ -126,19 +126,19 @@ def test_other_lines_and_other_consumers_end_a_burst() -> None:
         + frame(3, b"c", consumer=b"OTHER")
         + frame(4, b"d")
     )
-    burst = _scan(window, STREAM, CONSUMER, 10**9)
+    burst = scan_burst(window, STREAM, CONSUMER, 10**9)
     assert burst is not None and rows(burst[0]) == [(1, "s.a", b"a")]
     after_ping = window.index(b"HMSG", window.index(b"PING"))
-    second = _scan(window[after_ping:], STREAM, CONSUMER, 10**9)
+    second = scan_burst(window[after_ping:], STREAM, CONSUMER, 10**9)
     assert second is not None and rows(second[0]) == [(2, "s.a", b"b")]
-    assert _scan(window[after_ping + second[1] :], STREAM, CONSUMER, 10**9) is None
+    assert scan_burst(window[after_ping + second[1] :], STREAM, CONSUMER, 10**9) is None
 
 
 def test_a_status_frame_is_not_a_message() -> None:
     status = b"HMSG _INBOX.x 1 28 28\r\nNATS/1.0 408 Request Timeout\r\n\r\n\r\n"
-    burst = _scan(frame(1, b"a") + status, STREAM, CONSUMER, 10**9)
+    burst = scan_burst(frame(1, b"a") + status, STREAM, CONSUMER, 10**9)
     assert burst is not None and burst[3] == 1
-    assert _scan(status, STREAM, CONSUMER, 10**9) is None
+    assert scan_burst(status, STREAM, CONSUMER, 10**9) is None
 
 
 def test_a_window_cut_anywhere_gives_only_whole_frames() -> None:
@@ -151,7 +151,7 @@ def test_a_window_cut_anywhere_gives_only_whole_frames() -> None:
     window = b"".join(frames)
     bounds = {sum(len(f) for f in frames[:k]): k for k in range(len(frames) + 1)}
     for cut in range(len(window) + 1):
-        burst = _scan(window[:cut], STREAM, CONSUMER, 10**9)
+        burst = scan_burst(window[:cut], STREAM, CONSUMER, 10**9)
         if burst is None:
             continue
         messages, used, _, count = burst
