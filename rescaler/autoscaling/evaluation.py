@@ -7,7 +7,7 @@ mode a change of size is started as a live rescale, as "apply" starts it
 
 The guard rails are the decision model's and the policy's, not repeated here: nothing is
 decided while an operation runs, while a worker drains, or within the cooldown
-(``model.decide``), and no step goes past the policy's bounds. What the autoscaler cannot
+(``sizing.decide``), and no step goes past the policy's bounds. What the autoscaler cannot
 start is recorded as refused with the reason: PUs the cluster does not have free (the worker
 provider is not asked yet), a rebalance (no request yet), a plan refused. A decision refused
 is tried again at the next evaluation while it stays the pipeline's decision.

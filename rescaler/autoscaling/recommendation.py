@@ -18,10 +18,11 @@ from typing import Any
 from django.utils import timezone
 
 from rescaler.autoscaling.decisions import decision_record
-from rescaler.autoscaling.model import Decision, DecisionKind, Policy, decide
+from rescaler.autoscaling.model import Decision, DecisionKind, Policy
 from rescaler.autoscaling.models import AutoscalingDecision
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get
 from rescaler.autoscaling.signals import pipeline_signals, read_window_s
+from rescaler.autoscaling.sizing import decide
 from rescaler.cluster.models import Pipeline
 from rescaler.operations import plans
 from rescaler.operations.models import OperationPlan, RescaleOperation

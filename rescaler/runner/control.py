@@ -15,7 +15,7 @@ from django.db import (
     transaction,
 )
 
-from rescaler.cluster import services, snapshots
+from rescaler.cluster import restores, services
 from rescaler.cluster.models import Fragment, RunnerCommand
 from rescaler.operations.progress import operation_progress_record
 from rescaler.runner import workers as _workers
@@ -58,8 +58,8 @@ class OrmControl:
         with _database():
             services.topology_register(topology=topology)
             # a runner that just restored registers as on every start: audit the restore once
-            snapshots.restore_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
-            snapshots.rebuild_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
+            restores.restore_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
+            restores.rebuild_learn(pipeline=topology.pipeline, state_dir=self.state_dir)
 
     def mapping_versions(self, pipeline: str) -> dict[str, int]:
         with _database():

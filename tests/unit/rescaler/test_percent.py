@@ -15,7 +15,7 @@ import pytest
 from dashboard import format as console_format
 from dashboard.tables import WorkerTable
 from dashboard.templatetags import console
-from rescaler.cluster.snapshots import RestoreProgressRecord
+from rescaler.cluster.snapshot_records import RestoreProgressRecord
 from rescaler.operations.selectors import Moved
 from rescaler.percent import whole_percent
 

@@ -15,9 +15,9 @@ from rescaler.autoscaling.model import (
     DecisionKind,
     Mode,
     Policy,
-    decide,
 )
 from rescaler.autoscaling.signals import pipeline_signals
+from rescaler.autoscaling.sizing import decide
 from rescaler.cluster.models import Pipeline, Worker
 from rescaler.operations.models import RescaleOperation
 from tests.unit.api.fixtures import FRAGMENT, register_cluster
