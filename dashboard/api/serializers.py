@@ -14,8 +14,12 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from dashboard.api import selectors
 from dashboard.api.rows import RowListSerializer, RowSerializer
+from dashboard.api.selectors.operations import (
+    operation_events,
+    operation_runner_progress,
+    operation_vnodes,
+)
 from dashboard.format import moved_figures
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
@@ -504,17 +508,15 @@ class OperationDetailSerializer(OperationSerializer):
     def get_progress(self, op: RescaleOperation) -> dict[str, Any] | None:
         if not op.progress:
             return None
-        return dict(RunnerProgressSerializer(selectors.operation_runner_progress(op)).data)
+        return dict(RunnerProgressSerializer(operation_runner_progress(op)).data)
 
     @extend_schema_field(OperationVnodeSerializer(many=True))
     def get_vnodes(self, op: RescaleOperation) -> list[Any]:
-        return list(
-            OperationVnodeSerializer(selectors.operation_vnodes(operation=op), many=True).data
-        )
+        return list(OperationVnodeSerializer(operation_vnodes(operation=op), many=True).data)
 
     @extend_schema_field(AuditEventSerializer(many=True))
     def get_events(self, op: RescaleOperation) -> list[Any]:
-        return list(AuditEventSerializer(selectors.operation_events(operation=op), many=True).data)
+        return list(AuditEventSerializer(operation_events(operation=op), many=True).data)
 
 
 # -- cluster information -------------------------------------------------------------------------
