@@ -31,7 +31,7 @@ from django.template.loader import render_to_string
 
 from dashboard import operation_page
 from dashboard.api.selectors.operations import step_vnodes
-from dashboard.api.serializers import (
+from dashboard.api.serializers.operations import (
     AuditEventSerializer,
     OperationDetailSerializer,
     OperationVnodeSerializer,

@@ -40,21 +40,24 @@ from dashboard.api.permissions import CanRescale
 from dashboard.api.selectors.cluster import cluster_info, worker_list
 from dashboard.api.selectors.keys import fragment_get, key_state
 from dashboard.api.selectors.operations import audit_list, operation_get, operation_list
-from dashboard.api.serializers import (
-    AuditEventSerializer,
+from dashboard.api.serializers.cluster import (
     ClusterQuerySerializer,
     ClusterSerializer,
-    DryRunSerializer,
-    KeyQuerySerializer,
-    KeyStateSerializer,
+    WorkerInfoSerializer,
+)
+from dashboard.api.serializers.keys import KeyQuerySerializer, KeyStateSerializer
+from dashboard.api.serializers.operation_request import OperationRequestSerializer
+from dashboard.api.serializers.operations import (
+    AuditEventSerializer,
     OperationDetailSerializer,
-    OperationRequestSerializer,
     OperationSerializer,
+)
+from dashboard.api.serializers.plans import DryRunSerializer
+from dashboard.api.serializers.workers import (
     WorkerAddedSerializer,
     WorkerAddSerializer,
     WorkerDrainedSerializer,
     WorkerDrainSerializer,
-    WorkerInfoSerializer,
     WorkerNoticedSerializer,
     WorkerNoticeSerializer,
     WorkerReasonSerializer,

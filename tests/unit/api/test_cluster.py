@@ -251,7 +251,7 @@ def test_the_answer_is_what_the_cluster_serializer_makes_of_it_byte_for_byte(
     worker's notice and a PU its mapping gives vnodes it is no longer registered on."""
     from dashboard.api.selectors import cluster as cluster_selectors
     from dashboard.api.selectors.cluster import cluster_info
-    from dashboard.api.serializers import ClusterSerializer
+    from dashboard.api.serializers.cluster import ClusterSerializer
     from rescaler.cluster.models import Fragment, VnodeMapping, Worker
 
     register_cluster(workers={"w1": [0, 1], "w2": [2, 3]}, initial_pus=(0, 1, 2), epochs=2)

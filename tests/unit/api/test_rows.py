@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from dashboard.api.rows import RowSerializer
 from dashboard.api.selectors.operations import operation_vnodes
-from dashboard.api.serializers import (
+from dashboard.api.serializers.operations import (
     AuditEventSerializer,
     OperationVnodeSerializer,
     StepSerializer,
