@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 from django_tables2 import RequestConfig
 
 from dashboard.api.filters import AuditFilter
-from dashboard.api.selectors import audit_list
+from dashboard.api.selectors.operations import audit_list
 from dashboard.forms import filter_params
 from dashboard.tables import AuditTable
 from rescaler.cluster.models import Pipeline

@@ -12,7 +12,7 @@ from typing import Any
 from django.http import QueryDict
 
 from dashboard.api.errors import ApiError
-from dashboard.api.selectors import fragment_get, key_state
+from dashboard.api.selectors.keys import fragment_get, key_state
 from workers.rescale.errors import RescaleError
 
 

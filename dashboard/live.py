@@ -30,8 +30,8 @@ from django.dispatch import receiver
 from django.template.loader import render_to_string
 
 from dashboard import operation_page
-from dashboard.api import selectors
-from dashboard.api.serializers import (
+from dashboard.api.selectors.operations import step_vnodes
+from dashboard.api.serializers.operations import (
     AuditEventSerializer,
     OperationDetailSerializer,
     OperationVnodeSerializer,
@@ -104,7 +104,7 @@ def operation_delta(
     changed["steps_done"] = counts.done
     vnodes: list[Any] = []
     if steps:  # the document's vnode rows, of the changed steps only
-        vnodes = list(OperationVnodeSerializer(selectors.step_vnodes(steps), many=True).data)
+        vnodes = list(OperationVnodeSerializer(step_vnodes(steps), many=True).data)
     return {
         "operation_id": operation.operation_id,
         "progress_version": version,

@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.parsers import StrictJSONParser
 from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION, CanRescale
-from dashboard.api.serializers import DryRunSerializer
+from dashboard.api.serializers.plans import DryRunSerializer
 from rescaler.autoscaling.decisions import fragment_json
 from rescaler.autoscaling.model import DecisionKind, Mode, Policy
 from rescaler.autoscaling.recommendation import Recommendation, recommendation_get

@@ -20,7 +20,7 @@ from dashboard.api.autoscaling import (
 from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.filters import DecisionFilter
 from dashboard.api.pagination import Pagination
-from dashboard.api.serializers import OPERATION_STATUS_CHOICES
+from dashboard.api.serializers.enums import OPERATION_STATUS_CHOICES
 from rescaler.autoscaling.decisions import decision_list
 from rescaler.autoscaling.models import AutoscalingDecision
 from rescaler.autoscaling.selectors import pipeline_get

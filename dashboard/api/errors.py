@@ -103,6 +103,13 @@ def pipeline_name(value: str) -> str:
     return value
 
 
+def path_text(value: str, what: str) -> str:
+    """A path segment as text Postgres can compare (it refuses NUL characters)."""
+    if "\x00" in value:
+        raise not_found(f"unknown_{what}", f"no {what} with a NUL character in its name")
+    return value
+
+
 def status_for(exc: rescale_errors.RescaleError) -> int:
     return STATUS_BY_CODE.get(exc.code, status.HTTP_400_BAD_REQUEST)
 

@@ -2,35 +2,38 @@
 
 from django.urls import path
 
-from dashboard.api import autoscaling, decisions, snapshots, views
+from dashboard.api import autoscaling, decisions, snapshots
+from dashboard.api.views import cluster, keys, operations, root, workers
 
 app_name = "api"
 
 urlpatterns = [
-    path("", views.api_root, name="root"),
-    path("cluster", views.ClusterView.as_view(), name="cluster"),
-    path("operations", views.OperationListView.as_view(), name="operations"),
+    path("", root.api_root, name="root"),
+    path("cluster", cluster.ClusterView.as_view(), name="cluster"),
+    path("operations", operations.OperationListView.as_view(), name="operations"),
     path(
         "operations/<str:operation_id>",
-        views.OperationDetailView.as_view(),
+        operations.OperationDetailView.as_view(),
         name="operation-detail",
     ),
     path(
         "operations/<str:operation_id>/cancel",
-        views.OperationCancelView.as_view(),
+        operations.OperationCancelView.as_view(),
         name="operation-cancel",
     ),
     path(
         "fragments/<str:fragment>/keys/<path:key>",
-        views.FragmentKeyView.as_view(),
+        keys.FragmentKeyView.as_view(),
         name="fragment-key",
     ),
-    path("audit", views.AuditListView.as_view(), name="audit"),
-    path("workers", views.WorkerListView.as_view(), name="workers"),
-    path("workers/<str:name>/cordon", views.WorkerCordonView.as_view(), name="worker-cordon"),
-    path("workers/<str:name>/uncordon", views.WorkerUncordonView.as_view(), name="worker-uncordon"),
-    path("workers/<str:name>/notice", views.WorkerNoticeView.as_view(), name="worker-notice"),
-    path("workers/<str:name>/drain", views.WorkerDrainView.as_view(), name="worker-drain"),
+    path("audit", operations.AuditListView.as_view(), name="audit"),
+    path("workers", workers.WorkerListView.as_view(), name="workers"),
+    path("workers/<str:name>/cordon", workers.WorkerCordonView.as_view(), name="worker-cordon"),
+    path(
+        "workers/<str:name>/uncordon", workers.WorkerUncordonView.as_view(), name="worker-uncordon"
+    ),
+    path("workers/<str:name>/notice", workers.WorkerNoticeView.as_view(), name="worker-notice"),
+    path("workers/<str:name>/drain", workers.WorkerDrainView.as_view(), name="worker-drain"),
     path(
         "pipelines/<str:name>/snapshots",
         snapshots.PipelineSnapshotsView.as_view(),

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from dashboard.api.selectors import cluster_info
+from dashboard.api.selectors.cluster import cluster_info
 from dashboard.console import cluster_matrix, skew
 from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import OperationFragment, RescaleOperation

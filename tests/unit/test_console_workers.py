@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from dashboard.api.selectors import cluster_info
+from dashboard.api.selectors.cluster import cluster_info
 from dashboard.console import PuColumn, WorkerRow, cluster_matrix, worker_rows
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services

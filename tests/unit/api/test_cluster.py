@@ -249,9 +249,9 @@ def test_the_answer_is_what_the_cluster_serializer_makes_of_it_byte_for_byte(
     time of a request at 1,024 PUs): it must already be the documented schema's shape and
     types, down to a whole float (``duration_s`` of 1.0 comes from Postgres as ``1``), a
     worker's notice and a PU its mapping gives vnodes it is no longer registered on."""
-    from dashboard.api import selectors
-    from dashboard.api.selectors import cluster_info
-    from dashboard.api.serializers import ClusterSerializer
+    from dashboard.api.selectors import cluster as cluster_selectors
+    from dashboard.api.selectors.cluster import cluster_info
+    from dashboard.api.serializers.cluster import ClusterSerializer
     from rescaler.cluster.models import Fragment, VnodeMapping, Worker
 
     register_cluster(workers={"w1": [0, 1], "w2": [2, 3]}, initial_pus=(0, 1, 2), epochs=2)
@@ -274,7 +274,7 @@ def test_the_answer_is_what_the_cluster_serializer_makes_of_it_byte_for_byte(
     fragment = Fragment.objects.get(name=FRAGMENT)
     VnodeMapping.objects.filter(fragment=fragment).update(mapping=[0] * 8 + [9] * 8)
 
-    with mock.patch.object(selectors, "_age_s", lambda at: 0.25):  # the same in both
+    with mock.patch.object(cluster_selectors, "_age_s", lambda at: 0.25):  # the same in both
         expected = ClusterSerializer(cluster_info()).data
         response = viewer_client.get(URL)
     assert response.status_code == 200

@@ -211,11 +211,12 @@ def test_the_permission_class_is_named_after_the_permission_it_checks() -> None:
     nowhere in the code (only in the migration that renamed the permission)."""
     from pathlib import Path
 
-    from dashboard.api import permissions, snapshots, views
+    from dashboard.api import permissions, snapshots
+    from dashboard.api.views import operations
 
     assert permissions.RESCALE_PERMISSION == "operations.rescale"
     assert issubclass(snapshots.CanSnapshot, permissions.CanRescale)
-    assert views.OperationListView.permission_classes[-1] is permissions.CanRescale
+    assert operations.OperationListView.permission_classes[-1] is permissions.CanRescale
     root = Path(__file__).resolve().parents[3]
     old = [
         f"{path.relative_to(root)}:{number}"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from rest_framework import serializers
 
-from dashboard.api import selectors
 from dashboard.api.rows import RowSerializer
-from dashboard.api.serializers import (
+from dashboard.api.selectors.operations import operation_vnodes
+from dashboard.api.serializers.operations import (
     AuditEventSerializer,
     OperationVnodeSerializer,
     StepSerializer,
@@ -73,7 +73,7 @@ def test_steps_as_planned_and_as_reported(op: RescaleOperation) -> None:
 
 
 def test_vnode_rows(op: RescaleOperation) -> None:
-    rows = selectors.operation_vnodes(operation=op)
+    rows = operation_vnodes(operation=op)
     rows[0] = {**rows[0], "keys": 12, "bytes": None, "routing": Routing.HOLD_QUEUE}
     rows[1] = {**rows[1], "routing": "target"}
     same(OperationVnodeSerializer(), rows)

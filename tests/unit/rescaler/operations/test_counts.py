@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dashboard import operation_page
-from dashboard.api import selectors
+from dashboard.api.selectors.operations import operation_get, operation_list
 from dashboard.live import operation_delta
 from rescaler.operations import counts
 from rescaler.operations.models import RescaleOperation, RescaleStep
@@ -54,8 +54,8 @@ def op() -> RescaleOperation:
 
 
 def figures(op: RescaleOperation) -> dict[str, Any]:
-    listed = selectors.operation_list().get(pk=op.pk)
-    document = selectors.operation_get(operation_id=op.operation_id)
+    listed = operation_list().get(pk=op.pk)
+    document = operation_get(operation_id=op.operation_id)
     fresh = RescaleOperation.objects.get(pk=op.pk)
     delta = operation_delta(operation=fresh, version=1, columns=[], steps=[], events=[])
     return {

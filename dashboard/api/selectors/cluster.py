@@ -1,34 +1,19 @@
-"""Read-side queries of the API: the cluster information, operations with their events, one key.
-
-Each function answers one endpoint in a fixed, small number of queries (no query per row), so
-``GET cluster`` costs the same with 2 PUs or 64 and 16 vnodes or 4096.
-"""
+"""The cluster information (``GET cluster``) and the workers (``GET workers``): pipelines, workers
+with their PUs, fragments with their mappings and load, in a fixed number of queries."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg, JSONBAgg
-from django.db.models import (
-    JSONField,
-    OuterRef,
-    Prefetch,
-    Q,
-    QuerySet,
-    Subquery,
-    Value,
-)
+from django.db.models import JSONField, OuterRef, Q, Subquery, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import JSONObject
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from dashboard.api.errors import ApiError, not_found
-from rescaler.audit.models import AuditEvent
+from dashboard.api.errors import not_found
 from rescaler.cluster.models import (
     EpochMetric,
     Fragment,
@@ -38,27 +23,13 @@ from rescaler.cluster.models import (
     Worker,
 )
 from rescaler.cluster.selectors import runner_alive
-from rescaler.operations.counts import with_step_counts
-from rescaler.operations.models import OperationFragment, RescaleOperation, RescaleStep
-from workers.hashing import vnode_of
-from workers.pipeline.model import PipelineError
-from workers.readout import ReadoutError, read_key
-from workers.rescale.protocol import (
-    FINAL,
-    ROUTING_BY_PHASE,
-    AuditObject,
-    Routing,
-    StepPhase,
-    StopStartPhase,
-)
-from workers.state import max_user_key_bytes
+from rescaler.operations.models import OperationFragment
 
 
 def _age_s(at: Any) -> float | None:
     return round((timezone.now() - at).total_seconds(), 3) if at is not None else None
 
 
-# -- cluster -------------------------------------------------------------------------------------
 def _pu_numbers(path: str) -> ArrayAgg:
     """The PU numbers reached through ``path``, sorted; [] when there are none."""
     return ArrayAgg(
@@ -356,197 +327,4 @@ def _fragment_row(frag: Any, pipeline: str, epoch: dict[str, Any] | None) -> dic
             "bytes": sum(e["bytes"] for e in loads),
             "per_parallel_unit": loads,
         },
-    }
-
-
-# -- operations ----------------------------------------------------------------------------------
-def operation_list() -> QuerySet[RescaleOperation]:
-    """Operations, newest first, without their large JSON (plan, progress), with step counts."""
-    return with_step_counts(
-        RescaleOperation.objects.select_related("pipeline", "requested_by", "cancel_requested_by")
-        .defer("plan", "progress")
-        .order_by("-created_at", "-id")
-    )
-
-
-def audit_list() -> QuerySet[AuditEvent]:
-    """The audit log, newest first: what ``GET /api/v1/audit`` and the audit page filter."""
-    return AuditEvent.objects.order_by("-at", "-id")
-
-
-def operation_get(*, operation_id: str) -> RescaleOperation:
-    """One operation with its steps; ``unknown_operation`` (404) if there is none."""
-    op = (
-        with_step_counts(
-            RescaleOperation.objects.select_related(
-                "pipeline", "requested_by", "cancel_requested_by"
-            ).prefetch_related(Prefetch("steps", queryset=RescaleStep.objects.order_by("step")))
-        )
-        .filter(operation_id=operation_id)
-        .first()
-    )
-    if op is None:
-        raise not_found("unknown_operation", f"no operation {operation_id!r}")
-    return op
-
-
-def operation_events(*, operation: RescaleOperation) -> QuerySet[AuditEvent]:
-    """The audit events of the operation and of its steps, oldest first."""
-    return AuditEvent.objects.filter(
-        Q(object_type=AuditObject.OPERATION, object_id=operation.operation_id)
-        | Q(object_type=AuditObject.STEP, object_id__startswith=f"{operation.operation_id}/")
-    ).order_by("at", "id")
-
-
-def operation_vnodes(*, operation: RescaleOperation) -> list[dict[str, Any]]:
-    """Per vnode of the operation: its step, where its records go, and its own figures (the
-    step's PUs and phase are said once, by the step)."""
-    return step_vnodes(operation.steps.all())
-
-
-def step_vnodes(steps: Iterable[RescaleStep]) -> list[dict[str, Any]]:
-    """``operation_vnodes`` of these steps only (a delta event's changed steps)."""
-    rows = []
-    for step in steps:
-        routing = ROUTING_BY_PHASE.get(step.phase, Routing.SOURCE)  # type: ignore[call-overload]
-        for vnode in step.vnodes:
-            figures = (step.per_vnode or {}).get(str(vnode)) or {}
-            rows.append(
-                {
-                    "fragment": step.fragment,
-                    "vnode": vnode,
-                    "step": step.step,
-                    "key_range_index": step.key_range_index,
-                    "key_range_count": step.key_range_count,
-                    "routing": routing,
-                    "keys": figures.get("keys"),
-                    "bytes": figures.get("bytes"),
-                    "hold_queue": figures.get("hold_queue", 0),
-                    "hold_bytes": figures.get("hold_bytes", 0),
-                }
-            )
-    return sorted(rows, key=lambda r: (r["fragment"], r["vnode"], r["key_range_index"] or 0))
-
-
-def operation_runner_progress(op: RescaleOperation) -> dict[str, Any]:
-    """What the runner's last report (stored without its steps) says beyond the operation's
-    columns and steps."""
-    report = op.progress or {}
-    return {
-        "status": report.get("status", op.status),
-        "phase": report.get("phase", StopStartPhase.BEGUN),
-        "cancel_requested": bool(report.get("cancel_requested", False)),
-        "begun_epoch": report.get("begun_epoch"),
-        "finished_epoch": report.get("finished_epoch"),
-        "error": report.get("error", ""),
-        "executors": list(report.get("executors", ())),
-        "hold_queue_full": list(report.get("hold_queue_full", ())),
-    }
-
-
-# -- one key -------------------------------------------------------------------------------------
-def fragment_get(*, name: str, pipeline: str | None = None) -> Fragment:
-    """A fragment by name (and pipeline, when two pipelines have one of that name)."""
-    candidates = Fragment.objects.select_related("pipeline").filter(name=name)
-    if pipeline is not None:
-        candidates = candidates.filter(pipeline__name=pipeline)
-    rows = list(candidates[:2])
-    if not rows:
-        where = f" in pipeline {pipeline!r}" if pipeline else ""
-        known = ", ".join(
-            sorted(
-                Fragment.objects.filter(kind=Fragment.Kind.STATEFUL).values_list("name", flat=True)
-            )
-        )
-        raise not_found(
-            "unknown_fragment",
-            f"no fragment {name!r}{where}; stateful fragments: {known or 'none'}",
-        )
-    if len(rows) > 1:
-        raise ApiError(
-            "ambiguous_fragment",
-            f"several pipelines have a fragment {name!r}; say which with ?pipeline=NAME",
-        )
-    return rows[0]
-
-
-def key_state(*, fragment: Fragment, key: str) -> dict[str, Any]:
-    """Where a key lives, whether a migration is moving it, and its current state."""
-    if fragment.kind != Fragment.Kind.STATEFUL or not fragment.vnodes:
-        stateful = fragment.kind == Fragment.Kind.STATEFUL
-        why = "it registered no vnode count" if stateful else "it has no keyed state"
-        raise not_found(
-            "fragment_not_stateful",
-            f"fragment {fragment.name!r} is a {fragment.kind} fragment: {why}",
-        )
-    backend = settings.RESCALER_STATE_BACKEND
-    longest = max_user_key_bytes(backend)
-    if longest is not None and len(key.encode("utf-8")) > longest:
-        raise ApiError(
-            "key_too_long",
-            f"the key is {len(key.encode('utf-8'))} bytes; a state store key is at most "
-            f"{longest} bytes, so no state can exist for it",
-        )
-    pipeline = fragment.pipeline.name
-    # the control plane's view first: what the mapping in Postgres says
-    vnode = vnode_of(key, fragment.vnodes)
-    mapping = (
-        VnodeMapping.objects.filter(fragment=fragment, version=fragment.mapping_version)
-        .values_list("mapping", flat=True)
-        .first()
-    )
-    owner = mapping[vnode] if mapping and vnode < len(mapping) else None
-    answer: dict[str, Any] = {
-        "pipeline": pipeline,
-        "fragment": fragment.name,
-        "key": key,
-        "vnode": vnode,
-        "parallel_unit": owner,
-        "mapping_version": fragment.mapping_version,
-        "exists": False,
-        "value": None,
-        "as_of_epoch": None,
-        "state_error": None,
-        "migration": _migration_of(fragment, vnode),
-    }
-    # then the stores: the runner applies a new mapping before it reports it, so the state
-    # directory may be one version ahead of Postgres, and it is where the value is
-    try:
-        state = read_key(Path(settings.STATE_DIR), pipeline, fragment.name, key, backend=backend)
-    except (ReadoutError, PipelineError) as exc:
-        answer["state_error"] = str(exc)
-        return answer
-    answer.update(
-        vnode=state.vnode,
-        parallel_unit=state.pu,
-        mapping_version=state.mapping_version,
-        exists=state.exists,
-        value=state.value,
-        as_of_epoch=state.as_of_epoch,
-    )
-    return answer
-
-
-def _migration_of(fragment: Fragment, vnode: int) -> dict[str, Any] | None:
-    """The step of an active operation that moves this vnode, if there is one."""
-    step = (
-        RescaleStep.objects.filter(
-            operation__pipeline_id=fragment.pipeline_id,
-            fragment=fragment.name,
-            vnodes__contains=[vnode],
-        )
-        .exclude(operation__status__in=FINAL)
-        .select_related("operation")
-        .order_by("-operation__created_at")
-        .first()
-    )
-    if step is None:
-        return None
-    return {
-        "operation_id": step.operation.operation_id,
-        "step": step.step,
-        "source_pu": step.source_pu,
-        "target_pu": step.target_pu,
-        "phase": step.phase,
-        "routing": ROUTING_BY_PHASE.get(StepPhase(step.phase), Routing.SOURCE),
     }

@@ -1,0 +1,17 @@
+"""Read-side queries of the API, by resource:
+
+- ``cluster``: the cluster information (``GET cluster``) and the workers (``GET workers``);
+- ``operations``: operations with their steps, vnodes and events, and the audit log;
+- ``keys``: a fragment by name, and one key of it.
+
+Each function answers one endpoint in a fixed, small number of queries (no query per row), so
+``GET cluster`` costs the same with 2 PUs or 64 and 16 vnodes or 4096.
+
+Callers import from the submodule. Only the names below are also here, for the console modules
+that name this package (``dashboard/views.py``, ``dashboard/operation_page.py``).
+"""
+
+from dashboard.api.selectors.cluster import cluster_info
+from dashboard.api.selectors.operations import operation_events, operation_list
+
+__all__ = ["cluster_info", "operation_events", "operation_list"]
