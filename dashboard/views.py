@@ -26,19 +26,14 @@ from dashboard.api.selectors import cluster_info, operation_list
 from dashboard.api.serializers import DryRunSerializer
 from dashboard.autoscaling_page import AutoscalingPolicyForm, autoscaling_panels
 from dashboard.autoscaling_page import auto_id as autoscaling_auto_id
-from dashboard.console import (
-    METRICS,
-    WorkerRow,
-    cluster_matrix,
-    epoch_series,
-    matrix_view,
-    worker_rows,
-)
+from dashboard.cluster_workers import WorkerRow, worker_rows
 from dashboard.decisions_page import decisions_section
-from dashboard.format import count, vnode_ranges
+from dashboard.epochs import epoch_series, last_epoch
+from dashboard.format import vnode_ranges
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm, CancelForm, filter_params
 from dashboard.key_finder import key_finder
 from dashboard.live import step_ranges
+from dashboard.matrix import METRICS, cluster_matrix, matrix_view
 from dashboard.operation_page import operation_for_page
 from dashboard.operation_page import page_context as operation_page_context
 from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
@@ -46,7 +41,6 @@ from dashboard.tables import HistoryTable, StepTable, WorkerTable
 from rescaler.autoscaling.errors import PolicyInvalid
 from rescaler.autoscaling.recommendation import recommendation_apply
 from rescaler.autoscaling.services import autoscaling_policy_update
-from rescaler.cluster.models import EpochMetric
 from rescaler.health import down_components, public_components, system_health
 from rescaler.operations import plans
 from rescaler.operations.cancel import operation_cancel
@@ -107,25 +101,6 @@ def _component_rows(components: dict[str, dict[str, Any]]) -> list[dict[str, Any
         }
         for name, component in components.items()
     ]
-
-
-def _last_epoch(pipeline: str | None) -> dict[str, Any] | None:
-    """The pipeline's last committed epoch: its number, records and time, as the ticker says."""
-    if pipeline is None:
-        return None
-    last = (
-        EpochMetric.objects.filter(pipeline__name=pipeline)
-        .order_by("-epoch")
-        .values("epoch", "rows", "duration_s")
-        .first()
-    )
-    if last is None:
-        return None
-    return {
-        "epoch": last["epoch"],
-        "rows": count(last["rows"]),
-        "duration": f"{last['duration_s'] * 1000:.0f} ms",
-    }
 
 
 def _worker_action(
@@ -197,7 +172,7 @@ def _cluster_context(
         "worker_action": action
         or _worker_action(request, rows, action=query.get("act"), name=query.get("on")),
         "running": operation_list().exclude(status__in=FINAL)[:20],
-        "last_epoch": _last_epoch(pipelines[0] if pipelines else None),
+        "last_epoch": last_epoch(pipelines[0] if pipelines else None),
         "key_fragments": [row.fragment for row in matrix.rows],
         "epochs_pipeline": pipelines[0] if pipelines else None,
     }
