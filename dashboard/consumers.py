@@ -25,8 +25,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils.html import format_html
 
+from dashboard.delta_counts import keep_planned_placements
 from dashboard.live import PAGE_CHANGES, StepRanges, operation_page_delta, parse_step_ranges
-from dashboard.operation_page import keep_planned_placements
 from rescaler.events import CLUSTER_GROUP, operation_group
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.selectors import operation_exists

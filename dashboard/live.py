@@ -37,7 +37,16 @@ from dashboard.api.serializers.operations import (
     OperationVnodeSerializer,
     StepSerializer,
 )
+from dashboard.delta_counts import (
+    DeltaCounts,
+    delta_groups,
+    fragment_deltas,
+    source_deltas,
+    step_pus,
+    vnode_patch,
+)
 from dashboard.format import moved_figures
+from dashboard.operation_timeline import timeline_tail
 from dashboard.tables import StepTable
 from rescaler import events as channel
 from rescaler.audit.models import AuditEvent
@@ -165,7 +174,7 @@ def operation_delta_html(
     touched, the summary, the vnode grid's patch, the timeline) is the same for every page. Its
     size grows with the steps that changed, not with the operation's vnodes, and so does its
     cost: the figures of every step are counted in the database, in one scan (``groups``:
-    ``operation_page.delta_groups`` of the PUs these steps touch, as the delta's record counted
+    ``dashboard.delta_counts.delta_groups`` of the PUs these steps touch, as the delta's record counted
     them; counted here when not given), and ``waiting`` is the delta's own.
 
     The table rows come first: htmx parses a message as the contents of a ``<template>``, whose
@@ -175,27 +184,25 @@ def operation_delta_html(
     taken as the table's, or dropped); a rest that does goes as a message of its own. One
     message, not the rows and the rest apart: between two messages the browser lays out and
     paints the page once more (at 32,768 vnodes, as long as applying the delta took)."""
-    touched = operation_page.step_pus(steps)
+    touched = step_pus(steps)
     if groups is None:
-        groups = operation_page.delta_groups(operation, pus=touched)
-    counted = operation_page.DeltaCounts.of_groups(groups, pus=touched)
+        groups = delta_groups(operation, pus=touched)
+    counted = DeltaCounts.of_groups(groups, pus=touched)
     context = {
         "oob": True,
         "steps_table": StepTable(
             sorted((s for s in steps if _shown(s.step, shown)), key=lambda s: s.step)
         ),
-        "fragments": operation_page.fragment_deltas(operation, pus=touched, counted=counted),
-        "per_source": operation_page.source_deltas(
-            counted, only={(s.fragment, s.source_pu) for s in steps}
-        ),
+        "fragments": fragment_deltas(operation, pus=touched, counted=counted),
+        "per_source": source_deltas(counted, only={(s.fragment, s.source_pu) for s in steps}),
         "summary": operation_page.operation_summary(
             operation,
             waiting=operation_page.waiting_of(waiting),
             counts=StepCounts.of_groups(groups),
         ),
         "measures": operation_page.MEASURES,
-        "patch": json.dumps(operation_page.vnode_patch(steps), separators=(",", ":")),
-        "events": operation_page.timeline_tail(events),
+        "patch": json.dumps(vnode_patch(steps), separators=(",", ":")),
+        "events": timeline_tail(events),
         # when the delta left the server, for the page's measure of how late events reach it
         "rendered_at": f"{time.time():.3f}",
     }
@@ -229,7 +236,7 @@ def operation_page_delta(
         _RENDERED.move_to_end(key)
         return _RENDERED[key]
     # not the plan (megabytes, mostly its moves): its placements are kept per process
-    # (``operation_page.planned_placements``)
+    # (``dashboard.delta_counts.planned_placements``)
     operation = RescaleOperation.objects.defer("plan").filter(operation_id=operation_id).first()
     if operation is None:
         return None
@@ -268,11 +275,9 @@ def operation_progress_publish(sender: Any, **report: Any) -> None:
     operation: RescaleOperation = report["operation"]
     # every step counted once, in one scan: for the delta's figures, and for the page's socket
     # (the PUs the changed steps touch counted apart, when they are few), which renders from them
-    touched = operation_page.step_pus(report["steps"])
+    touched = step_pus(report["steps"])
     carried = len(touched) <= PAGE_GROUPS_MAX_PUS
-    groups = (
-        operation_page.delta_groups(operation, pus=touched) if carried else step_groups(operation)
-    )
+    groups = delta_groups(operation, pus=touched) if carried else step_groups(operation)
     delta = operation_delta(
         operation=operation,
         version=report["version"],

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from dashboard.format import count, duration, percent, size, vnode_ranges
-from dashboard.operation_page import PHASE_SYMBOL, in_phase
+from dashboard.step_phases import PHASE_SYMBOL, in_phase
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import RescaleStep
 from workers.rescale.protocol import AuditObject

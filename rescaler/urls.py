@@ -7,14 +7,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from dashboard import views as dashboard_views
 from dashboard.api.docs import ApiDocsPermission, docs_page
+from dashboard.views import site as site_views
 from rescaler.metrics import metrics_view
 
 urlpatterns = [
-    path("healthz", dashboard_views.healthz, name="healthz"),
+    path("healthz", site_views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
-    path("favicon.ico", dashboard_views.favicon, name="favicon"),
+    path("favicon.ico", site_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -32,12 +32,12 @@ urlpatterns = [
     ),
     path("api/redoc/", docs_page(SpectacularRedocView.as_view(url_name="schema")), name="redoc"),
     # the last pattern under /api/: JSON 404 there whatever DEBUG says
-    re_path(r"^api/(?P<unmatched>[\s\S]*)\Z", dashboard_views.api_not_found, name="api-not-found"),
+    re_path(r"^api/(?P<unmatched>[\s\S]*)\Z", site_views.api_not_found, name="api-not-found"),
     path("", include("dashboard.urls")),
 ]
 
-# JSON under /api/, Django's pages elsewhere (dashboard/views.py)
-handler400 = "dashboard.views.bad_request"
-handler403 = "dashboard.views.permission_denied"
-handler404 = "dashboard.views.page_not_found"
-handler500 = "dashboard.views.server_error"
+# JSON under /api/, Django's pages elsewhere (dashboard/views/site.py)
+handler400 = "dashboard.views.site.bad_request"
+handler403 = "dashboard.views.site.permission_denied"
+handler404 = "dashboard.views.site.page_not_found"
+handler500 = "dashboard.views.site.server_error"

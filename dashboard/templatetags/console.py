@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 
 from dashboard import format as console_format
-from dashboard.operation_page import is_milestone
+from dashboard.operation_timeline import is_milestone
 
 register = template.Library()
 
@@ -64,5 +64,5 @@ def percent(share: float | None) -> str:
 
 @register.filter
 def milestone(event: Any) -> bool:
-    """Whether an audit event is one of its operation's own (``operation_page.is_milestone``)."""
+    """Whether an audit event is one of its operation's own (``dashboard.operation_timeline.is_milestone``)."""
     return is_milestone(event)

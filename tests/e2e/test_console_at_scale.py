@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dashboard.operation_page import PHASE_INDEX
+from dashboard.step_phases import PHASE_INDEX
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.progress import operation_progress_record
 from rescaler.operations.requests import operation_request

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dashboard.operation_page import PHASE_INDEX
+from dashboard.step_phases import PHASE_INDEX
 from rescaler import events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import OperationPlan, RescaleOperation

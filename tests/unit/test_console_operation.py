@@ -20,7 +20,9 @@ from dashboard.live import (
     parse_step_ranges,
     step_ranges,
 )
-from dashboard.operation_page import PHASE_INDEX, fragment_views, operation_summary
+from dashboard.operation_fragments import fragment_views
+from dashboard.operation_page import operation_summary
+from dashboard.step_phases import PHASE_INDEX
 from rescaler import events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import RescaleOperation, RescaleStep
@@ -254,7 +256,7 @@ def test_the_page_s_socket_takes_the_step_counts_the_record_made(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.operation_page import delta_groups, step_pus
+    from dashboard.delta_counts import delta_groups, step_pus
     from rescaler.operations.counts import StepCounts, step_counts
 
     live._RENDERED.clear()
@@ -296,7 +298,7 @@ def test_a_barrier_touching_many_pus_leaves_their_counts_to_the_page_s_socket(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.operation_page import delta_groups, step_pus
+    from dashboard.delta_counts import delta_groups, step_pus
 
     live._RENDERED.clear()
     published: list[dict[str, Any]] = []
@@ -346,14 +348,14 @@ def test_the_live_delta_counts_in_the_database_what_the_page_counts_from_every_s
 ) -> None:
     """The delta's phase counts, placement rows and sources are counted in SQL (not from every
     step's row, 16,384 of them at scale); they say what the page says from the rows."""
-    from dashboard.operation_page import (
+    from dashboard.delta_counts import (
         DeltaCounts,
         delta_groups,
         fragment_deltas,
-        per_source,
         source_deltas,
         step_pus,
     )
+    from dashboard.operation_fragments import per_source
     from rescaler.operations.counts import StepCounts, step_counts
 
     report(
@@ -425,9 +427,9 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard import operation_page
+    from dashboard import delta_counts
 
-    operation_page._PLACEMENTS.clear()
+    delta_counts._PLACEMENTS.clear()
     published: list[dict[str, Any]] = []
     monkeypatch.setattr(events, "publish", lambda group, kind, payload: published.append(payload))
     report(op, {1: StepPhase.COLLECTING}, {})
@@ -443,10 +445,10 @@ def test_a_page_s_socket_reads_the_plan_once_per_process_not_per_delta(
         for p in (first, second)
     ]
     live._RENDERED.clear()
-    operation_page._PLACEMENTS.clear()
+    delta_counts._PLACEMENTS.clear()
     with CaptureQueriesContext(connection) as watched:
-        operation_page.keep_planned_placements(op.operation_id)
-        operation_page.keep_planned_placements(op.operation_id)  # a second page: kept
+        delta_counts.keep_planned_placements(op.operation_id)
+        delta_counts.keep_planned_placements(op.operation_id)  # a second page: kept
     # the operation's key, then its plan's mappings; nothing for the second page
     assert plan_reads(watched) == 1 and len(watched.captured_queries) == 2
     with CaptureQueriesContext(connection) as deltas:
@@ -467,10 +469,10 @@ def test_the_timeline_shows_the_last_events_and_says_where_the_others_are(
     """A 16,384-step operation records about 82,000 events: the page shows its milestones and
     its last ``TIMELINE_SHOWN`` other events (oldest first) and names where every one is; a
     live delta sends at most as many, the newest."""
-    from dashboard import operation_page
+    from dashboard import operation_timeline
     from rescaler.audit.services import audit_record_many
 
-    monkeypatch.setattr(operation_page, "TIMELINE_SHOWN", 5)
+    monkeypatch.setattr(operation_timeline, "TIMELINE_SHOWN", 5)
     client.force_login(make_user("viewer"))
     page = client.get(f"/operations/{op.operation_id}/").content.decode()
     assert "operation.requested" in text(page) and 'id="timeline-earlier"' not in page
@@ -505,7 +507,7 @@ def test_the_page_keeps_as_many_events_in_view_as_the_server_sends() -> None:
     ``TIMELINE_SHOWN``."""
     from pathlib import Path
 
-    from dashboard.operation_page import TIMELINE_SHOWN
+    from dashboard.operation_timeline import TIMELINE_SHOWN
 
     css = (Path(__file__).resolve().parents[2] / "static/dashboard/app.css").read_text()
     rule = (
@@ -517,14 +519,14 @@ def test_the_page_keeps_as_many_events_in_view_as_the_server_sends() -> None:
 def test_a_delta_keeps_its_milestones_and_its_newest_other_events(
     op: RescaleOperation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dashboard import operation_page
+    from dashboard import operation_timeline
 
-    monkeypatch.setattr(operation_page, "TIMELINE_SHOWN", 2)
+    monkeypatch.setattr(operation_timeline, "TIMELINE_SHOWN", 2)
     made = [
         AuditEvent(action=action, object_type="step", object_id=str(n))
         for n, action in enumerate(["step.a", "operation.started", "step.b", "step.c", "step.d"])
     ]
-    kept = operation_page.timeline_tail(made)
+    kept = operation_timeline.timeline_tail(made)
     assert [e.action for e in kept] == ["operation.started", "step.c", "step.d"]
 
 
@@ -535,7 +537,8 @@ def test_the_page_reads_the_plan_s_mappings_not_its_moves(op: RescaleOperation) 
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard.operation_page import operation_for_page, planned_fragments
+    from dashboard.operation_fragments import planned_fragments
+    from dashboard.operation_page import operation_for_page
 
     page = operation_for_page(operation_id=op.operation_id)
     assert page is not None and "plan" in page.get_deferred_fields()

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from dashboard.api.selectors.cluster import cluster_info
-from dashboard.console import cluster_matrix, skew
+from dashboard.matrix import cluster_matrix, skew
 from rescaler.cluster.models import ParallelUnit, Worker
 from rescaler.operations.models import OperationFragment, RescaleOperation
 from rescaler.operations.requests import operation_request
@@ -164,7 +164,7 @@ def test_the_rescale_page_offers_only_the_pus_the_cluster_view_opens_to_vnodes(
 
 
 def test_the_matrix_is_shown_by_pu_or_by_worker_from_the_query_string(signed_in: Client) -> None:
-    from dashboard.console import matrix_view
+    from dashboard.matrix import matrix_view
 
     matrix = cluster_matrix(cluster_info())
     by_pu = matrix_view(matrix)
@@ -186,7 +186,7 @@ def test_the_matrix_is_shown_by_pu_or_by_worker_from_the_query_string(signed_in:
 
 
 def test_past_32_pus_the_matrix_is_one_column_per_worker() -> None:
-    from dashboard.console import PU_COLUMNS_MAX, Matrix, PuColumn, matrix_view
+    from dashboard.matrix import PU_COLUMNS_MAX, Matrix, PuColumn, matrix_view
 
     columns = tuple(PuColumn(pu=n, worker=f"w{n // 8}", alive=True) for n in range(64))
     view = matrix_view(Matrix(columns=columns, rows=(), epoch=None))

@@ -1,7 +1,7 @@
-"""Elastic workers in the console: the matrix's PU headers and the workers table (the view model,
-dashboard/console.py), what each user is offered, and the actions as the page sends them (a
-session, the page's CSRF token, the API) with their permission and audit. The browser side is
-tests/e2e/test_workers_console.py."""
+"""Elastic workers in the console: the matrix's PU headers and the workers table (the view
+models, dashboard/matrix.py and dashboard/cluster_workers.py), what each user is offered, and
+the actions as the page sends them (a session, the page's CSRF token, the API) with their
+permission and audit. The browser side is tests/e2e/test_workers_console.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from django.test import Client
 
 from dashboard.api.selectors.cluster import cluster_info
-from dashboard.console import PuColumn, WorkerRow, cluster_matrix, worker_rows
+from dashboard.cluster_workers import WorkerRow, worker_rows
+from dashboard.matrix import PuColumn, cluster_matrix
 from rescaler.audit.models import AuditEvent
 from rescaler.cluster import services as cluster_services
 from rescaler.cluster.models import Pipeline, Worker

@@ -1,20 +1,20 @@
-"""What the console's cluster page shows, computed once on the server.
+"""The cluster page's fragment × PU matrix, computed once on the server.
 
-The fragment × PU matrix and the workers table are derived from the same cluster view the REST
-API serves (``dashboard.api.selectors.cluster_info``), so the page and ``GET /api/v1/cluster``
-cannot disagree. The page is server-rendered; live updates re-fetch the rendered matrix and
-workers table rather than re-implementing this arithmetic (or the rules of which worker action
-is allowed when) in JavaScript.
+The matrix is derived from the same cluster view the REST API serves
+(``dashboard.api.selectors.cluster_info``), so the page and ``GET /api/v1/cluster`` cannot
+disagree: ``cluster_matrix`` reads it into rows and columns, ``matrix_view`` shows them as the
+query string asks (a metric, by PU or by worker, a selected cell). The page is server-rendered;
+live updates re-fetch the rendered matrix rather than re-implementing this arithmetic in
+JavaScript. The workers table beside it is ``dashboard.cluster_workers``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
 from dashboard.format import count, size, vnode_ranges
-from rescaler.cluster.models import EpochMetric, ParallelUnit
+from rescaler.cluster.models import ParallelUnit
 from workers.control import WorkerStatus
 
 METRICS: tuple[tuple[str, str], ...] = (
@@ -25,11 +25,9 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
-# the statuses whose worker still serves its PUs (an operator may still act on it)
-ACTIONABLE = (WorkerStatus.ACTIVE, WorkerStatus.CORDONED)
-
-
-def _share(locality: dict[str, Any] | None) -> float | None:
+def locality_share(locality: dict[str, Any] | None) -> float | None:
+    """The share of a PU's (or a worker's) tasks that ran on its own worker's executor, from
+    ``cluster_info()``'s ``locality``; None before any task was counted."""
     return None if not locality else locality.get("share")
 
 
@@ -72,92 +70,6 @@ class PuColumn:
         if not self.last_executor:
             return ""
         return f"{self.last_executor} @ {self.last_host}" if self.last_host else self.last_executor
-
-
-@dataclass(frozen=True)
-class WorkerRow:
-    """One worker in the console's workers table, and which actions its status allows.
-
-    The allowed actions mirror the services' rules (``rescaler.runner.workers``): cordon an
-    active worker, uncordon a cordoned one, drain either. The page offers only those, so an
-    operator is not invited to click into a certain 409; the service still decides.
-    """
-
-    name: str
-    pipeline: str
-    status: str
-    reason: str
-    alive: bool
-    executor_id: str
-    host: str
-    cores: int
-    parallel_units: tuple[int, ...]
-    bootstrapped_epoch: int | None
-    drain_operation_id: str | None
-    locality: float | None
-    # its preemption notice: {"at", "deadline", "origin"} (rescaler/runner/workers/notices.py)
-    notice: dict[str, Any] | None = None
-
-    @property
-    def notice_text(self) -> str:
-        """When the worker said it goes, and who said so; "" without a notice."""
-        if not self.notice:
-            return ""
-        deadline = self.notice["deadline"]
-        origin = "Spark decommission" if self.notice.get("origin") == "spark" else "platform"
-        return f"leaves by {deadline:%Y-%m-%d %H:%M:%S} UTC ({origin} notice)"
-
-    @property
-    def can_cordon(self) -> bool:
-        return self.status == WorkerStatus.ACTIVE
-
-    @property
-    def can_uncordon(self) -> bool:
-        return self.status == WorkerStatus.CORDONED
-
-    @property
-    def can_drain(self) -> bool:
-        return self.status in ACTIONABLE
-
-    @property
-    def gone(self) -> bool:
-        """Lost or removed: nothing to act on, kept in the table for the record."""
-        return self.status in (WorkerStatus.LOST, WorkerStatus.REMOVED)
-
-    @property
-    def bootstrap(self) -> str:
-        """The bootstrapped epoch in words: -1 means no vnode may go to its PUs yet, None a
-        worker the registered topology named (its PUs existed from the start)."""
-        if self.bootstrapped_epoch is None:
-            return "from the start"
-        if self.bootstrapped_epoch < 0:
-            return "not yet"
-        return f"epoch {self.bootstrapped_epoch}"
-
-
-def worker_rows(cluster: dict[str, Any]) -> tuple[WorkerRow, ...]:
-    """The workers of ``cluster_info()``'s answer: those still serving first, then the lost,
-    then the removed (kept for the record, at the bottom), each group by name."""
-    order = {WorkerStatus.LOST: 1, WorkerStatus.REMOVED: 2}
-    rows = [
-        WorkerRow(
-            name=w["name"],
-            pipeline=w["pipeline"],
-            status=w.get("status", WorkerStatus.ACTIVE),
-            reason=w.get("status_reason", ""),
-            alive=bool(w["alive"]),
-            executor_id=w.get("executor_id", ""),
-            host=w.get("host", ""),
-            cores=int(w.get("cores") or 0),
-            parallel_units=tuple(w["parallel_units"]),
-            bootstrapped_epoch=w.get("bootstrapped_epoch"),
-            drain_operation_id=w.get("drain_operation_id"),
-            locality=_share(w.get("locality")),
-            notice=w.get("notice"),
-        )
-        for w in cluster["workers"]
-    ]
-    return tuple(sorted(rows, key=lambda r: (order.get(WorkerStatus(r.status), 0), r.name)))
 
 
 @dataclass(frozen=True)
@@ -236,7 +148,7 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
             worker_status=statuses.get(info["worker"], WorkerStatus.ACTIVE),
             last_executor=info.get("last_executor", ""),
             last_host=info.get("last_host", ""),
-            locality=_share(info.get("locality")),
+            locality=locality_share(info.get("locality")),
         )
         for pu, info in cluster["parallel_units"].items()
         if info.get("status") != ParallelUnit.Status.REMOVED or int(pu) in running
@@ -460,29 +372,3 @@ def matrix_view(
         ends=matrix.ends,
         pu_count=len(matrix.columns),
     )
-
-
-def epoch_series(
-    *,
-    pipeline: str,
-    since: dt.datetime | None = None,
-    until: dt.datetime | None = None,
-    limit: int = 300,
-) -> dict[str, list[float]]:
-    """The last ``limit`` epochs of a pipeline (within [since, until] when given), oldest first,
-    as the charts' columns: commit time (unix s), records per second, epoch latency (ms)."""
-    rows = EpochMetric.objects.filter(pipeline__name=pipeline)
-    if since is not None:
-        rows = rows.filter(committed_at__gte=since)
-    if until is not None:
-        rows = rows.filter(committed_at__lte=until)
-    latest = list(
-        rows.order_by("-epoch").values_list("epoch", "committed_at", "rows", "duration_s")[:limit]
-    )
-    latest.reverse()
-    return {
-        "epoch": [float(e) for e, _, _, _ in latest],
-        "at": [at.timestamp() for _, at, _, _ in latest],
-        "rows_per_s": [round(n / d, 1) if d > 0 else 0.0 for _, _, n, d in latest],
-        "latency_ms": [round(d * 1000, 1) for _, _, _, d in latest],
-    }
