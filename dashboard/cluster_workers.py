@@ -1,7 +1,7 @@
 """The cluster page's workers table, computed once on the server.
 
 One row per worker of the cluster view the REST API serves
-(``dashboard.api.selectors.cluster_info``), with the actions its status allows, so the page
+(``dashboard.api.selectors.cluster.cluster_info``), with the actions its status allows, so the page
 offers only what the services would accept and never re-implements those rules in JavaScript
 (the table itself is ``dashboard.tables.WorkerTable``).
 """

@@ -1,7 +1,7 @@
 """The cluster page's fragment × PU matrix, computed once on the server.
 
 The matrix is derived from the same cluster view the REST API serves
-(``dashboard.api.selectors.cluster_info``), so the page and ``GET /api/v1/cluster`` cannot
+(``dashboard.api.selectors.cluster.cluster_info``), so the page and ``GET /api/v1/cluster`` cannot
 disagree: ``cluster_matrix`` reads it into rows and columns, ``matrix_view`` shows them as the
 query string asks (a metric, by PU or by worker, a selected cell). The page is server-rendered;
 live updates re-fetch the rendered matrix rather than re-implementing this arithmetic in

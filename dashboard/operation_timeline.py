@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.api.selectors import operation_events
+from dashboard.api.selectors.operations import operation_events
 from rescaler.audit.models import AuditEvent
 from rescaler.operations.models import RescaleOperation
 

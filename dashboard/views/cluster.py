@@ -16,7 +16,8 @@ from django.views.decorators.http import require_GET
 from django_tables2 import RequestConfig
 
 from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION
-from dashboard.api.selectors import cluster_info, operation_list
+from dashboard.api.selectors.cluster import cluster_info
+from dashboard.api.selectors.operations import operation_list
 from dashboard.autoscaling_page import AutoscalingPolicyForm, autoscaling_panels
 from dashboard.cluster_workers import WorkerRow, worker_rows
 from dashboard.epochs import epoch_series, last_epoch

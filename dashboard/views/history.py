@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 from django_tables2 import RequestConfig
 
 from dashboard.api.filters import OperationFilter
-from dashboard.api.selectors import operation_list
+from dashboard.api.selectors.operations import operation_list
 from dashboard.decisions_page import decisions_section
 from dashboard.forms import filter_params
 from dashboard.tables import HistoryTable

@@ -13,8 +13,8 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard.api.errors import status_for
 from dashboard.api.permissions import RESCALE_PERMISSION
-from dashboard.api.selectors import cluster_info
-from dashboard.api.serializers import DryRunSerializer
+from dashboard.api.selectors.cluster import cluster_info
+from dashboard.api.serializers.plans import DryRunSerializer
 from dashboard.matrix import cluster_matrix
 from dashboard.rescale_page import CUSTOM, RescaleForm, plan_view
 from rescaler.operations import plans

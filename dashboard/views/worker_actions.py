@@ -13,7 +13,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from dashboard.api.permissions import RESCALE_PERMISSION
-from dashboard.api.selectors import cluster_info
+from dashboard.api.selectors.cluster import cluster_info
 from dashboard.cluster_workers import worker_rows
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm
 from dashboard.views.cluster import open_worker_action, render_home

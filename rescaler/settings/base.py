@@ -270,12 +270,12 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # One name per choice set, so that two fields called "status" (an operation's, a pipeline's)
     # do not collide (drf_spectacular.W001). The protocol's enums are named through the lists
-    # the fields use (dashboard/api/serializers.py): an override must match a field's choices.
+    # the fields use (dashboard/api/serializers/enums.py): an override must match a field's choices.
     "ENUM_NAME_OVERRIDES": {
-        "OperationStatusEnum": "dashboard.api.serializers.OPERATION_STATUS_CHOICES",
-        "StepPhaseEnum": "dashboard.api.serializers.STEP_PHASE_CHOICES",
-        "StrategyEnum": "dashboard.api.serializers.STRATEGY_CHOICES",
-        "ChangeKindEnum": "dashboard.api.serializers.CHANGE_KIND_CHOICES",
+        "OperationStatusEnum": "dashboard.api.serializers.enums.OPERATION_STATUS_CHOICES",
+        "StepPhaseEnum": "dashboard.api.serializers.enums.STEP_PHASE_CHOICES",
+        "StrategyEnum": "dashboard.api.serializers.enums.STRATEGY_CHOICES",
+        "ChangeKindEnum": "dashboard.api.serializers.enums.CHANGE_KIND_CHOICES",
         "PipelineStatusEnum": "rescaler.cluster.models.Pipeline.Status",
         "WorkerStatusEnum": "rescaler.cluster.models.WORKER_STATUS_CHOICES",
         "ParallelUnitStatusEnum": "rescaler.cluster.models.ParallelUnit.Status",

@@ -7,11 +7,5 @@
 Each function answers one endpoint in a fixed, small number of queries (no query per row), so
 ``GET cluster`` costs the same with 2 PUs or 64 and 16 vnodes or 4096.
 
-Callers import from the submodule. Only the names below are also here, for the console modules
-that name this package (``dashboard/views.py``, ``dashboard/operation_page.py``).
+Callers import from the submodule.
 """
-
-from dashboard.api.selectors.cluster import cluster_info
-from dashboard.api.selectors.operations import operation_events, operation_list
-
-__all__ = ["cluster_info", "operation_events", "operation_list"]

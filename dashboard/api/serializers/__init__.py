@@ -9,23 +9,5 @@
 - ``workers``: the bodies and answers of the workers' actions (add, cordon, notice, drain);
 - ``keys``: ``GET fragments/<fragment>/keys/<key>``.
 
-Callers import from the submodule. Only the names below are also here, for importers that name
-this package: SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] (``rescaler/settings/base.py``) and the
-console's ``dashboard/views.py``.
+Callers import from the submodule.
 """
-
-from dashboard.api.serializers.enums import (
-    CHANGE_KIND_CHOICES,
-    OPERATION_STATUS_CHOICES,
-    STEP_PHASE_CHOICES,
-    STRATEGY_CHOICES,
-)
-from dashboard.api.serializers.plans import DryRunSerializer
-
-__all__ = [
-    "CHANGE_KIND_CHOICES",
-    "OPERATION_STATUS_CHOICES",
-    "STEP_PHASE_CHOICES",
-    "STRATEGY_CHOICES",
-    "DryRunSerializer",
-]
