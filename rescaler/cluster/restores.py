@@ -43,6 +43,7 @@ from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import REBUILT as REBUILT_FILE
 from workers.recovery.restore import RESTORE_PENDING as RESTORE_PENDING_FILE
 from workers.recovery.restore import RESTORE_PROGRESS
+from workers.storage import location as storage_location
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +199,16 @@ def restore_progress(
         return None
     snapshot_id = str(pending.get("snapshot_id", ""))
     tasks = []
-    for path in sorted((root / RESTORE_PROGRESS).glob("pu-*.json")):
+    # the tasks write it where the runner said, in the pipeline's durable location
+    progress = storage_location(str(pending.get("progress_at") or root))
+    try:
+        names = [n for n in progress.files(RESTORE_PROGRESS) if n.endswith(".json")]
+    except OSError as exc:
+        log.warning("cannot list %s: %s", progress.uri_of(RESTORE_PROGRESS), exc)
+        names = []
+    for name in sorted(names):
         try:
-            t = json.loads(path.read_text("utf-8"))
+            t = json.loads(progress.read_bytes(name) or b"")
             tasks.append(
                 RestoreTaskProgress(
                     parallel_unit=int(t["pu"]),

@@ -34,9 +34,10 @@ class StoreLost(Exception):
 
 
 class AwayFromHome(RuntimeError):
-    """Spark ran a PU's task on another executor than its home, where its store is not (the home
-    was busy past Spark's locality wait): the task refuses, and Spark runs it again; a lost home
-    is re-homed by the runner, which rebuilds the store there."""
+    """Spark ran a PU's task on another executor than its home (the home was busy past Spark's
+    locality wait, or is going), on a disk without the PU's store: the task refuses before it
+    writes anything, and Spark runs it again. On the home's host, whose disk the executors
+    share, it runs."""
 
 
 def output_schema(operator: KeyedOperator) -> pa.Schema:
@@ -84,7 +85,7 @@ class TaskSpec:
     # holds the epoch, and a whole store whose outputs of it are gone re-emits none
     rebuilding: bool = False
     # homes[i]: the id of the executor PU parallel_units[i]'s store is on ("" or (): any, as in
-    # local mode); a task that Spark ran elsewhere refuses to run (AwayFromHome)
+    # local mode); a task that Spark ran elsewhere, where the store is not, refuses (AwayFromHome)
     homes: tuple[str, ...] = ()
 
     def slot_actions(self, slot: int) -> SlotActions:

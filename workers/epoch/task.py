@@ -49,11 +49,15 @@ def run_task(
     pu = spec.parallel_units[slot]
     actions = spec.slot_actions(slot)
     where = task_location()
+    path = pu_store(spec.state_root, spec.fragment, pu)
     home = spec.home_of(slot)
-    if home and home != where[0]:  # before anything is written here: the store is at home
+    # before anything is written here: away from home, the store must be on this disk too (an
+    # executor beside the home one, on the same host, shares its directory)
+    if home and home != where[0] and not path.is_dir():
         raise AwayFromHome(
             f"{spec.fragment} PU {pu}'s task ran on executor {where[0]}, but its store is on "
-            f"executor {home}: Spark runs it again (raise spark.locality.wait if this repeats)"
+            f"executor {home}, not on this one's disk ({path}): Spark runs it again (raise "
+            f"spark.locality.wait if this repeats)"
         )
     received = list(batches)
     held = None
@@ -85,7 +89,6 @@ def run_task(
     if records is not None and records.num_rows:
         for vnode, n in partials.records_per_vnode(records).items():
             vnode_records[str(vnode)] = vnode_records.get(str(vnode), 0) + n
-    path = pu_store(spec.state_root, spec.fragment, pu)
     store = open_store(spec.backend, path)
     try:
         applied = store.applied_epoch()

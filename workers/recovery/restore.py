@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,13 +23,13 @@ from typing import Any
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import SnapshotCorrupt, SnapshotError, SnapshotManifest, TaskRun
 from workers.recovery.location import RecoveryLocation
-from workers.recovery.tasks import RestoreTask, restore_pu
+from workers.recovery.tasks import RESTORE_PROGRESS, RestoreTask, restore_pu
 from workers.sources.control import restored_offsets
 from workers.spark_tasks import run_tasks, task_location
+from workers.storage import location as storage_location
 
 RESTORE_PENDING = "restore-pending.json"
-#: where each restore task says how far it is while a --restore-from runs (pu-<n>.json)
-RESTORE_PROGRESS = "restore-progress"
+__all__ = ["RESTORE_PENDING", "RESTORE_PROGRESS"]  # RESTORE_PROGRESS: in the durable location
 
 
 class RestoreRefused(SnapshotError):
@@ -88,13 +87,21 @@ def restore_placements(
     }
 
 
-def begin_restore(pipeline_dir: Path, manifest: SnapshotManifest, location: str) -> None:
+def begin_restore(
+    pipeline_dir: Path, manifest: SnapshotManifest, location: str, durable: str = ""
+) -> None:
     """Mark the state directory as being restored: a start without --restore-from refuses it
-    until the restore finished (a half-restored state must never run as if it were whole)."""
+    until the restore finished (a half-restored state must never run as if it were whole).
+    ``durable``: the pipeline's durable location, where the tasks' progress goes ("": the
+    pipeline's directory)."""
     Path(pipeline_dir).mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(Path(pipeline_dir) / RESTORE_PROGRESS, ignore_errors=True)
+    progress_at = durable or str(Path(pipeline_dir).absolute())
+    storage_location(progress_at).delete_dir(RESTORE_PROGRESS)
     (Path(pipeline_dir) / RESTORE_PENDING).write_text(
-        json.dumps({"snapshot_id": manifest.snapshot_id, "location": location}), "utf-8"
+        json.dumps(
+            {"snapshot_id": manifest.snapshot_id, "location": location, "progress_at": progress_at}
+        ),
+        "utf-8",
     )
 
 
@@ -110,9 +117,11 @@ def restore_stores(
     fresh_from: dict[str, VnodeMapping] | None = None,
     homes: dict[int, str] | None = None,
     fresh: bool = False,
+    durable: str = "",
 ) -> list[TaskRun]:
     """The restore job: one task per target PU fills its stores. ``report_progress``: each task
-    writes how far it is into ``RESTORE_PROGRESS`` (a --restore-from, shown by the console).
+    writes how far it is into ``RESTORE_PROGRESS`` of ``durable``, the pipeline's durable
+    location ("": the pipeline's directory; a --restore-from, shown by the console).
     ``fresh_from``: the placement the stores held until now (a stop-start): each task first
     removes its PU's stores of it, and PUs that are not targets get a task that only does that,
     so no separate clear job runs. ``fresh``: each task first removes what its PU's stores hold
@@ -121,7 +130,7 @@ def restore_stores(
     pus = {pu for p in placements.values() for pu in p.parallel_units}
     if fresh_from is not None:
         pus |= {pu for p in fresh_from.values() for pu in p.parallel_units}
-    progress = str(Path(pipeline_dir) / RESTORE_PROGRESS) if report_progress else ""
+    progress = (durable or str(pipeline_dir)) if report_progress else ""
     tasks = [
         RestoreTask(
             location.uri,
@@ -135,7 +144,7 @@ def restore_stores(
                 if pu in p.parallel_units or (fresh_from and pu in fresh_from[name].parallel_units)
             ),
             fresh=fresh or fresh_from is not None,
-            progress_dir=progress,
+            progress_at=progress,
         )
         for pu in sorted(pus)
     ]
@@ -170,7 +179,9 @@ def corruption_in(exc: BaseException) -> str | None:
     return found.group(1).strip() if found else None
 
 
-def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[TaskRun]) -> None:
+def finish_restore(
+    pipeline_dir: Path, manifest: SnapshotManifest, runs: list[TaskRun], durable: str = ""
+) -> None:
     """The stores are whole: put back the pipeline's files and Spark's log entries of the
     snapshot's epoch (the query resumes after it, from its offsets), then clear the mark."""
     root = Path(pipeline_dir)
@@ -202,7 +213,7 @@ def finish_restore(pipeline_dir: Path, manifest: SnapshotManifest, runs: list[Ta
     }
     (root / "restored.json").write_text(json.dumps(record, indent=1), "utf-8")
     (root / RESTORE_PENDING).unlink(missing_ok=True)
-    shutil.rmtree(root / RESTORE_PROGRESS, ignore_errors=True)
+    storage_location(durable or str(root)).delete_dir(RESTORE_PROGRESS)
 
 
 def restored_by() -> str:

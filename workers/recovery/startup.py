@@ -109,7 +109,7 @@ class RunnerRecovery:
         tasks first remove whatever their PUs' stores hold on their executors: a crashed
         attempt's, or an earlier run's)."""
         cfg = self.config
-        begin_restore(cfg.pipeline_dir, manifest, cfg.recovery_location)
+        begin_restore(cfg.pipeline_dir, manifest, cfg.recovery_location, cfg.durable)
         (cfg.pipeline_dir / "recovery.json").write_text(
             json.dumps({"partitions": manifest.partitions}), "utf-8"
         )
@@ -140,8 +140,9 @@ class RunnerRecovery:
             report_progress=True,
             fresh=True,
             homes=self._homes(),
+            durable=self.config.durable,
         )
-        finish_restore(self.config.pipeline_dir, manifest, runs)
+        finish_restore(self.config.pipeline_dir, manifest, runs, self.config.durable)
         log.info(
             "restored snapshot %s: %d keys on %d PU tasks (%s) in %.2fs; resuming after epoch %d",
             manifest.snapshot_id,

@@ -9,7 +9,6 @@ new mapping, read from the segments that hold them, verified and ingested into i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -42,6 +41,10 @@ from workers.state.base import (
     columnar_checksum,
     row_vnodes,
 )
+from workers.storage import location
+
+#: where a restore's tasks say how far they are, in the pipeline's durable location
+RESTORE_PROGRESS = "restore-progress"
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 
@@ -81,17 +84,16 @@ class RestoreTask:
     owned: tuple[tuple[str, tuple[int, ...]], ...]  # (fragment, vnodes this PU owns)
     fresh: bool = False  # remove what the stores hold first (a lost store being rebuilt)
     # where the task says how far it is (``pu-<n>.json``, after each segment): a restore's
-    # progress, shown by the console while the runner restores; "" says nothing
-    progress_dir: str = ""
+    # progress, shown by the console while the runner restores: the root of the pipeline's
+    # durable location, where its ``restore-progress/`` is (workers.storage); "" says nothing
+    progress_at: str = ""
 
 
 def _report_progress(
     task: RestoreTask, where: tuple[str, str], keys: int, total: int, *, done: bool = False
 ) -> None:
-    if not task.progress_dir:
+    if not task.progress_at:
         return
-    directory = Path(task.progress_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     record = {
         "pu": task.pu,
         "keys": keys,
@@ -101,9 +103,10 @@ def _report_progress(
         "host": where[1],
         "updated_at": time.time(),
     }
-    tmp = directory / f".pu-{task.pu}.json.tmp"
-    tmp.write_text(json.dumps(record), "utf-8")
-    os.replace(tmp, directory / f"pu-{task.pu}.json")
+    # in the durable location, not a directory the driver has: the task may be on another host
+    location(task.progress_at).write_bytes(
+        f"{RESTORE_PROGRESS}/pu-{task.pu}.json", json.dumps(record).encode()
+    )
 
 
 def segment_bytes(keys: list[bytes] | pa.Array, values: list[bytes] | pa.Array) -> bytes:

@@ -49,13 +49,16 @@ def test_a_task_away_from_its_pus_home_refuses_before_writing_anything(tmp_path:
     state = tmp_path / "state" / "p"
     spec = dataclasses.replace(_spec(state, Count(), 0, "lmdb"), homes=("5",))
     with pytest.raises(
-        AwayFromHome, match="ran on executor driver, but its store is on executor 5"
+        AwayFromHome,
+        match="ran on executor driver, but its store is on executor 5, not on this one",
     ):
         _run(spec, _records(["a"]))
     assert not local_root(state).exists()
     # at home it runs
     _run(dataclasses.replace(spec, homes=("driver",)), _records(["a"]))
     assert pu_store(state, "frag", 7).is_dir()
+    # and beside its home, on the same host's disk, where the store is
+    _run(dataclasses.replace(spec, epoch=1), _records(["a"]))
 
 
 def test_the_record_is_rewritten_only_when_a_home_changes(tmp_path: Path) -> None:
