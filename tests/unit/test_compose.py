@@ -177,15 +177,26 @@ def test_runner_takes_its_source_and_sink_from_the_environment(compose: dict[str
         assert f'"{variable}"' in runner_source, f"the runner never reads {variable}"
 
 
-def test_state_dir_is_one_volume_shared_by_runner_and_spark_workers(
+def test_no_volume_is_shared_between_the_runner_and_the_spark_workers(
     compose: dict[str, Any],
 ) -> None:
+    """Each Spark worker keeps its executors' stores on a volume of its own (RESCALER_LOCAL_DIR);
+    the runner's state directory is its own (issue 45, "Deployment")."""
     svc = services(compose)
     state_dir = svc["runner"]["environment"]["STATE_DIR"]
-    mount = f"state:{state_dir}"
-    for name in ("runner", "spark-worker-1", "spark-worker-2"):
-        assert mount in svc[name]["volumes"], f"{name} does not mount {mount}"
-    assert "state" in compose["volumes"]
+    assert f"state:{state_dir}" in svc["runner"]["volumes"]
+    workers = ("spark-worker-1", "spark-worker-2")
+    runner_side = {
+        v.split(":")[0] for n in ("runner", "web", "celery") for v in svc[n].get("volumes", [])
+    }
+    own = []
+    for name in workers:
+        local_dir = svc[name]["environment"]["RESCALER_LOCAL_DIR"]
+        volumes = [v.split(":") for v in svc[name]["volumes"]]
+        assert [path for _, path in volumes] == [local_dir], name
+        assert volumes[0][0] not in runner_side, f"{name} shares {volumes[0][0]} with the runner"
+        own.append(volumes[0][0])
+    assert len(set(own)) == len(workers), "each worker has its own disk"
     assert any(v.endswith(":/var/lib/postgresql/data") for v in svc["postgres"]["volumes"])
 
 
