@@ -10,6 +10,7 @@ tasks, tests) need not import :mod:`workers.epoch`.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 #: the variable naming an executor's own directory (each host or pod its own disk)
@@ -51,6 +52,18 @@ def store_path(root: Path, fragment: str, pu: int) -> Path:
 def pu_store(pipeline_dir: str | Path, fragment: str, pu: int) -> Path:
     """On the executor running it: the PU's store of the fragment."""
     return store_path(local_root(pipeline_dir), fragment, pu)
+
+
+def prepare_local_root(pipeline_dir: Path, root: Path, *, new: bool) -> None:
+    """Local mode, at a start: the executor's directory of the pipeline, ``root``, holds this
+    state directory's stores. A ``new`` state directory (no checkpoint yet) has none: whatever
+    an earlier one of the same pipeline left there goes (its stores outlive it, unlike in the
+    state directory, and would be taken for this one's). Else stores an earlier release kept in
+    the state directory move there (:func:`adopt_shared_stores`)."""
+    if new:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        adopt_shared_stores(pipeline_dir, root)
 
 
 def adopt_shared_stores(pipeline_dir: Path, root: Path) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -46,9 +47,12 @@ class BootstrapTask:
 
 
 def bootstrap_pu(task: BootstrapTask) -> dict[str, Any]:
-    """On the PU's executor: each fragment's store exists (created empty)."""
+    """On the PU's executor: each fragment's store exists, empty (a new PU holds nothing: what
+    a store of the same number holds here is an earlier state directory's)."""
     for fragment in task.fragments:
-        open_store(task.backend, pu_store(task.pipeline_dir, fragment, task.pu)).close()
+        path = pu_store(task.pipeline_dir, fragment, task.pu)
+        shutil.rmtree(path, ignore_errors=True)
+        open_store(task.backend, path).close()
     executor, host = task_location()
     return {"pu": task.pu, "executor": executor, "host": host}
 

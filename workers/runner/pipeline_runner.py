@@ -27,7 +27,7 @@ from workers.cycles import cycle_collection_paused
 from workers.epoch.spec import STORE_LOST
 from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
 from workers.job import EpochJob
-from workers.layout import adopt_shared_stores
+from workers.layout import prepare_local_root
 from workers.pipeline.loading import (
     check_on_executors,
     load_pipeline,
@@ -45,7 +45,7 @@ from workers.recovery.startup import RunnerRecovery
 from workers.rescale.executor import RescaleExecutor
 from workers.rescale.exports import ExportWaitStopped
 from workers.restarts import QueryGivenUp, QueryRestarts
-from workers.runner.checkpoint import committed_epoch, source_offset
+from workers.runner.checkpoint import checkpoint_dir, committed_epoch, source_offset
 from workers.runner.checks import check_sink_not_ahead, load_placements
 from workers.runner.components import make_executor, make_snapshots, task_modules
 from workers.runner.errors import RunnerError, StopRequested
@@ -298,8 +298,12 @@ class PipelineRunner:
         cfg = self.config
         phases = self.start_phases
         cfg.pipeline_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.is_local:  # the driver is the executor: an earlier release's stores move to it
-            adopt_shared_stores(cfg.pipeline_dir, Path(cfg.executor_dir) / cfg.pipeline)
+        if cfg.is_local:  # the driver is the executor: its directory, ready for this state
+            prepare_local_root(
+                cfg.pipeline_dir,
+                Path(cfg.executor_dir) / cfg.pipeline,
+                new=not checkpoint_dir(cfg.pipeline_dir).exists(),
+            )
         # beats from the start on, with the start's phases: /healthz says what a start waits for
         self.heartbeat.start()
         try:

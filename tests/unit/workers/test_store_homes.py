@@ -11,7 +11,14 @@ import pytest
 
 from tests.unit.workers.test_epoch_task import _records, _run, _spec
 from workers.epoch.spec import AwayFromHome
-from workers.layout import NoExecutorDir, adopt_shared_stores, executor_dir, local_root, pu_store
+from workers.layout import (
+    NoExecutorDir,
+    adopt_shared_stores,
+    executor_dir,
+    local_root,
+    prepare_local_root,
+    pu_store,
+)
 from workers.operators import Count
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.loading import record
@@ -100,3 +107,27 @@ def test_local_mode_adopts_the_stores_an_earlier_release_kept_in_the_state_dir(
     assert (root / "stores" / "f" / "pu-0" / "data.mdb").read_bytes() == b"x"
     assert not (pipeline_dir / "stores").exists()
     assert not adopt_shared_stores(pipeline_dir, root)  # once
+
+
+def test_a_new_state_directory_does_not_take_an_earlier_ones_stores(tmp_path: Path) -> None:
+    """The stores outlive the state directory now: a pipeline started afresh (its state
+    directory wiped, no checkpoint) must not read the stores its predecessor left."""
+    root = tmp_path / "executors" / "driver" / "p"
+    (root / "stores" / "f" / "pu-0").mkdir(parents=True)
+    prepare_local_root(tmp_path / "state" / "p", root, new=False)
+    assert (root / "stores" / "f" / "pu-0").is_dir(), "a state directory keeps its stores"
+    prepare_local_root(tmp_path / "state" / "p", root, new=True)
+    assert not root.exists()
+
+
+def test_a_new_pus_store_starts_empty_whatever_its_disk_held(tmp_path: Path) -> None:
+    from workers.state import open_store
+    from workers.state.base import Update
+    from workers.worker_pool import BootstrapTask, bootstrap_pu
+
+    state = tmp_path / "state" / "p"
+    with open_store("lmdb", pu_store(state, "f", 4)) as store:
+        store.commit_epoch(9, [Update(b"\\x00\\x01k", None, b"v")])
+    bootstrap_pu(BootstrapTask(str(state), "lmdb", 4, ("f",)))
+    with open_store("lmdb", pu_store(state, "f", 4), readonly=True) as store:
+        assert store.applied_epoch() == -1 and not list(store.scan())
