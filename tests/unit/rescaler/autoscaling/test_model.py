@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rescaler.autoscaling.model import Mode, Policy, policy_problems
-
-POLICY = Policy(
-    mode=Mode.RECOMMEND,
-    target_utilisation=0.7,
-    min_parallel_units=1,
-    max_parallel_units=32,
-    max_step=16,
-    stabilisation_s=60.0,
-    cooldown_s=120.0,
-    catch_up_s=120.0,
-)
+from rescaler.autoscaling.model import Policy, policy_problems
+from tests.unit.rescaler.autoscaling.test_sizing import POLICY  # the policy the sizing runs
 
 
 @pytest.mark.parametrize(
