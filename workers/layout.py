@@ -17,6 +17,24 @@ from pathlib import Path
 LOCAL_DIR = "RESCALER_LOCAL_DIR"
 
 
+class AwayFromHome(RuntimeError):
+    """Spark ran a PU's task on another executor than its home (the home was busy past Spark's
+    locality wait, or is going), on a disk without the PU's store: the task refuses before it
+    writes anything, and Spark runs it again. On the home's host, whose disk the executors
+    share, it runs."""
+
+
+def refuse_away_from_home(home: str, here: str, path: Path, what: str) -> None:
+    """Raise :class:`AwayFromHome` when this task runs on executor ``here`` while its PU's home
+    is ``home`` ("": none known, as in local mode) and ``path``, the PU's store, is not on this
+    executor's disk: before anything is created here, where the PU's epochs would never look."""
+    if home and home != here and not Path(path).is_dir():
+        raise AwayFromHome(
+            f"{what} ran on executor {here}, but its store is on executor {home}, not on this "
+            f"one's disk ({path}): Spark runs it again (raise spark.locality.wait if this repeats)"
+        )
+
+
 class NoExecutorDir(RuntimeError):
     """This process has no directory of its own for stores; the message says what to set."""
 

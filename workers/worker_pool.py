@@ -23,8 +23,9 @@ from typing import Any
 from workers.config import RunnerConfig
 from workers.control import Command
 from workers.epoch.location import task_location
-from workers.layout import pu_store
+from workers.layout import pu_store, refuse_away_from_home
 from workers.membership import ExecutorSeen, Membership, WorkerInfo, spark_executors
+from workers.pinning import executor_of
 from workers.pipeline.placement import VnodeMapping
 from workers.spark_tasks import run_tasks
 from workers.state import open_store
@@ -44,17 +45,19 @@ class BootstrapTask:
     backend: str
     pu: int
     fragments: tuple[str, ...]
+    home: str = ""  # the id of the PU's home executor, where its store must be made
 
 
 def bootstrap_pu(task: BootstrapTask) -> dict[str, Any]:
     """On the PU's executor: each fragment's store exists, empty (a new PU holds nothing: what
     a store of the same number holds here is an earlier state directory's)."""
+    here = task_location()[0]
     for fragment in task.fragments:
         path = pu_store(task.pipeline_dir, fragment, task.pu)
+        refuse_away_from_home(task.home, here, path, f"the bootstrap of PU {task.pu}")
         shutil.rmtree(path, ignore_errors=True)
         open_store(task.backend, path).close()
-    executor, host = task_location()
-    return {"pu": task.pu, "executor": executor, "host": host}
+    return {"pu": task.pu, "executor": here, "host": task_location()[1]}
 
 
 class WorkerPool:
@@ -199,9 +202,16 @@ class WorkerPool:
         and the epoch and placement versions they join at are recorded beside it."""
         root = Path(self.config.pipeline_dir)
         placements = self._placements()
-        homes = self.membership.home_locations()
+        # without Spark (the simulations) the tasks run here, standing in for their executors
+        homes = self.membership.home_locations() if self.spark is not None else {}
         tasks = [
-            BootstrapTask(str(root), self.config.backend, pu, tuple(sorted(placements)))
+            BootstrapTask(
+                str(root),
+                self.config.backend,
+                pu,
+                tuple(sorted(placements)),
+                executor_of(homes.get(pu, "")),
+            )
             for pu in pus
         ]
         run_tasks(

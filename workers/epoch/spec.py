@@ -33,13 +33,6 @@ class StoreLost(Exception):
     nothing; the runner rebuilds the store from the newest snapshot (docs/recovery.md)."""
 
 
-class AwayFromHome(RuntimeError):
-    """Spark ran a PU's task on another executor than its home (the home was busy past Spark's
-    locality wait, or is going), on a disk without the PU's store: the task refuses before it
-    writes anything, and Spark runs it again. On the home's host, whose disk the executors
-    share, it runs."""
-
-
 def output_schema(operator: KeyedOperator) -> pa.Schema:
     """The schema every task of a fragment emits: kind, key, seq, the operator's fields, info."""
     fields = [("kind", pa.string()), ("key", pa.string()), ("seq", pa.int64())]

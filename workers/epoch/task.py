@@ -25,14 +25,13 @@ from workers.epoch.outputs import (
 from workers.epoch.sink import write_sink
 from workers.epoch.spec import (
     STORE_LOST,
-    AwayFromHome,
     StoreLost,
     TaskSpec,
     is_processor,
     output_schema,
 )
 from workers.hashing import KeyRange
-from workers.layout import local_root, pu_store
+from workers.layout import local_root, pu_store, refuse_away_from_home
 from workers.processor import max_event_ms
 from workers.processor.layout import INITIAL_KIND
 from workers.processor.run import next_timer_of
@@ -53,12 +52,7 @@ def run_task(
     home = spec.home_of(slot)
     # before anything is written here: away from home, the store must be on this disk too (an
     # executor beside the home one, on the same host, shares its directory)
-    if home and home != where[0] and not path.is_dir():
-        raise AwayFromHome(
-            f"{spec.fragment} PU {pu}'s task ran on executor {where[0]}, but its store is on "
-            f"executor {home}, not on this one's disk ({path}): Spark runs it again (raise "
-            f"spark.locality.wait if this repeats)"
-        )
+    refuse_away_from_home(home, where[0], path, f"{spec.fragment} PU {pu}'s task")
     received = list(batches)
     held = None
     if received:

@@ -56,9 +56,11 @@ class LocalProvider:
         directory: Path,
         memory: str = "1g",
         local_dir: Path | None = None,
+        private_disks: bool = False,
     ) -> None:
         """``local_dir``: this host's disk for the executors' stores (:func:`local_store_dir`;
-        default ``local`` in ``directory``)."""
+        default ``local`` in ``directory``). ``private_disks``: each worker has a disk of its
+        own instead (``local`` in its work directory), as if each were a host of its own."""
         if not master_url.startswith("spark://"):
             raise ProviderError(
                 f"the local provider needs a standalone master (SPARK_MASTER=spark://host:7077), "
@@ -69,6 +71,7 @@ class LocalProvider:
         self.memory = memory
         # this host's disk for the executors' stores (RESCALER_LOCAL_DIR of every worker here)
         self.local_dir = Path(local_dir) if local_dir is not None else self.dir / "local"
+        self.private_disks = private_disks
 
     # -- the registry ------------------------------------------------------------------------
     def _registry(self) -> Path:
@@ -124,7 +127,7 @@ class LocalProvider:
                         # the directory its executors keep their PUs' stores in
                         # (workers/layout.py): this host's local disk, which outlives an
                         # executor on it; every worker here is on this one host
-                        LOCAL_DIR: str(self.local_dir),
+                        LOCAL_DIR: str(self.disk_of(work_dir)),
                         # SIGPWR (a spot agent's, a node drain's) decommissions the worker and its
                         # executors gracefully: the driver sees it as a notice (docs/elastic-workers.md)
                         "SPARK_WORKER_OPTS": " ".join(
@@ -150,6 +153,10 @@ class LocalProvider:
                 f"Spark worker {worker_id} did not start: {exc}; see {log_path}"
             ) from exc
         return worker
+
+    def disk_of(self, work_dir: Path) -> Path:
+        """The directory the executors of the worker in ``work_dir`` keep their stores in."""
+        return Path(work_dir) / "local" if self.private_disks else self.local_dir
 
     def add(self, cores: int = 1) -> str:
         w = self.start_worker(cores)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.faults import crash_point
+from workers.pinning import executor_of
 from workers.pipeline.placement import EpochPlan, VnodeMapping, write_json_atomic
 from workers.recovery.format import SnapshotError, SnapshotManifest, TaskRun
 from workers.recovery.location import RecoveryLocation
@@ -39,7 +40,7 @@ from workers.recovery.replay import ReplayEntry, ReplayLog
 from workers.recovery.restore import restore_task
 from workers.recovery.stores import CheckTask, SealTask, StoreState, check_pu, seal_pu
 from workers.recovery.tasks import RestoreTask
-from workers.spark_tasks import run_tasks
+from workers.spark_tasks import run_tasks, task_location
 
 REBUILD_PENDING = "rebuild-pending.json"
 REBUILT = "rebuilt.json"
@@ -236,7 +237,7 @@ def finish_rebuild(pipeline_dir: Path, rebuild: Rebuild, record: dict[str, Any])
 
 # -- the driver's side -----------------------------------------------------------------------
 def _check_task(task: CheckTask) -> list[dict[str, Any]]:
-    return [s.to_json() for s in check_pu(task)]
+    return [s.to_json() for s in check_pu(task, task_location()[0])]
 
 
 def _seal_task(task: SealTask) -> int:
@@ -263,7 +264,14 @@ def check_stores(
             if placement.vnodes_of(pu) and (name, pu) not in skip:
                 by_pu.setdefault(pu, []).append(name)
     tasks = [
-        CheckTask(str(pipeline_dir), backend, pu, tuple(names), committed)
+        CheckTask(
+            str(pipeline_dir),
+            backend,
+            pu,
+            tuple(names),
+            committed,
+            executor_of((homes or {}).get(pu, "")),
+        )
         for pu, names in sorted(by_pu.items())
     ]
     if not tasks:
@@ -323,7 +331,10 @@ def run_rebuild(
     started = time.time()
     manifest = rebuild.manifest
     begin_rebuild(pipeline_dir, rebuild)
-    tasks = rebuild.restore_tasks(location.uri, pipeline_dir, backend, placements)
+    tasks = [
+        replace(task, home=executor_of((homes or {}).get(task.pu, "")))
+        for task in rebuild.restore_tasks(location.uri, pipeline_dir, backend, placements)
+    ]
     results = run_tasks(
         spark,
         tasks,

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from workers.pinning import executor_of
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import SnapshotCorrupt, SnapshotError, SnapshotManifest, TaskRun
 from workers.recovery.location import RecoveryLocation
@@ -145,6 +146,7 @@ def restore_stores(
             ),
             fresh=fresh or fresh_from is not None,
             progress_at=progress,
+            home=executor_of((homes or {}).get(pu, "")),
         )
         for pu in sorted(pus)
     ]

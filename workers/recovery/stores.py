@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.layout import local_root, store_path
+from workers.layout import local_root, refuse_away_from_home, store_path
 from workers.state import open_store
 
 #: files a store's engine rewrites on open, left out of the checksum
@@ -92,15 +92,19 @@ class CheckTask:
     pu: int
     fragments: tuple[str, ...]
     committed: int  # every store must be at this epoch, or the one after (not yet committed)
+    home: str = ""  # the id of the PU's home executor, where its stores are
 
 
-def check_pu(task: CheckTask) -> list[StoreState]:
-    return [_check(task, fragment) for fragment in task.fragments]
+def check_pu(task: CheckTask, here: str = "") -> list[StoreState]:
+    """On executor ``here``: the PU's stores, each whole or lost (a task away from the PU's
+    home, where the stores are not, refuses rather than call them lost)."""
+    return [_check(task, fragment, here) for fragment in task.fragments]
 
 
-def _check(task: CheckTask, fragment: str) -> StoreState:
+def _check(task: CheckTask, fragment: str, here: str) -> StoreState:
     root = local_root(task.state_root)
     path = store_path(root, fragment, task.pu)
+    refuse_away_from_home(task.home, here, path, f"the check of {fragment} PU {task.pu}")
     sums_file = sums_path(root, fragment, task.pu)
     if not path.is_dir() or not any(path.iterdir()):
         return StoreState(fragment, task.pu, MISSING, f"{path} is gone")

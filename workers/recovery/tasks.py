@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workers.faults import crash_point
-from workers.layout import local_root, store_path
+from workers.layout import local_root, refuse_away_from_home, store_path
 from workers.recovery.format import (
     Segment,
     SnapshotCorrupt,
@@ -83,6 +83,7 @@ class RestoreTask:
     pu: int
     owned: tuple[tuple[str, tuple[int, ...]], ...]  # (fragment, vnodes this PU owns)
     fresh: bool = False  # remove what the stores hold first (a lost store being rebuilt)
+    home: str = ""  # the id of the PU's home executor, where its stores are (workers.pinning)
     # where the task says how far it is (``pu-<n>.json``, after each segment): a restore's
     # progress, shown by the console while the runner restores: the root of the pipeline's
     # durable location, where its ``restore-progress/`` is (workers.storage); "" says nothing
@@ -243,6 +244,8 @@ def restore_pu(task: RestoreTask, where: tuple[str, str]) -> TaskRun:
     for fragment, owned in task.owned:
         wanted = set(owned)
         path = store_path(local_root(task.state_root), fragment, task.pu)
+        # a store filled elsewhere than at home would never be read
+        refuse_away_from_home(task.home, where[0], path, f"the restore of PU {task.pu}")
         if task.fresh:
             shutil.rmtree(path, ignore_errors=True)
             sums_path(local_root(task.state_root), fragment, task.pu).unlink(missing_ok=True)

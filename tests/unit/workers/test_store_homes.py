@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.workers.test_epoch_task import _records, _run, _spec
-from workers.epoch.spec import AwayFromHome
 from workers.layout import (
+    AwayFromHome,
     NoExecutorDir,
     adopt_shared_stores,
     executor_dir,
@@ -131,3 +131,21 @@ def test_a_new_pus_store_starts_empty_whatever_its_disk_held(tmp_path: Path) -> 
     bootstrap_pu(BootstrapTask(str(state), "lmdb", 4, ("f",)))
     with open_store("lmdb", pu_store(state, "f", 4), readonly=True) as store:
         assert store.applied_epoch() == -1 and not list(store.scan())
+
+
+def test_a_bootstrap_a_check_or_a_restore_away_from_home_refuses(tmp_path: Path) -> None:
+    """Not only the epochs: a task that would make, judge or fill a PU's store on another
+    executor's disk than the PU's home refuses too (Spark runs it again, at home)."""
+    from workers.recovery.stores import CheckTask, check_pu
+    from workers.worker_pool import BootstrapTask, bootstrap_pu
+
+    state = tmp_path / "state" / "p"
+    with pytest.raises(AwayFromHome, match="the bootstrap of PU 4 ran on executor driver"):
+        bootstrap_pu(BootstrapTask(str(state), "lmdb", 4, ("f",), home="7"))
+    assert not pu_store(state, "f", 4).exists()
+    with pytest.raises(AwayFromHome, match="the check of f PU 4"):
+        check_pu(CheckTask(str(state), "lmdb", 4, ("f",), 3, home="7"), "driver")
+    # at home, a missing store is what the check reports
+    assert [s.status for s in check_pu(CheckTask(str(state), "lmdb", 4, ("f",), 3, "7"), "7")] == [
+        "missing"
+    ]

@@ -1,0 +1,148 @@
+"""State on the workers (issue 45): a Spark standalone cluster whose workers each have a disk of
+their own, and a durable location in a real S3 API (moto's server).
+
+Each worker's executor keeps its PUs' stores in its own directory (``RESCALER_LOCAL_DIR``, which
+no other executor and not the driver is given), so a live rescale can only move a vnode's state
+from one executor to another through the durable location. The story:
+
+1. two workers of one PU each run the pipeline on PUs 0 and 1;
+2. a third worker of two PUs joins: a live scale-out puts vnodes on its PU 2;
+3. a migration moves all of PU 0 (the first worker) to PU 3 (the third);
+4. a scale-in removes PU 1, and the first two workers are decommissioned and stopped;
+5. the state equals the oracle key for key, the driver's state directory holds no store, and
+   every store lies on the disk of the executor that ran its PU, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.s3service import S3Service
+from tests.integration.workers.fixtures import start_runner
+from tests.integration.workers.test_idle_stream import PIPELINE, Inbox, finish_and_check, wait_idle
+from tests.integration.workers.test_standalone import (
+    VNODES,
+    away_from_home,
+    exports_placed,
+    live,
+    ready,
+    wait_workers,
+    workers,
+)
+from workers.control import LocalControl
+from workers.pipeline.placement import PlacementStore
+from workers.provider import LocalMaster, LocalProvider
+from workers.store_homes import StoreHomes
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.standalone]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    master = LocalMaster(tmp_path / "spark")
+    master.start()
+    provider = LocalProvider(
+        master.url, tmp_path / "spark" / "workers", memory="1g", private_disks=True
+    )
+    try:
+        yield master, provider
+    finally:
+        provider.stop_all()
+        master.stop()
+
+
+def stores_on(disk: Path) -> set[tuple[str, int]]:
+    """(fragment, PU) of every store on a worker's disk."""
+    return {
+        (p.parent.name, int(p.name[3:]))
+        for p in disk.glob(f"{PIPELINE}/stores/*/pu-*")
+        if p.is_dir()
+    }
+
+
+def test_state_moves_between_private_disks_through_the_object_store(
+    tmp_path: Path, cluster: Any, s3_service: S3Service
+) -> None:
+    master, provider = cluster
+    inbox = Inbox(tmp_path / "inbox")
+    state = tmp_path / "state"
+    provider.add(1)
+    provider.add(1)
+    runner = start_runner(
+        state,
+        PIPELINE,
+        "--source",
+        f"dir:{inbox.dir}",
+        "--initial-pus",
+        "2",
+        env={
+            "SPARK_MASTER": master.url,
+            "RESCALER_VNODES": str(VNODES),
+            "RESCALER_DURABLE_LOCATION": s3_service.uri(s3_service.bucket(), "durable"),
+            # the runner gives its executors no directory: each has its worker's own
+            "RESCALER_LOCAL_DIR": "",
+        },
+    )
+    rows = 0
+
+    def more(n: int) -> None:
+        nonlocal rows
+        inbox.drop(n)
+        rows += n
+        wait_idle(runner, rows)
+
+    # 1. two workers, PUs 0 and 1
+    more(1_000)
+    wait_workers(runner, "two workers", lambda ws: ready(ws.get("w1")) and ready(ws.get("w2")))
+    # 2. a third worker of two PUs joins; a live scale-out onto it
+    provider.add(2)
+    wait_workers(runner, "the third worker", lambda ws: ready(ws.get("w3")))
+    w1, w2, w3 = (workers(runner)[n] for n in ("w1", "w2", "w3"))
+    assert (w1.parallel_units, w2.parallel_units, w3.parallel_units) == ((0,), (1,), (2, 3))
+    live(state, runner, "onto-w3", {"added_parallel_units": [2]})
+    more(500)
+    # 3. a migration: everything of PU 0 (w1's disk) to PU 3 (w3's)
+    live(state, runner, "w1-to-w3", {"added_parallel_units": [3], "removed_parallel_units": [0]})
+    more(500)
+    # each worker's disk, while its process is there to say where it runs
+    disks = {}
+    for worker in (w1, w2, w3):
+        host = provider.executor_host(worker.executor_id)
+        assert host is not None
+        disks[worker.name] = provider.disk_of(Path(host.work_dir))
+    assert len(set(disks.values())) == 3
+    # 4. a scale-in that removes w2's PU; w1 and w2 leave
+    before = len(runner.epochs())
+    live(state, runner, "off-w2", {"removed_parallel_units": [1]})
+    control = LocalControl(runner.control_dir)
+    for worker in (w1, w2):
+        command = control.submit("worker.decommission", {"worker": worker.name})
+        runner.wait_for(lambda c=command: control.command_status(c) is not None, 60, "decommission")
+        status = control.command_status(command)
+        assert status is not None and status[0] == "done", status
+        assert "stopped" in provider.release(worker)
+    more(500)
+    placements = PlacementStore(state / PIPELINE).load()
+    assert placements is not None
+    assert all(p.parallel_units == (2, 3) for p in placements.values()), placements
+
+    # every PU task with records ran on its home executor, and every export on its source's
+    home = {0: w1.executor_id, 1: w2.executor_id, 2: w3.executor_id, 3: w3.executor_id}
+    assert not away_from_home(runner, before, home)
+    exports = exports_placed(runner.log_path.read_text())
+    assert {pu for pu, _ in exports} >= {0, 1}, exports  # state left w1's and w2's disks
+    assert all(home[pu] == ex for pu, ex in exports), (exports, home)
+
+    # 5. the oracle, no store in the driver's directory (finish_and_check), and each store on
+    # its executor's own disk only
+    finish_and_check(state, inbox, runner, rows)
+    names = list(placements)
+    assert stores_on(disks["w1"]) == {(n, 0) for n in names}
+    assert stores_on(disks["w2"]) == {(n, 1) for n in names}
+    assert stores_on(disks["w3"]) == {(n, pu) for n in names for pu in (2, 3)}
+    for (fragment, pu), where in StoreHomes(state / PIPELINE).load().items():
+        owner = {0: "w1", 1: "w2", 2: "w3", 3: "w3"}[pu]
+        assert Path(where.root) == disks[owner] / PIPELINE, (fragment, pu, where)
