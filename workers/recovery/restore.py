@@ -126,8 +126,8 @@ def restore_stores(
     ``fresh_from``: the placement the stores held until now (a stop-start): each task first
     removes its PU's stores of it, and PUs that are not targets get a task that only does that,
     so no separate clear job runs. ``fresh``: each task first removes what its PU's stores hold
-    (a restore into a new state directory: an executor may keep an earlier run's). ``homes``: PU -> its home executor's location, where its
-    task runs."""
+    (a restore into a new state directory: an executor may keep an earlier run's). ``homes``:
+    PU -> its home executor's location, where its task runs."""
     pus = {pu for p in placements.values() for pu in p.parallel_units}
     if fresh_from is not None:
         pus |= {pu for p in fresh_from.values() for pu in p.parallel_units}
