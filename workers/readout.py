@@ -60,16 +60,17 @@ def _stores(pipeline_dir: Path, fragment: str) -> list[tuple[int, Path]]:
     """The fragment's stores as (PU, path), each where its last epoch task ran; one on another
     host cannot be read from here."""
     found = []
-    for pu in StoreHomes(pipeline_dir).of_fragment(fragment):
-        path = _store(pipeline_dir, fragment, pu)
+    homes = StoreHomes(pipeline_dir)  # the record read once, for every PU
+    for pu in homes.of_fragment(fragment):
+        path = _store(homes, fragment, pu)
         if path is not None:
             found.append((pu, path))
     return found
 
 
-def _store(pipeline_dir: Path, fragment: str, pu: int) -> Path | None:
+def _store(homes: StoreHomes, fragment: str, pu: int) -> Path | None:
     """The PU's store, where its last epoch task ran (None: no task of it has run yet)."""
-    home = StoreHomes(pipeline_dir).load().get((fragment, pu))
+    home = homes.load().get((fragment, pu))
     if home is None:
         return None
     path = home.path(fragment, pu)
@@ -152,7 +153,7 @@ def read_key(
         owner = cut.target
     raw = None
     as_of: int | None = None
-    path = _store(pipeline_dir, fragment, owner)
+    path = _store(StoreHomes(pipeline_dir), fragment, owner)
     operator = frag.operator
     if isinstance(operator, Region):
         found: dict[str, Any] = {}
