@@ -115,8 +115,8 @@ def run_size(
     from workers.recovery.format import FragmentSnapshot, SnapshotManifest
     from workers.recovery.location import RecoveryLocation, snapshot_id
     from workers.recovery.restore import restore_placements, restore_stores
-    from workers.recovery.snapshots import snapshot_stores
     from workers.recovery.tasks import staging_path
+    from workers.recovery.write_job import snapshot_stores
 
     state = workdir / f"state-{keys}"
     say(f"{keys:,} keys: building the stores")

@@ -29,22 +29,14 @@ from typing import Any
 from workers.pipeline.placement import VnodeMapping
 from workers.recovery.format import (
     FragmentSnapshot,
-    Segment,
     SnapshotError,
     SnapshotManifest,
-    TaskRun,
 )
 from workers.recovery.location import RecoveryLocation, snapshot_id
 
 # re-exported: workers/rescale/stop_start.py imports it from here
 from workers.recovery.restore import restore_stores as restore_stores
-from workers.recovery.tasks import (
-    DropStagingTask,
-    SnapshotTask,
-    drop_pu_staging,
-    write_snapshot_segments,
-)
-from workers.spark_tasks import run_tasks, task_location
+from workers.recovery.write_job import drop_copies, snapshot_stores
 
 log = logging.getLogger("workers.recovery")
 
@@ -113,11 +105,6 @@ def recovery_partitions(pipeline_dir: Path, wanted: int) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"partitions": wanted}), "utf-8")
     return wanted
-
-
-def _snapshot_task(task: SnapshotTask) -> dict[str, Any]:
-    run, segments = write_snapshot_segments(task, task_location())
-    return {"run": run.to_json(), "segments": [s.to_json() for s in segments]}
 
 
 @dataclass(frozen=True)
@@ -265,20 +252,10 @@ class Snapshots:
                 log.exception("reporting snapshot %s failed", manifest.snapshot_id)
 
     def _drop_copies(self, pending: Pending) -> None:
-        """The PUs' staged copies of a failed snapshot, removed on their executors (what a
-        task cannot remove now goes with the PU's next snapshot task)."""
+        """The PUs' staged copies of a failed snapshot, removed on their executors."""
         pus = sorted({pu for p in pending.placements.values() for pu in p.parallel_units})
         homes = self.homes() if self.homes is not None else {}
-        try:
-            run_tasks(
-                self.spark,
-                [DropStagingTask(str(self.pipeline_dir), pu) for pu in pus],
-                drop_pu_staging,
-                f"rescaler snapshot {pending.snapshot_id}: its copies removed",
-                locations=[homes.get(pu) for pu in pus],
-            )
-        except Exception:
-            log.warning("could not remove the copies of snapshot %s", pending.snapshot_id)
+        drop_copies(self.spark, self.pipeline_dir, pus, homes, pending.snapshot_id)
 
     def write(self, pending: Pending) -> SnapshotManifest:
         """The write job, then the manifest; returns it."""
@@ -370,45 +347,3 @@ def _source_offset(offsets: str) -> dict[str, Any]:
         return parsed
     except (IndexError, ValueError):
         return {}
-
-
-def snapshot_stores(
-    spark: Any,
-    *,
-    location: RecoveryLocation,
-    pipeline: str,
-    snapshot: str,
-    partitions: int,
-    backend: str,
-    stores: dict[int, list[str]],
-    state_root: Path | str,
-    homes: dict[int, str] | None = None,
-    live: bool = False,
-) -> tuple[tuple[TaskRun, ...], list[Segment]]:
-    """The write job: one task per source PU writes its stores (PU -> fragments) into the
-    recovery partitions, on the PU's home executor when ``homes`` names it: the copies its epoch
-    task staged for ``snapshot``, or (``live``, the query stopped) the stores themselves. Returns
-    where each task ran and every segment written."""
-    tasks = [
-        SnapshotTask(
-            location.uri,
-            pipeline,
-            snapshot,
-            partitions,
-            backend,
-            pu,
-            tuple(fragments),
-            str(state_root),
-            live,
-        )
-        for pu, fragments in sorted(stores.items())
-    ]
-    results = run_tasks(
-        spark,
-        tasks,
-        _snapshot_task,
-        f"rescaler snapshot {snapshot} ({len(tasks)} PU tasks)",
-        locations=[(homes or {}).get(task.pu) for task in tasks],
-    )
-    runs = tuple(TaskRun.from_json(r["run"]) for r in results)
-    return runs, [Segment.from_json(s) for r in results for s in r["segments"]]

@@ -23,8 +23,8 @@ from workers.recovery.snapshots import (
     DEFAULT_PARTITIONS,
     recovery_partitions,
     restore_stores,
-    snapshot_stores,
 )
+from workers.recovery.write_job import snapshot_stores
 from workers.rescale import transfer
 from workers.rescale.ledger import OperationLedger
 from workers.rescale.operation import OperationState
