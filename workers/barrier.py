@@ -94,6 +94,8 @@ class Barrier:
         last = self.store.last_plan()
         if last is not None and last.epoch == epoch:
             log.warning("epoch %d is a re-run: reusing its recorded placement", epoch)
+            # an executor lost in its first run (why it re-runs, often): its PUs' new homes
+            self._on_barrier(epoch)
             return last
         if last is not None and epoch < last.epoch:
             raise BarrierError(

@@ -221,13 +221,19 @@ class Membership:
                     bound[w.name] = free.pop(0)
             for w in saved:
                 e = bound.get(w.name)
-                if e is None:  # its machine did not come back: lost, bound to nothing
+                if e is None:  # its machine did not come back: lost, its PUs adopted below
                     self.workers[w.name] = replace(w, executor_id="", alive=False)
                     continue
                 # its stores exist already: bootstrapped as it was
                 self.workers[w.name] = replace(
                     w, executor_id=e.executor_id, host=e.host, cores=e.cores, alive=True
                 )
+            for w in saved:
+                if w.name not in bound:
+                    self._adopt(w.name)
+            for w in list(self.workers.values()):  # an executor id of the old application
+                if w.name not in bound and w.executor_id:
+                    self.workers[w.name] = replace(w, executor_id="", alive=False)
             for e in free:
                 name = self._next_name()
                 self.workers[name] = self._new_worker(name, e)
@@ -266,10 +272,12 @@ class Membership:
         changed = False
         by_executor = {w.executor_id: w for w in self.workers.values() if w.alive}
         present = {e.executor_id: e for e in executors}
+        gone = []
         for w in by_executor.values():
             if w.executor_id not in present:
                 log.warning("worker %s (executor %s) is gone", w.name, w.executor_id)
                 self.workers[w.name] = replace(w, alive=False)
+                gone.append(w.name)
                 changed = True
                 continue
             since = present[w.executor_id].decommissioning_since
@@ -295,7 +303,47 @@ class Membership:
                 list(worker.parallel_units),
             )
             changed = True
+        for name in gone:
+            self._adopt(name)
         return changed
+
+    def _adopt(self, name: str) -> None:
+        """The PUs of lost worker ``name`` move to the live workers: each to one on the same
+        host if there is one (the executors of a host share its directory, where the stores
+        may still be), else to the one with the fewest PUs then (the first by name on a tie);
+        a bootstrapped worker that has no notice to leave. A PU keeps its number and its
+        vnodes; only its home executor changes, where its store is found, or else rebuilt from
+        the durable copy (``StoreLost``, the runner's rebuild). With no such worker the PUs stay
+        where they are, homeless (Spark runs their tasks anywhere)."""
+        lost = self.workers[name]
+        moved: dict[str, list[int]] = {}
+        for pu in lost.parallel_units:
+            takers = [
+                w
+                for w in self.workers.values()
+                if w.alive and w.bootstrapped_epoch >= 0 and w.notice_at is None
+            ]
+            if not takers:
+                break
+            taker = min(
+                takers,
+                key=lambda w: (w.host != lost.host, len(w.parallel_units), len(w.name), w.name),
+            )
+            self.workers[taker.name] = replace(taker, parallel_units=(*taker.parallel_units, pu))
+            moved.setdefault(taker.name, []).append(pu)
+        if not moved:
+            return
+        kept = tuple(pu for pu in lost.parallel_units if all(pu not in m for m in moved.values()))
+        self.workers[name] = replace(lost, parallel_units=kept)
+        for taker_name, pus in moved.items():
+            log.warning(
+                "worker %s is lost: its PUs %s go to worker %s (executor %s), where their stores "
+                "are rebuilt from the durable copy",
+                name,
+                pus,
+                taker_name,
+                self.workers[taker_name].executor_id,
+            )
 
     def decommission(self, name: str, holding: set[int]) -> WorkerInfo:
         """Drop a drained worker: ``holding`` is every PU that still runs a fragment or owns a

@@ -93,10 +93,30 @@ def _worker_seen(
     changed = any(
         getattr(worker, name) != value for name, value in fields.items() if name != "last_seen"
     )
+    before = worker_summary(worker)
     for name, value in fields.items():
         setattr(worker, name, value)
     worker.save()
+    # PUs of a lost worker that the runner gave this one (their stores rebuilt here)
+    adopted = {
+        pu.number: pu.worker.name
+        for pu in ParallelUnit.objects.filter(number__in=info.parallel_units)
+        .exclude(worker=worker)
+        .select_related("worker")
+    }
     pus_changed = _pus_record(worker, info.parallel_units)
+    if adopted:
+        audit_record(
+            actor_name="runner",
+            action="worker.adopted",
+            obj=audit_object(worker),
+            before=before,
+            after={
+                **worker_summary(worker),
+                "epoch": epoch,
+                "adopted": {str(n): name for n, name in sorted(adopted.items())},
+            },
+        )
     if not was_bootstrapped and info.bootstrapped_epoch >= 0:
         audit_record(
             actor_name="runner",
@@ -153,9 +173,19 @@ def _worker_gone(worker: Worker, epoch: int, now: Any) -> None:
         )
         transaction.on_commit(partial(tasks.release_later, worker.pk))
     else:
+        # the runner gives a lost worker's PUs to live workers when it has any (their reports,
+        # recorded before this, moved the PUs): then nothing is left for the operator to move
+        kept = ParallelUnit.objects.filter(worker=worker).exclude(
+            status=ParallelUnit.Status.REMOVED
+        )
         worker.status_reason = (
             f"its executor disappeared without a drain (runner's report at epoch {epoch}); "
-            f"remove its PUs from their fragments to move their vnodes to live PUs"
+            + (
+                "remove its PUs from their fragments to move their vnodes to live PUs"
+                if kept.exists()
+                else "its PUs went to live workers, where their stores are rebuilt from the "
+                "durable copy"
+            )
         )
         worker.status = WorkerStatus.LOST
         pu_status, action, event = ParallelUnit.Status.LOST, "worker.lost", Event.WORKER_LOST

@@ -8,13 +8,20 @@ from one executor to another through the durable location. The story:
 1. two workers of one PU each run the pipeline on PUs 0 and 1;
 2. a third worker of two PUs joins: a live scale-out puts vnodes on its PU 2;
 3. a migration moves all of PU 0 (the first worker) to PU 3 (the third);
-4. a scale-in removes PU 1, and the first two workers are decommissioned and stopped;
-5. the state equals the oracle key for key, the driver's state directory holds no store, and
+4. a snapshot, then the second worker's host is lost: its processes killed with SIGKILL and its
+   disk deleted. Its PU 1 goes to the first worker (the live one with the fewest PUs), where its
+   store is rebuilt from the snapshot and the epochs after it, and the stream goes on;
+5. a scale-in removes PU 1, now on the first worker, which is decommissioned and stopped;
+6. the state equals the oracle key for key, the driver's state directory holds no store, and
    every store lies on the disk of the executor that ran its PU, and nowhere else.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,7 @@ from tests.integration.workers.test_standalone import (
 from workers.control import LocalControl
 from workers.pipeline.placement import PlacementStore
 from workers.provider import LocalMaster, LocalProvider
+from workers.recovery.location import RecoveryLocation
 from workers.store_homes import StoreHomes
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.standalone]
@@ -108,41 +116,52 @@ def test_state_moves_between_private_disks_through_the_object_store(
     live(state, runner, "w1-to-w3", {"added_parallel_units": [3], "removed_parallel_units": [0]})
     more(500)
     # each worker's disk, while its process is there to say where it runs
-    disks = {}
+    disks, hosts = {}, {}
     for worker in (w1, w2, w3):
         host = provider.executor_host(worker.executor_id)
         assert host is not None
+        hosts[worker.name] = host
         disks[worker.name] = provider.disk_of(Path(host.work_dir))
     assert len(set(disks.values())) == 3
-    # 4. a scale-in that removes w2's PU; w1 and w2 leave
+    # 4. a snapshot, then w2's host is lost with its disk; its PU goes to w1, the emptiest
+    LocalControl(runner.control_dir).submit("snapshot", {"requested_by": "operator"})
+    location = RecoveryLocation(tmp_path / "recovery")
+    runner.wait_for(lambda: bool(location.snapshot_ids(PIPELINE)), 120, "the snapshot")
+    more(300)  # epochs after the snapshot, which the rebuild re-runs
+    os.killpg(hosts["w2"].pid, signal.SIGKILL)
+    shutil.rmtree(disks["w2"])
+    wait_workers(runner, "w2's PU on w1", lambda ws: ws["w1"].parallel_units == (0, 1))
+    assert not workers(runner)["w2"].alive and workers(runner)["w2"].parallel_units == ()
+    more(500)
+    assert re.search(r"rebuilt 2 stores .* and [1-9]\d* re-run epochs", runner.log_path.read_text())
+    # 5. a scale-in that removes PU 1 (now w1's); w1 leaves
     before = len(runner.epochs())
-    live(state, runner, "off-w2", {"removed_parallel_units": [1]})
+    live(state, runner, "off-w1", {"removed_parallel_units": [1]})
     control = LocalControl(runner.control_dir)
-    for worker in (w1, w2):
-        command = control.submit("worker.decommission", {"worker": worker.name})
-        runner.wait_for(lambda c=command: control.command_status(c) is not None, 60, "decommission")
-        status = control.command_status(command)
-        assert status is not None and status[0] == "done", status
-        assert "stopped" in provider.release(worker)
+    command = control.submit("worker.decommission", {"worker": "w1"})
+    runner.wait_for(lambda: control.command_status(command) is not None, 60, "decommission")
+    status = control.command_status(command)
+    assert status is not None and status[0] == "done", status
+    assert "stopped" in provider.release(w1)
     more(500)
     placements = PlacementStore(state / PIPELINE).load()
     assert placements is not None
     assert all(p.parallel_units == (2, 3) for p in placements.values()), placements
 
     # every PU task with records ran on its home executor, and every export on its source's
-    home = {0: w1.executor_id, 1: w2.executor_id, 2: w3.executor_id, 3: w3.executor_id}
+    home = {0: w1.executor_id, 1: w1.executor_id, 2: w3.executor_id, 3: w3.executor_id}
     assert not away_from_home(runner, before, home)
     exports = exports_placed(runner.log_path.read_text())
-    assert {pu for pu, _ in exports} >= {0, 1}, exports  # state left w1's and w2's disks
-    assert all(home[pu] == ex for pu, ex in exports), (exports, home)
+    assert {pu for pu, _ in exports} >= {0, 1}, exports  # state left w1's disk
+    assert all(pu == 1 or home[pu] == ex for pu, ex in exports), (exports, home)
 
     # 5. the oracle, no store in the driver's directory (finish_and_check), and each store on
     # its executor's own disk only
     finish_and_check(state, inbox, runner, rows)
     names = list(placements)
-    assert stores_on(disks["w1"]) == {(n, 0) for n in names}
-    assert stores_on(disks["w2"]) == {(n, 1) for n in names}
+    assert stores_on(disks["w1"]) == {(n, pu) for n in names for pu in (0, 1)}
+    assert not disks["w2"].exists()
     assert stores_on(disks["w3"]) == {(n, pu) for n in names for pu in (2, 3)}
     for (fragment, pu), where in StoreHomes(state / PIPELINE).load().items():
-        owner = {0: "w1", 1: "w2", 2: "w3", 3: "w3"}[pu]
+        owner = {0: "w1", 1: "w1", 2: "w3", 3: "w3"}[pu]
         assert Path(where.root) == disks[owner] / PIPELINE, (fragment, pu, where)

@@ -160,6 +160,27 @@ def test_a_worker_missing_from_the_report_is_lost_with_its_pus(cluster: Pipeline
     assert actions("w2") == ["worker.joined", "worker.lost"]
 
 
+def test_a_lost_workers_pus_that_the_runner_gave_a_live_worker_are_its_own(
+    cluster: Pipeline,
+) -> None:
+    """The runner gives a lost worker's PUs to live workers (workers.membership): they stay
+    active, on their new worker, and the move is audited; the lost worker keeps none."""
+    workers_record(
+        pipeline=PIPELINE,
+        epoch=9,
+        workers=[info("w1", (0, 1, 2, 3)), info("w2", (), alive=False)],
+    )
+    w2 = worker("w2")
+    assert w2.status == "lost" and "went to live workers" in w2.status_reason
+    assert pu_status(2, 3) == ["active", "active"]
+    assert sorted(worker("w1").parallel_units.values_list("number", flat=True)) == [0, 1, 2, 3]
+    assert actions("w1") == ["worker.joined", "worker.adopted"]
+    adopted = AuditEvent.objects.get(object_id="w1", action="worker.adopted")
+    assert adopted.after["adopted"] == {"2": "w2", "3": "w2"} and adopted.after["epoch"] == 9
+    assert adopted.before["parallel_units"] == [0, 1]
+    assert actions("w2") == ["worker.joined", "worker.lost"]
+
+
 def test_a_worker_reported_not_alive_is_lost_too(cluster: Pipeline) -> None:
     workers_record(pipeline=PIPELINE, epoch=9, workers=[W1, info("w2", (2, 3), alive=False)])
     assert worker("w2").status == "lost"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from workers.membership import LOCAL_WORKER, DecommissionRefused, ExecutorSeen, Membership
+from workers.pinning import location
 
 
 class Bootstraps:
@@ -68,15 +69,45 @@ def test_a_join_is_bootstrapped_at_the_barrier_that_sees_it(tmp_path: Path) -> N
     assert m.observe([E0, E1], 8, boot) is False  # nothing new: nothing reported
 
 
-def test_a_gone_executor_marks_its_worker_not_alive_but_keeps_its_pus(tmp_path: Path) -> None:
+def test_a_lost_workers_pus_go_to_the_live_workers_with_the_fewest(tmp_path: Path) -> None:
+    """A PU keeps its number (and its vnodes); only its home moves, where its store is rebuilt
+    from the durable copy: each to the live worker with the fewest PUs at that moment."""
     m = cluster(tmp_path)
-    m.start([E0, E1])
-    m.observe([E0, E1], 0, Bootstraps(), poll=False)
-    assert m.observe([E0], 4, Bootstraps()) is True
-    w2 = next(w for w in m.snapshot() if w.name == "w2")
-    assert not w2.alive and w2.parallel_units == (1, 2)
-    assert m.usable_pus() == {0}
-    assert m.executor_of_pu()[1] == "1"
+    e2 = ExecutorSeen("2", "10.0.0.3", 1)
+    m.start([E0, E1, e2])
+    m.observe([E0, E1, e2], 0, Bootstraps(), poll=False)
+    assert m.observe([E0, e2], 4, Bootstraps()) is True
+    got = {w.name: (w.alive, w.parallel_units) for w in m.snapshot()}
+    assert got == {"w1": (True, (0, 1)), "w2": (False, ()), "w3": (True, (3, 2))}
+    assert m.usable_pus() == {0, 1, 2, 3}
+    at0, at2 = location(E0.host, "0"), location(e2.host, "2")
+    assert m.home_locations() == {0: at0, 1: at0, 2: at2, 3: at2}
+
+
+def test_a_lost_workers_pus_go_to_a_worker_on_its_host_first(tmp_path: Path) -> None:
+    """The executors of one host share its directory: one there may find the stores."""
+    m = cluster(tmp_path)
+    beside = ExecutorSeen("2", E1.host, 2)
+    m.start([E0, E1, beside])
+    m.observe([E0, E1, beside], 0, Bootstraps(), poll=False)
+    m.observe([E0, beside], 1, Bootstraps())
+    got = {w.name: w.parallel_units for w in m.snapshot()}
+    assert got == {"w1": (0,), "w2": (), "w3": (3, 4, 1, 2)}
+
+
+def test_a_lost_workers_pus_go_only_to_ready_workers_that_stay(tmp_path: Path) -> None:
+    """Not to a worker whose stores are not yet made (a join this barrier) nor to one leaving
+    (its preemption notice); with no worker to take them, they stay where they were."""
+    m = cluster(tmp_path)
+    m.start([E0])
+    m.observe([E0], 0, Bootstraps(), poll=False)
+    noticed = ExecutorSeen("3", "10.0.0.4", 1, decommissioning_since=1.0)
+    m.observe([E0, noticed], 1, Bootstraps())
+    joining = ExecutorSeen("4", "10.0.0.5", 1)
+    m.observe([noticed, joining], 2, lambda pus, epoch: None, poll=True)
+    got = {w.name: (w.alive, w.parallel_units) for w in m.snapshot()}
+    assert got == {"w1": (False, (0,)), "w2": (True, (1,)), "w3": (True, (2,))}
+    assert 0 not in m.home_locations()
 
 
 def test_decommission_refuses_a_worker_that_still_holds_vnodes(tmp_path: Path) -> None:
@@ -111,11 +142,11 @@ def test_a_restart_binds_saved_workers_to_the_new_applications_executors(tmp_pat
     again = cluster(tmp_path)
     again.start([ExecutorSeen("0", "10.0.0.2", 2)])
     got = {w.name: (w.executor_id, w.host, w.alive, w.parallel_units) for w in again.snapshot()}
-    assert got == {
-        "w1": ("", "10.0.0.1", False, (0,)),
-        "w2": ("0", "10.0.0.2", True, (1, 2)),
+    assert got == {  # w1's PU goes to w2, where its store is rebuilt
+        "w1": ("", "10.0.0.1", False, ()),
+        "w2": ("0", "10.0.0.2", True, (1, 2, 0)),
     }
-    assert again.usable_pus() == {1, 2}  # bootstrapped before the restart, stores exist
+    assert again.usable_pus() == {0, 1, 2}  # bootstrapped before the restart
 
 
 def test_a_restart_binds_the_workers_alive_before_it_first(tmp_path: Path) -> None:
