@@ -58,11 +58,20 @@ def _placement(pipeline_dir: Path, fragment: str) -> VnodeMapping:
 
 def _stores(pipeline_dir: Path, fragment: str) -> list[tuple[int, Path]]:
     """The fragment's stores as (PU, path), each where its last epoch task ran; one on another
-    host cannot be read from here."""
+    host cannot be read from here. A PU that neither runs the fragment nor owns a vnode holds
+    nothing: its store is read when it is here (a copy left behind would show), and skipped
+    when it went with its executor's disk."""
+    placement = _placement(pipeline_dir, fragment)
+    in_use = {*placement.parallel_units, *placement.mapping}
     found = []
     homes = StoreHomes(pipeline_dir)  # the record read once, for every PU
     for pu in homes.of_fragment(fragment):
-        path = _store(homes, fragment, pu)
+        try:
+            path = _store(homes, fragment, pu)
+        except ReadoutError:
+            if pu in in_use:
+                raise
+            continue
         if path is not None:
             found.append((pu, path))
     return found
@@ -88,7 +97,6 @@ def iter_state(
     """Every key of the fragment: ``{"key", "vnode", "pu", "value"}``, store by store."""
     pipeline_dir = Path(state_dir) / pipeline
     frag: Fragment = registered(state_dir, pipeline).fragment(fragment)
-    _placement(pipeline_dir, fragment)
     if isinstance(frag.operator, Region):
         yield from _iter_region(pipeline_dir, frag, frag.operator, backend)
         return

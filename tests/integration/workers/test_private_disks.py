@@ -12,7 +12,9 @@ from one executor to another through the durable location. The story:
    disk deleted. Its PU 1 goes to the first worker (the live one with the fewest PUs), where its
    store is rebuilt from the snapshot and the epochs after it, and the stream goes on;
 5. a scale-in removes PU 1, now on the first worker, which is decommissioned and stopped;
-6. the state equals the oracle key for key, the driver's state directory holds no store, and
+6. a snapshot, then the runner is killed with SIGKILL and every executor's directory wiped: the
+   restarted runner (a new Spark application) rebuilds every store from the object store alone;
+7. the state equals the oracle key for key, the driver's state directory holds no store, and
    every store lies on the disk of the executor that ran its PU, and nowhere else.
 """
 
@@ -79,21 +81,19 @@ def test_state_moves_between_private_disks_through_the_object_store(
     state = tmp_path / "state"
     provider.add(1)
     provider.add(1)
-    runner = start_runner(
-        state,
-        PIPELINE,
-        "--source",
-        f"dir:{inbox.dir}",
-        "--initial-pus",
-        "2",
-        env={
-            "SPARK_MASTER": master.url,
-            "RESCALER_VNODES": str(VNODES),
-            "RESCALER_DURABLE_LOCATION": s3_service.uri(s3_service.bucket(), "durable"),
-            # the runner gives its executors no directory: each has its worker's own
-            "RESCALER_LOCAL_DIR": "",
-        },
-    )
+    bucket = s3_service.bucket()
+    recovery = s3_service.uri(bucket, "recovery")
+    args = ("--source", f"dir:{inbox.dir}", "--initial-pus", "2")
+    env = {
+        "SPARK_MASTER": master.url,
+        "RESCALER_VNODES": str(VNODES),
+        # hold queues, exports and snapshots in the object store; nothing shared on a disk
+        "RESCALER_DURABLE_LOCATION": s3_service.uri(bucket, "durable"),
+        "RESCALER_RECOVERY_DIR": recovery,
+        # the runner gives its executors no directory: each has its worker's own
+        "RESCALER_LOCAL_DIR": "",
+    }
+    runner = start_runner(state, PIPELINE, *args, env=env)
     rows = 0
 
     def more(n: int) -> None:
@@ -125,7 +125,7 @@ def test_state_moves_between_private_disks_through_the_object_store(
     assert len(set(disks.values())) == 3
     # 4. a snapshot, then w2's host is lost with its disk; its PU goes to w1, the emptiest
     LocalControl(runner.control_dir).submit("snapshot", {"requested_by": "operator"})
-    location = RecoveryLocation(tmp_path / "recovery")
+    location = RecoveryLocation(recovery)
     runner.wait_for(lambda: bool(location.snapshot_ids(PIPELINE)), 120, "the snapshot")
     more(300)  # epochs after the snapshot, which the rebuild re-runs
     os.killpg(hosts["w2"].pid, signal.SIGKILL)
@@ -155,12 +155,31 @@ def test_state_moves_between_private_disks_through_the_object_store(
     assert {pu for pu, _ in exports} >= {0, 1}, exports  # state left w1's disk
     assert all(pu == 1 or home[pu] == ex for pu, ex in exports), (exports, home)
 
-    # 5. the oracle, no store in the driver's directory (finish_and_check), and each store on
-    # its executor's own disk only
-    finish_and_check(state, inbox, runner, rows)
     names = list(placements)
     assert stores_on(disks["w1"]) == {(n, pu) for n in names for pu in (0, 1)}
     assert not disks["w2"].exists()
+    assert stores_on(disks["w3"]) == {(n, pu) for n in names for pu in (2, 3)}
+
+    # 6. a snapshot, then the runner killed with every executor's directory wiped: the restart
+    # (a new application) rebuilds each store from the object store alone
+    taken = len(location.snapshot_ids(PIPELINE))
+    control.submit("snapshot", {"requested_by": "operator"})
+    runner.wait_for(lambda: len(location.snapshot_ids(PIPELINE)) > taken, 120, "a new snapshot")
+    more(300)  # epochs after it, which the rebuild re-runs
+    runner.kill()
+    for disk in (disks["w1"], disks["w3"]):
+        shutil.rmtree(disk / PIPELINE)
+    runner = start_runner(state, PIPELINE, *args, env=env, log_name="wiped")
+    more(300)
+    assert re.search(
+        rf"rebuilt {2 * len(names)} stores .* and [1-9]\d* re-run epochs",
+        runner.log_path.read_text(),
+    ), runner.log_tail()
+
+    # 7. the oracle, no store in the driver's directory (finish_and_check), and each store on
+    # its executor's own disk only
+    finish_and_check(state, inbox, runner, rows)
+    assert stores_on(disks["w1"]) == set()
     assert stores_on(disks["w3"]) == {(n, pu) for n in names for pu in (2, 3)}
     for (fragment, pu), where in StoreHomes(state / PIPELINE).load().items():
         owner = {0: "w1", 1: "w1", 2: "w3", 3: "w3"}[pu]

@@ -23,7 +23,7 @@ from workers.operators import Count
 from workers.pipeline.builtins import get_pipeline
 from workers.pipeline.loading import record
 from workers.pipeline.placement import PlacementStore, VnodeMapping
-from workers.readout import ReadoutError, read_key
+from workers.readout import ReadoutError, iter_state, read_key
 from workers.store_homes import FILE, StoreHome, StoreHomes
 
 
@@ -94,6 +94,26 @@ def test_the_key_finder_says_where_a_store_it_cannot_read_is(
     )
     with pytest.raises(ReadoutError, match=r"on executor 4 \(far\).*not readable here"):
         read_key(state, "wordcount", frag, "apple")
+
+
+def test_a_readout_skips_a_store_gone_with_its_disk_only_when_its_pu_holds_nothing(
+    tmp_path: Path, executor_dir: Path
+) -> None:
+    """A PU scaled in, its executor's disk gone since: nothing of the fragment is lost. An
+    owner's store that is not here is an error, as ever."""
+    state = tmp_path / "state"
+    pipeline_dir = state / "wordcount"
+    pipeline = get_pipeline("wordcount")
+    record(pipeline_dir, "wordcount", pipeline)
+    frag = pipeline.fragments[-1].name
+    vnodes = pipeline.fragments[-1].vnodes
+    PlacementStore(pipeline_dir).save({frag: VnodeMapping.initial(frag, vnodes, [1])})
+    gone = {"fragment": frag, "executor": "4", "host": "far", "store_root": "/nowhere/x"}
+    StoreHomes(pipeline_dir).update([{**gone, "pu": 0}])
+    assert list(iter_state(state, "wordcount", frag)) == []
+    StoreHomes(pipeline_dir).update([{**gone, "pu": 1}])
+    with pytest.raises(ReadoutError, match=r"PU 1's store is on executor 4 \(far\)"):
+        list(iter_state(state, "wordcount", frag))
 
 
 def test_local_mode_adopts_the_stores_an_earlier_release_kept_in_the_state_dir(
