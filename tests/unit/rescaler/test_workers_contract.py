@@ -106,12 +106,26 @@ def test_join_drain_decommission_and_loss(
     }
     assert _quiet == [Worker.objects.get(name="w2").pk], "the provider releases its machine"
 
-    # w3's executor disappears without a drain: lost, and its PU cannot be given vnodes
+    # w3's executor disappears without a drain: lost, and its PUs go to w1, the live worker,
+    # where they can be given vnodes again
     assert membership.observe([E0], 20, _bootstrap)
     orm.report_workers(PIPELINE, 20, membership.snapshot())
-    assert status("w3") == "lost"
+    assert status("w3") == "lost" and status("w1") == "active"
+    assert set(
+        ParallelUnit.objects.filter(number__in=[4, 5]).values_list("worker__name", "status")
+    ) == {("w1", "active")}
+    plan = operation_request(
+        user=user,
+        body={"changes": {"word_count": {"added_parallel_units": [5]}}, "dry_run": True},
+    )
+    assert isinstance(plan, OperationPlan)
+
+    # with no live worker left to take them, a lost worker keeps its PUs, which cannot be
+    # given vnodes
+    assert membership.observe([], 21, _bootstrap)
+    orm.report_workers(PIPELINE, 21, membership.snapshot())
+    assert status("w1") == "lost"
     with pytest.raises(errors.ParallelUnitLost):
         operation_request(
             user=user, body={"changes": {"word_count": {"added_parallel_units": [5]}}}
         )
-    assert status("w1") == "active"
