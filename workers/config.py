@@ -81,10 +81,12 @@ class RunnerConfig:
     # (RESCALER_HOLD_QUEUE_STEP_BYTES, RESCALER_HOLD_QUEUE_PU_BYTES)
     hold_queue_step_bytes: int = 256 * 1024**2
     hold_queue_pu_bytes: int = 1024**3
-    # a cluster master (spark://…, k8s://…): how often the barrier reads Spark's executors, and
-    # how long the start waits for executors that give the pipeline its initial PUs
+    # a cluster master (spark://…, k8s://…): how often the barrier reads Spark's executors, how
+    # long the start waits for executors that give the pipeline its initial PUs, and how long a
+    # restart waits for one executor per worker that was alive (its PUs go to the others after)
     executor_poll_s: float = 1.0
     executors_wait_s: float = 120.0
+    rebind_wait_s: float = 20.0
     # snapshots into recovery partitions (workers/recovery): how often (RESCALER_SNAPSHOT_EVERY:
     # "20" epochs, "90s", "5m"; "" off), where (RESCALER_RECOVERY_DIR: a directory or a pyarrow.fs
     # URI; "": <state_dir>/../recovery), how many are kept, and P (fixed when the state is created)

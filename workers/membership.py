@@ -10,6 +10,9 @@ The workers are saved in the state directory, so a runner that restarts (a new S
 whose executors have new ids) finds its PUs again: each saved worker is bound to one of the new
 executors (same host first), and a saved worker left without one is reported gone (``alive``
 false: the control plane marks it lost). A worker's name (``w1``, ``w2``…) outlives its executor.
+
+A lost worker's PUs, at a barrier or at a start, go to live workers (:meth:`Membership._adopt`):
+a PU's number and vnodes stay, its home executor changes (docs/elastic-workers.md, "Loss").
 """
 
 from __future__ import annotations
@@ -337,8 +340,8 @@ class Membership:
         self.workers[name] = replace(lost, parallel_units=kept)
         for taker_name, pus in moved.items():
             log.warning(
-                "worker %s is lost: its PUs %s go to worker %s (executor %s), where their stores "
-                "are rebuilt from the durable copy",
+                "worker %s is lost: its PUs %s go to worker %s (executor %s), whose executor finds "
+                "their stores or rebuilds them from the durable copy",
                 name,
                 pus,
                 taker_name,

@@ -100,19 +100,27 @@ class WorkerPool:
     # -- start -------------------------------------------------------------------------------
     def start(self, spark: Any, next_epoch: int) -> None:
         """Local mode: the one local worker. A cluster: wait until Spark's executors give the
-        pipeline its PUs (a first start needs ``initial_pus`` of them; a restart one executor to
-        bind its saved workers to), then bind or create the workers and bootstrap what joined."""
+        pipeline its PUs (a first start needs ``initial_pus`` of them; a restart one executor
+        per worker that was alive, or at least one once ``rebind_wait_s`` has passed: a worker
+        left without one is lost, and its PUs go to the others), then bind or create the
+        workers and bootstrap what joined."""
         self.spark = spark
         cfg = self.config
         if cfg.is_local:
             self.membership.start([])
             return
         restarted = bool(self.membership.workers)
-        deadline = time.monotonic() + cfg.executors_wait_s
+        alive = sum(1 for w in self.membership.snapshot() if w.alive and w.parallel_units)
+        began = time.monotonic()
+        deadline = began + cfg.executors_wait_s
         while True:
             seen = self._executors()
             offered = sum(cfg.parallel_units or max(e.cores, 1) for e in seen)
-            if seen and (restarted or offered >= cfg.initial_pus):
+            if restarted:
+                waited = time.monotonic() - began >= cfg.rebind_wait_s
+                if seen and (len(seen) >= alive or waited):
+                    break
+            elif seen and offered >= cfg.initial_pus:
                 break
             if time.monotonic() > deadline:
                 raise ExecutorsMissing(

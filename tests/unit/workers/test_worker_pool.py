@@ -49,6 +49,27 @@ def test_start_binds_executors_and_bootstraps_their_stores(tmp_path: Path) -> No
     assert p.changes == [], "the start is reported by the runner itself"
 
 
+def test_a_restart_waits_for_an_executor_per_worker_that_was_alive(tmp_path: Path) -> None:
+    """Binding the first executor that registers would leave the other workers lost and give
+    it all their PUs (their stores rebuilt there), while their own executors are on the way."""
+    p = Pool(tmp_path)
+    p.seen = [ExecutorSeen("0", "h0", 1), ExecutorSeen("1", "h1", 1)]
+    p.pool.start(spark=None, next_epoch=0)
+    again = Pool(tmp_path, rebind_wait_s=60.0)
+    polls = iter(
+        [[], [ExecutorSeen("0", "h1", 1)], [ExecutorSeen("0", "h1", 1), ExecutorSeen("1", "h0", 1)]]
+    )
+    again.pool._executors = lambda: next(polls)  # type: ignore[method-assign]
+    again.pool.start(spark=None, next_epoch=3)
+    assert again.pool.worker_pus() == {"w1": [0], "w2": [1]}
+    assert {w.name: w.executor_id for w in again.pool.snapshot()} == {"w1": "1", "w2": "0"}
+    # past the wait, one is enough: the worker whose host did not come back is lost
+    third = Pool(tmp_path, rebind_wait_s=0.0)
+    third.seen = [ExecutorSeen("0", "h0", 1)]
+    third.pool.start(spark=None, next_epoch=5)
+    assert third.pool.worker_pus() == {"w1": [0, 1], "w2": []}
+
+
 def test_start_says_what_to_do_when_the_master_gives_too_few_executors(tmp_path: Path) -> None:
     p = Pool(tmp_path, initial_pus=2, executors_wait_s=0.0)
     p.seen = [ExecutorSeen("0", "h0", 1)]
