@@ -36,7 +36,7 @@ class SnapshotSerializer(serializers.Serializer):
     taken_at = serializers.DateTimeField(help_text="When the barrier copied the stores.")
     age_s = serializers.FloatField(help_text="Seconds since taken_at.")
     duration_s = serializers.FloatField(help_text="From the barrier to the manifest.")
-    trigger = serializers.CharField(help_text="periodic, manual or stop-start.")
+    trigger = serializers.CharField(help_text="periodic, rescale, manual or stop-start.")
     requested_by = serializers.CharField(
         help_text="Who asked (manual), rescaler (periodic), or the operation's requester."
     )

@@ -32,7 +32,7 @@ class SnapshotRecord:
     taken_at: dt.datetime
     age_s: float
     duration_s: float
-    trigger: str  # periodic, manual, stop-start
+    trigger: str  # periodic, rescale, manual, stop-start
     requested_by: str
     partitions: int
     keys: int

@@ -200,7 +200,7 @@ class SnapshotManifest:
     backend: str
     taken_at: float  # epoch seconds, when the barrier copied the stores
     duration_s: float  # from the barrier to the manifest
-    trigger: str  # "periodic", "manual" or "stop-start"
+    trigger: str  # "periodic", "rescale", "manual" or "stop-start"
     requested_by: str
     source_offset: dict[str, Any]
     checkpoint: dict[str, str]  # "metadata", "offsets", "commits": the files' text

@@ -150,6 +150,10 @@ class Snapshots:
         self.on_written = on_written
         self.commit_wait_s = commit_wait_s
         self._requests: list[str] = []  # who asked for a snapshot now
+        # a rescale ran since the last snapshot: with periodic snapshots on, one is taken as
+        # soon as it settles, so that a lost store is rebuilt from its new placement (a rebuild
+        # cannot re-run a rescale's steps) without waiting out the interval
+        self._rescaled = False
         self._lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._last_epoch: int | None = None
@@ -183,7 +187,10 @@ class Snapshots:
         """At the barrier: whether this epoch's tasks copy their stores. Never while one is
         still being written, nor while a live operation has vnodes in transit, nor at the
         runner's ``last`` epoch (it stops after it, and Spark may not log that epoch's commit
-        before the query stops: the snapshot could not be finished)."""
+        before the query stops: the snapshot could not be finished). With periodic snapshots
+        on, the first barrier after a rescale settled takes one too (trigger ``rescale``)."""
+        if busy:
+            self._rescaled = self.every.enabled
         if busy or last or self.in_flight:
             return None
         with self._lock:
@@ -192,8 +199,11 @@ class Snapshots:
             trigger, by = "manual", manual[0]
         elif self._periodic_due(epoch):
             trigger, by = "periodic", "rescaler"
+        elif self._rescaled:
+            trigger, by = "rescale", "rescaler"
         else:
             return None
+        self._rescaled = False
         now = time.time()
         return Pending(snapshot_id(now, epoch), epoch, now, trigger, by, {})
 

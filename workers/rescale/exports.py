@@ -51,6 +51,9 @@ class ExportTask:
     pu: int
     exports: tuple[tuple[int, KeyRange | None, str], ...]
     durable: str = ""  # the durable location's root; "": pipeline_dir
+    # the epoch the store has applied at least: the one before the steps' seal (their vnodes'
+    # state is final from it on; the records of the seal epoch on are held)
+    applied: int = -1
 
 
 def export_pu(task: ExportTask) -> dict[str, Any]:
@@ -61,7 +64,20 @@ def export_pu(task: ExportTask) -> dict[str, Any]:
     path = pu_store(task.pipeline_dir, task.fragment, task.pu)
     manifests: dict[str, dict[str, Any]] = {}
     at = location(task.durable or task.pipeline_dir)
+    if not path.is_dir():
+        raise StateStoreError(
+            f"{task.fragment} PU {task.pu}: no store at {path} on this executor: lost with its "
+            f"disk, or not rebuilt yet; the export is taken again once it is"
+        )
     with open_store(task.backend, path, readonly=True) as store:
+        # a store behind the epoch before the steps' seal is not the one they sealed (lost, and
+        # made again empty by a task since): exporting it would move nothing, verified
+        if store.applied_epoch() < task.applied:
+            raise StateStoreError(
+                f"{path} has applied epoch {store.applied_epoch()}, but the sealed vnodes were "
+                f"final at epoch {task.applied}: not the store the step sealed (lost with its "
+                f"disk?); the export is taken again once the store is rebuilt"
+            )
         stats = store.vnode_stats()
         for vnode, key_range, out in task.exports:
             if key_range is not None:  # one range of a hot vnode: read by its keys' hashes
@@ -92,11 +108,15 @@ def export_tasks(
 ) -> list[ExportTask]:
     """The steps' vnodes grouped into one task per (fragment, source PU), in a stable order."""
     grouped: dict[tuple[str, int], list[tuple[int, KeyRange | None, str]]] = defaultdict(list)
+    applied: dict[tuple[str, int], int] = defaultdict(lambda: -1)
     for op, step in todo:
         spec = step.spec
+        group = (spec.fragment, spec.source_pu)
         for vnode in spec.vnodes:
             out = transfer.export_path(op.operation_id, spec.fragment, vnode, spec.key_range)
-            grouped[(spec.fragment, spec.source_pu)].append((vnode, spec.key_range, out))
+            grouped[group].append((vnode, spec.key_range, out))
+        if step.collect_epoch is not None:
+            applied[group] = max(applied[group], step.collect_epoch - 1)
     return [
         ExportTask(
             str(ledger.dir),
@@ -105,6 +125,7 @@ def export_tasks(
             pu,
             tuple(sorted(exports, key=_by_file)),
             durable=ledger.durable.uri,
+            applied=applied[(fragment, pu)],
         )
         for (fragment, pu), exports in sorted(grouped.items())
     ]

@@ -8,12 +8,14 @@ from one executor to another through the durable location. The story:
 1. two workers of one PU each run the pipeline on PUs 0 and 1;
 2. a third worker of two PUs joins: a live scale-out puts vnodes on its PU 2;
 3. a migration moves all of PU 0 (the first worker) to PU 3 (the third);
-4. a snapshot, then the second worker's host is lost: its processes killed with SIGKILL and its
-   disk deleted. Its PU 1 goes to the first worker (the live one with the fewest PUs), where its
-   store is rebuilt from the snapshot and the epochs after it, and the stream goes on;
+4. the snapshot taken once the migration settled (periodic snapshots are on), then the second
+   worker's host is lost: its processes killed with SIGKILL and its disk deleted. Its PU 1 goes
+   to the first worker (the live one with the fewest PUs), where its store is rebuilt from the
+   snapshot and the epochs after it, and the stream goes on;
 5. a scale-in removes PU 1, now on the first worker, which is decommissioned and stopped;
-6. a snapshot, then the runner is killed with SIGKILL and every executor's directory wiped: the
-   restarted runner (a new Spark application) rebuilds every store from the object store alone;
+6. the snapshot taken once the scale-in settled, then the runner is killed with SIGKILL and
+   every executor's directory wiped: the restarted runner (a new Spark application) rebuilds
+   every store from the object store alone;
 7. the state equals the oracle key for key, the driver's state directory holds no store, and
    every store lies on the disk of the executor that ran its PU, and nowhere else.
 """
@@ -90,11 +92,27 @@ def test_state_moves_between_private_disks_through_the_object_store(
         # hold queues, exports and snapshots in the object store; nothing shared on a disk
         "RESCALER_DURABLE_LOCATION": s3_service.uri(bucket, "durable"),
         "RESCALER_RECOVERY_DIR": recovery,
+        # periodic snapshots on (one an hour, none in this test): one once each rescale settles
+        "RESCALER_SNAPSHOT_EVERY": "1h",
         # the runner gives its executors no directory: each has its worker's own
         "RESCALER_LOCAL_DIR": "",
     }
     runner = start_runner(state, PIPELINE, *args, env=env)
     rows = 0
+    location = RecoveryLocation(recovery)
+
+    def rescaled_onto(pus: tuple[int, ...]) -> None:
+        """The newest snapshot is the one taken once the rescale onto ``pus`` settled."""
+
+        def taken() -> bool:
+            ids = location.snapshot_ids(PIPELINE)
+            newest = location.manifest(PIPELINE, ids[-1]) if ids else None
+            return newest is not None and (
+                newest.trigger == "rescale"
+                and all(f.parallel_units == pus for f in newest.fragments.values())
+            )
+
+        runner.wait_for(taken, 120, f"the snapshot after the rescale onto PUs {pus}")
 
     def more(n: int) -> None:
         nonlocal rows
@@ -123,10 +141,9 @@ def test_state_moves_between_private_disks_through_the_object_store(
         hosts[worker.name] = host
         disks[worker.name] = provider.disk_of(Path(host.work_dir))
     assert len(set(disks.values())) == 3
-    # 4. a snapshot, then w2's host is lost with its disk; its PU goes to w1, the emptiest
-    LocalControl(runner.control_dir).submit("snapshot", {"requested_by": "operator"})
-    location = RecoveryLocation(recovery)
-    runner.wait_for(lambda: bool(location.snapshot_ids(PIPELINE)), 120, "the snapshot")
+    # 4. the snapshot the migration's end took, then w2's host is lost with its disk; its PU
+    # goes to w1, the emptiest
+    rescaled_onto((1, 2, 3))
     more(300)  # epochs after the snapshot, which the rebuild re-runs
     os.killpg(hosts["w2"].pid, signal.SIGKILL)
     shutil.rmtree(disks["w2"])
@@ -160,11 +177,10 @@ def test_state_moves_between_private_disks_through_the_object_store(
     assert not disks["w2"].exists()
     assert stores_on(disks["w3"]) == {(n, pu) for n in names for pu in (2, 3)}
 
-    # 6. a snapshot, then the runner killed with every executor's directory wiped: the restart
-    # (a new application) rebuilds each store from the object store alone
-    taken = len(location.snapshot_ids(PIPELINE))
-    control.submit("snapshot", {"requested_by": "operator"})
-    runner.wait_for(lambda: len(location.snapshot_ids(PIPELINE)) > taken, 120, "a new snapshot")
+    # 6. the snapshot the scale-in's end took, then the runner killed with every executor's
+    # directory wiped: the restart (a new application) rebuilds each store from the object
+    # store alone
+    rescaled_onto((2, 3))
     more(300)  # epochs after it, which the rebuild re-runs
     runner.kill()
     for disk in (disks["w1"], disks["w3"]):

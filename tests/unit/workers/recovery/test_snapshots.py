@@ -139,6 +139,35 @@ def test_due_waits_for_transit_and_for_the_snapshot_being_written(tmp_path: Path
     assert snapshots.due(4, busy=False) is not None
 
 
+def test_with_periodic_snapshots_on_one_is_taken_once_a_rescale_settles(tmp_path: Path) -> None:
+    """A rebuild re-runs epochs, not a rescale's steps: a snapshot of the new placement as soon
+    as the operation has no vnode in transit, not an interval later."""
+
+    def snapshots(every: str) -> Snapshots:
+        return Snapshots(
+            spark=InProcessSpark(),
+            pipeline="p",
+            pipeline_dir=tmp_path / "p",
+            location=RecoveryLocation(tmp_path / "recovery"),
+            every=SnapshotEvery.parse(every),
+            partitions=4,
+            keep=3,
+            backend="lmdb",
+        )
+
+    on = snapshots("100")
+    on._last_epoch = 10  # the last periodic one
+    assert on.due(11, busy=True) is None and on.due(12, busy=True) is None
+    settled = on.due(13, busy=False)
+    assert settled is not None and (settled.trigger, settled.requested_by) == (
+        "rescale",
+        "rescaler",
+    )
+    assert on.due(14, busy=False) is None  # once
+    off = snapshots("")  # no periodic snapshots asked for: none after a rescale either
+    assert off.due(1, busy=True) is None and off.due(2, busy=False) is None
+
+
 @pytest.mark.parametrize(
     ("text", "epochs", "seconds"),
     [

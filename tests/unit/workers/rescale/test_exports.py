@@ -4,6 +4,7 @@ columns and writes them with a columnar checksum; the target ingests them verifi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -126,6 +127,21 @@ def test_an_export_whose_store_disagrees_with_its_stats_fails_the_task(tmp_path:
             txn.put(k(1, b"zz-extra"), b"e")
     with pytest.raises(StateStoreError, match="vnode 1"):
         export_pu(_task(tmp_path, "lmdb", (1,)))
+
+
+def test_an_export_of_a_store_that_is_not_the_sealed_one_fails_the_task(tmp_path: Path) -> None:
+    """The source's store lost with its disk: where its PU's tasks now run there is no store,
+    or an empty one a failed epoch made. Exported, either would move no key, verified; the task
+    fails instead, and the export is retried once the store is rebuilt."""
+    with pytest.raises(StateStoreError, match=r"no store at .* lost with its disk"):
+        export_pu(_task(tmp_path, "lmdb", (1,)))
+    with open_store("lmdb", pu_store(tmp_path, "count", 0)):
+        pass  # made again, empty
+    sealed_at_3 = dataclasses.replace(_task(tmp_path, "lmdb", (1,)), applied=2)
+    with pytest.raises(StateStoreError, match="applied epoch -1, but the sealed vnodes were final"):
+        export_pu(sealed_at_3)
+    _source(tmp_path / "whole", "lmdb")  # the store the step sealed: at epoch 2
+    export_pu(dataclasses.replace(sealed_at_3, pipeline_dir=str(tmp_path / "whole")))
 
 
 def test_an_export_written_by_an_earlier_release_still_ingests(
