@@ -18,8 +18,9 @@ The lost ones (missing, corrupt, or not at the epoch Spark committed last, E) ar
 Only the lost stores change: the others are at E throughout. A runner killed during a rebuild
 leaves ``rebuild-pending.json`` (written before the checkpoint is touched), and the next start
 finishes the same rebuild. What cannot be rebuilt this way is refused before anything is written:
-no snapshot, a replay log that does not reach back to it, or a rescale step between the snapshot
-and E (its exports and hold queues are gone).
+no snapshot, a replay log that does not reach back to it, a placement change no live step made
+(a stop-start's), or a live step whose exports and hold queues are gone (its operation settled
+since; while it is in flight they are in the durable location, and its re-run reads them again).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from workers.recovery.restore import restore_task
 from workers.recovery.stores import CheckTask, SealTask, StoreState, check_pu, seal_pu
 from workers.recovery.tasks import RestoreTask
 from workers.spark_tasks import run_tasks, task_location
+from workers.storage import Location
 
 REBUILD_PENDING = "rebuild-pending.json"
 REBUILT = "rebuilt.json"
@@ -104,10 +106,13 @@ def plan_rebuild(
     replay: ReplayLog,
     later_offsets: dict[int, str],
     lineage: str,
+    durable: Location | None = None,
 ) -> Rebuild:
     """The rebuild of ``lost`` up to epoch ``target``, or RebuildRefused saying why not.
     ``lineage``: Spark's checkpoint metadata (the query's id); only snapshots of this job count
-    (a state directory started afresh with the same pipeline name is another job)."""
+    (a state directory started afresh with the same pipeline name is another job).
+    ``durable``: where the exports and hold queues of a live operation still in flight are,
+    which the re-runs of its steps read again (None: a step in the window is refused)."""
     names = ", ".join(s.describe() for s in lost)
     fallback = (
         "put the store back from a copy of your own, or bring the whole job back from a snapshot "
@@ -131,6 +136,7 @@ def plan_rebuild(
             f"topology ({sorted(manifest.fragments)}): {fallback}"
         )
     entries: list[ReplayEntry] = []
+    versions = {name: f.mapping_version for name, f in manifest.fragments.items()}
     for epoch in range(manifest.epoch + 1, target + 1):
         entry = replay.entry(epoch)
         if entry is None:
@@ -139,26 +145,84 @@ def plan_rebuild(
                 f"{epoch}, after snapshot {manifest.snapshot_id} of epoch {manifest.epoch}: "
                 f"{fallback}"
             )
-        moved = sorted(
-            name
-            for name, placement in entry.plan.placements.items()
-            if name in manifest.fragments
-            and placement.version != manifest.fragments[name].mapping_version
-        )
-        if moved:
-            raise RebuildRefused(
-                f"lost stores ({names}); the placement of {', '.join(moved)} changed at epoch "
-                f"{epoch}, after snapshot {manifest.snapshot_id} (epoch {manifest.epoch}): a "
-                f"rescale moved state the re-runs would not move again: {fallback}"
-            )
-        if any(a.held or a.slots or a.cut for a in entry.plan.actions.values()):
-            raise RebuildRefused(
-                f"lost stores ({names}); a rescale step ran at epoch {epoch}, between snapshot "
-                f"{manifest.snapshot_id} (epoch {manifest.epoch}) and epoch {target}, and a "
-                f"step's exports and hold queues are not kept: {fallback}"
-            )
+        _refuse_unrepeatable(entry.plan, versions, durable, names, manifest, fallback)
+        versions.update({name: p.version for name, p in entry.plan.placements.items()})
         entries.append(entry)
     return Rebuild(manifest, target, tuple(lost), tuple(entries), dict(later_offsets))
+
+
+def step_exports(plan: EpochPlan) -> list[str]:
+    """The exports an epoch's step actions ingest."""
+    return [
+        path
+        for actions in plan.actions.values()
+        for slot in actions.slots.values()
+        for path in slot.ingest
+    ]
+
+
+def _refuse_unrepeatable(
+    plan: EpochPlan,
+    versions: dict[str, int],
+    durable: Location | None,
+    names: str,
+    manifest: SnapshotManifest,
+    fallback: str,
+) -> None:
+    """Whether a re-run of ``plan`` computes what its first run did. Its step actions (seal,
+    ingest, replay, drop) are idempotent and run only on a store behind the epoch, so a live
+    step re-runs exactly while the exports and hold queues it reads are still in the durable
+    location (until its operation settles). A placement change is one a live step made only in
+    an epoch whose plan acquires vnodes of that fragment (an ingest); any other (a stop-start's)
+    moved state that no re-run moves again."""
+    epoch = plan.epoch
+    acquiring = {
+        name
+        for name, actions in plan.actions.items()
+        if any(slot.ingest for slot in actions.slots.values())
+    }
+    moved = sorted(
+        name
+        for name, placement in plan.placements.items()
+        if name in versions and placement.version != versions[name] and name not in acquiring
+    )
+    if moved:
+        raise RebuildRefused(
+            f"lost stores ({names}); the placement of {', '.join(moved)} changed at epoch "
+            f"{epoch}, after snapshot {manifest.snapshot_id} (epoch {manifest.epoch}), with no "
+            f"live step: a rescale moved state the re-runs would not move again: {fallback}"
+        )
+    stepped = any(a.held or a.slots or a.cut for a in plan.actions.values())
+    if not stepped:
+        return
+    returned = sorted(
+        name
+        for name, actions in plan.actions.items()
+        if any(slot.replay_files and not slot.ingest for slot in actions.slots.values())
+    )
+    if returned:  # a hold queue read without an export: a missing file then reads as "none held"
+        raise RebuildRefused(
+            f"lost stores ({names}); a cancelled step of {', '.join(returned)} gave its vnodes "
+            f"back at epoch {epoch}, after snapshot {manifest.snapshot_id} (epoch "
+            f"{manifest.epoch}), and a re-run cannot tell its hold queues from none: {fallback}"
+        )
+    if durable is None:
+        raise RebuildRefused(
+            f"lost stores ({names}); a rescale step ran at epoch {epoch}, after snapshot "
+            f"{manifest.snapshot_id} (epoch {manifest.epoch}), and no durable location was "
+            f"given to find its exports and hold queues in: {fallback}"
+        )
+    # an operation's exports are deleted when it settles, before its hold queues (an epoch
+    # that held no record of a vnode wrote no hold queue file): while they are all there, so is
+    # every hold queue the re-runs read
+    gone = [path for path in step_exports(plan) if not durable.exists(path)]
+    if gone:
+        raise RebuildRefused(
+            f"lost stores ({names}); a rescale step ran at epoch {epoch}, after snapshot "
+            f"{manifest.snapshot_id} (epoch {manifest.epoch}), and its exports and hold queues "
+            f"are gone from {durable} (its operation settled since: {gone[0]}, "
+            f"{len(gone)} files): {fallback}"
+        )
 
 
 # -- Spark's checkpoint ----------------------------------------------------------------------
@@ -253,15 +317,18 @@ def check_stores(
     committed: int,
     skip: frozenset[tuple[str, int]] = frozenset(),
     homes: dict[int, str] | None = None,
+    ran: frozenset[tuple[str, int]] = frozenset(),
 ) -> list[StoreState]:
     """One task per PU checks the stores that hold vnodes under ``reference`` (the placement of
-    epoch ``committed``; a PU that owns no vnode has nothing to lose). ``skip``: stores an epoch
-    planned after it may have just created. ``homes``: PU -> its home executor's location,
-    where its store is and its task runs."""
+    epoch ``committed``; a PU that owns no vnode has nothing to lose), and those in ``ran``:
+    (fragment, PU) whose tasks committed epochs in this run, whose next task needs the store at
+    ``committed`` whatever it holds (a live step's target before it acquires anything).
+    ``skip``: stores an epoch planned after it may have just created. ``homes``: PU -> its home
+    executor's location, where its store is and its task runs."""
     by_pu: dict[int, list[str]] = {}
     for name, placement in sorted(reference.items()):
         for pu in placement.parallel_units:
-            if placement.vnodes_of(pu) and (name, pu) not in skip:
+            if (placement.vnodes_of(pu) or (name, pu) in ran) and (name, pu) not in skip:
                 by_pu.setdefault(pu, []).append(name)
     tasks = [
         CheckTask(

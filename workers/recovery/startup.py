@@ -43,6 +43,7 @@ from workers.recovery.restore import (
     restore_stores,
 )
 from workers.recovery.stores import StoreState
+from workers.storage import location as durable_location
 
 log = logging.getLogger("workers.runner")
 
@@ -155,11 +156,16 @@ class RunnerRecovery:
 
     # -- lost stores (workers/recovery/rebuild.py) -------------------------------------------
     def lost_stores(
-        self, spark: Any, placements: dict[str, VnodeMapping], committed: int
+        self,
+        spark: Any,
+        placements: dict[str, VnodeMapping],
+        committed: int,
+        ran: frozenset[tuple[str, int]] = frozenset(),
     ) -> LostStores | None:
-        """Check every store holding vnodes against the epoch Spark committed last: None when
-        none is lost, else the rebuild from the newest snapshot and the epochs after it
-        (``RebuildRefused`` when there is none to rebuild from)."""
+        """Check every store holding vnodes, and those the PUs' tasks committed in this run
+        (``ran``), against the epoch Spark committed last: None when none is lost, else the
+        rebuild from the newest snapshot and the epochs after it (``RebuildRefused`` when there
+        is none to rebuild from)."""
         cfg = self.config
         pending = pending_rebuild(cfg.pipeline_dir)
         target = committed
@@ -176,6 +182,7 @@ class RunnerRecovery:
             committed=target,
             skip=skip,
             homes=self._homes(),
+            ran=ran,
         )
         lost = [s for s in states if s.lost]
         if not lost and pending is None:
@@ -195,6 +202,7 @@ class RunnerRecovery:
             replay=self.replay_log,
             later_offsets=later,
             lineage=(checkpoint / "metadata").read_text("utf-8"),
+            durable=durable_location(cfg.durable),
         )
         log.warning(
             "lost stores: %s; rebuilding them from snapshot %s (epoch %d) and re-running epochs "

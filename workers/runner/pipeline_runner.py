@@ -255,7 +255,11 @@ class PipelineRunner:
         the epochs after it; also when a task found its PU's store behind what the PU committed
         (``StoreLost``) while running. Whether it rebuilt any."""
         return self.rebuild.check(
-            self.spark, self.placements, start_query=self._start_query, error=lambda: self._error
+            self.spark,
+            self.placements,
+            start_query=self._start_query,
+            error=lambda: self._error,
+            ran=frozenset(self.job.committed),  # the stores its tasks committed in this run
         )
 
     def _rerun_batch(self, df: Any, plan: EpochPlan) -> None:

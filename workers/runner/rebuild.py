@@ -37,12 +37,14 @@ class StoreRebuild:
         *,
         start_query: Callable[[], Any],
         error: Callable[[], BaseException | None],
+        ran: frozenset[tuple[str, int]] = frozenset(),
     ) -> bool:
         """Check every store against the epoch Spark committed last, and rebuild the lost ones
         (returns whether there were any). ``start_query`` starts the query that re-runs an
-        epoch, ``error`` is what its batch raised."""
+        epoch, ``error`` is what its batch raised; ``ran``: (fragment, PU) whose tasks committed
+        epochs in this run, checked even when they own no vnode."""
         committed = committed_epoch(self.pipeline_dir)
-        found = self.recovery.lost_stores(spark, placements, committed)
+        found = self.recovery.lost_stores(spark, placements, committed, ran)
         if found is None:
             return False
 

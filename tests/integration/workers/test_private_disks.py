@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,14 @@ import pytest
 
 from tests.integration.s3service import S3Service
 from tests.integration.workers.fixtures import start_runner
-from tests.integration.workers.test_idle_stream import PIPELINE, Inbox, finish_and_check, wait_idle
+from tests.integration.workers.test_idle_stream import (
+    PIPELINE,
+    Inbox,
+    finish_and_check,
+    orchestrator,
+    request,
+    wait_idle,
+)
 from tests.integration.workers.test_standalone import (
     VNODES,
     away_from_home,
@@ -47,6 +55,7 @@ from workers.control import LocalControl
 from workers.pipeline.placement import PlacementStore
 from workers.provider import LocalMaster, LocalProvider
 from workers.recovery.location import RecoveryLocation
+from workers.rescale.operation import OperationStore
 from workers.store_homes import StoreHomes
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.standalone]
@@ -200,3 +209,90 @@ def test_state_moves_between_private_disks_through_the_object_store(
     for (fragment, pu), where in StoreHomes(state / PIPELINE).load().items():
         owner = {0: "w1", 1: "w1", 2: "w3", 3: "w3"}[pu]
         assert Path(where.root) == disks[owner] / PIPELINE, (fragment, pu, where)
+
+
+def test_a_host_lost_mid_migration_is_rebuilt_and_the_migration_finishes(
+    tmp_path: Path, cluster: Any, s3_service: S3Service
+) -> None:
+    """A migration onto a new worker's PU, one vnode a step; once a step has been acquired there,
+    that worker's host is lost with its disk. Its PU goes to a live worker, whose store for it
+    is rebuilt from the snapshot before the migration and the migration's epochs re-run (their
+    exports and hold queues are in the object store while it is in flight); the migration then
+    finishes onto the PU's new home, and the state equals the oracle."""
+    master, provider = cluster
+    inbox = Inbox(tmp_path / "inbox")
+    state = tmp_path / "state"
+    provider.add(1)
+    provider.add(1)
+    bucket = s3_service.bucket()
+    recovery = s3_service.uri(bucket, "recovery")
+    env = {
+        "SPARK_MASTER": master.url,
+        "RESCALER_VNODES": str(VNODES),
+        "RESCALER_DURABLE_LOCATION": s3_service.uri(bucket, "durable"),
+        "RESCALER_RECOVERY_DIR": recovery,
+        "RESCALER_LOCAL_DIR": "",
+    }
+    runner = start_runner(
+        state, PIPELINE, "--source", f"dir:{inbox.dir}", "--initial-pus", "2", env=env
+    )
+    rows = 0
+
+    def more(n: int) -> None:
+        nonlocal rows
+        inbox.drop(n)
+        rows += n
+        wait_idle(runner, rows)
+
+    more(1_000)
+    wait_workers(runner, "two workers", lambda ws: ready(ws.get("w1")) and ready(ws.get("w2")))
+    provider.add(1)
+    wait_workers(runner, "the third worker", lambda ws: ready(ws.get("w3")))
+    w3 = workers(runner)["w3"]
+    host = provider.executor_host(w3.executor_id)
+    assert host is not None and w3.parallel_units == (2,)
+    disk = provider.disk_of(Path(host.work_dir))
+    LocalControl(runner.control_dir).submit("snapshot", {"requested_by": "operator"})
+    location = RecoveryLocation(recovery)
+    runner.wait_for(lambda: bool(location.snapshot_ids(PIPELINE)), 120, "the snapshot")
+    more(300)
+
+    # the migration PU 0 -> PU 2, one vnode a step, in the background
+    migration = orchestrator(
+        state,
+        runner,
+        "w1-to-w3",
+        request(
+            {"added_parallel_units": [2], "removed_parallel_units": [0]},
+            "live",
+            {"vnodes_per_step": 1, "steps_in_flight": 1},
+        ),
+        step_timeout_s=120,
+    )
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(migration.run(timeout_s=300).to_json()))
+    thread.start()
+    ops = OperationStore(state / PIPELINE)
+
+    def acquired_some() -> bool:
+        """A step's acquire epoch is committed (its state is in PU 2's store, on w3's disk
+        only), and some steps are still to come."""
+        epochs = runner.epochs()
+        committed = epochs[-1]["epoch"] if epochs else -1
+        steps = [s for op in ops.load_all().values() for s in op.steps.values()]
+        acquired = [s for s in steps if s.acquire_epoch is not None]
+        done = any(s.acquire_epoch is not None and s.acquire_epoch < committed for s in acquired)
+        return done and len(acquired) < len(steps)
+
+    runner.wait_for(acquired_some, 120, "a step acquired on PU 2, others still to come")
+    os.killpg(host.pid, signal.SIGKILL)
+    shutil.rmtree(disk)
+    thread.join(timeout=300)
+    assert outcome.get("status") == "completed", outcome
+    assert not workers(runner)["w3"].alive and workers(runner)["w3"].parallel_units == ()
+    assert 2 in workers(runner)["w1"].parallel_units
+    assert re.search(
+        r"rebuilt \d+ stores .* and [1-9]\d* re-run epochs", runner.log_path.read_text()
+    )
+    more(300)
+    finish_and_check(state, inbox, runner, rows)

@@ -34,6 +34,7 @@ from workers.recovery.stores import BEHIND, CORRUPT, MISSING, OK, StoreState, su
 from workers.recovery.tasks import restore_pu
 from workers.state import open_store
 from workers.state.base import Update, encode_key
+from workers.storage import location
 
 MAPPING = VnodeMapping.initial("counts", VNODES, [0, 1, 2])
 
@@ -171,11 +172,70 @@ def test_a_rebuild_starts_at_the_newest_snapshot_of_this_job(tmp_path: Path) -> 
     with pytest.raises(RebuildRefused, match="a rescale step ran at epoch 6") as refused:
         plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
     assert "--restore-from" in str(refused.value), "the refusal says what to do instead"
-    # an epoch between two key ranges of a cut vnode: no action, the moved range's routing only
+
+
+def test_a_live_step_in_flight_is_re_run_while_its_files_are_in_the_durable_location(
+    tmp_path: Path,
+) -> None:
+    """While its operation is in flight a step's exports and hold queues are kept: its seal,
+    acquire (with the placement change it makes) and drop epochs re-run as they first ran. Once
+    they are gone (settled), or for a placement change no step made, the rebuild is refused."""
+    snapshots, _, first = take(tmp_path, "lmdb", MAPPING, 4)
+    root = tmp_path / "state" / "p"
+    lineage = (root / "checkpoint" / "metadata").read_text("utf-8")
+    durable = location(tmp_path / "durable")
+    log = _replayed(root, range(4, 9))
+    kw = {
+        "location": snapshots.location,
+        "pipeline": "p",
+        "fragments": {"counts": VNODES},
+        "lost": [StoreState("counts", 2, MISSING, "gone")],
+        "replay": log,
+        "later_offsets": {},
+        "lineage": lineage,
+        "durable": durable,
+    }
+    export = "rescale/op-1/exports/counts/vnode-3.arrow"
+    held = "rescale/holdq/counts/pu-2/epoch-0000000005.arrow"
+    seal = {"counts": FragmentActions(held={3: 2}, slots={0: SlotActions(seal=(3,))})}
+    log.record(_plan(5, seal), "v1\n{}\n{}")
+    owners = tuple(2 if v == 3 else pu for v, pu in enumerate(MAPPING.mapping))
+    acquired = dataclasses.replace(MAPPING, mapping=owners, version=MAPPING.version + 1)
+    acquire = {
+        "counts": FragmentActions(
+            slots={
+                0: SlotActions(drop=(3,)),
+                2: SlotActions(ingest=(export,), replay_files=(held,), replay_vnodes=(3,)),
+            }
+        )
+    }
+    log.record(EpochPlan(6, {"counts": acquired}, acquire), "v1\n{}\n{}")
+    log.record(EpochPlan(7, {"counts": acquired}), "v1\n{}\n{}")
+    with pytest.raises(RebuildRefused, match=r"epoch 6.* are gone .*vnode-3\.arrow, 1 files"):
+        plan_rebuild(target=7, **kw)  # type: ignore[arg-type]
+    durable.write_bytes(export, b"an export")  # the hold queue: none held, no file
+    rebuild = plan_rebuild(target=7, **kw)  # type: ignore[arg-type]
+    assert rebuild.manifest.snapshot_id == first and rebuild.epochs == [5, 6, 7]
+    with pytest.raises(RebuildRefused, match="no durable location"):
+        plan_rebuild(target=7, **{**kw, "durable": None})  # type: ignore[arg-type]
+    # the acquire's placement change is the step's; a later one without a step is not
+    log.record(
+        EpochPlan(8, {"counts": dataclasses.replace(acquired, version=acquired.version + 1)}),
+        "v1\n{}\n{}",
+    )
+    with pytest.raises(RebuildRefused, match=r"counts changed at epoch 8.*with no live step"):
+        plan_rebuild(target=8, **kw)  # type: ignore[arg-type]
+    # a cancelled step's vnodes given back: a hold queue read without an export
+    given_back = {
+        "counts": FragmentActions(slots={0: SlotActions(unseal=(5,), replay_files=(held,))})
+    }
+    log.record(EpochPlan(8, {"counts": acquired}, given_back), "v1\n{}\n{}")
+    with pytest.raises(RebuildRefused, match="gave its vnodes back at epoch 8"):
+        plan_rebuild(target=8, **kw)  # type: ignore[arg-type]
+    # an epoch between two key ranges of a cut vnode: its routing only, nothing to read again
     between = {"counts": FragmentActions(cut={3: CutVnode(4, 2, moved=(0,))})}
-    log.record(_plan(6, between), "v1\n{}\n{}")
-    with pytest.raises(RebuildRefused, match="a rescale step ran at epoch 6"):
-        plan_rebuild(target=7, lineage=lineage, **kw)  # type: ignore[arg-type]
+    log.record(EpochPlan(8, {"counts": acquired}, between), "v1\n{}\n{}")
+    assert plan_rebuild(target=8, **kw).epochs == [5, 6, 7, 8]  # type: ignore[arg-type]
 
 
 def test_a_lost_store_is_refilled_fresh_at_the_snapshot_epoch(tmp_path: Path) -> None:
