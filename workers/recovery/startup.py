@@ -21,12 +21,12 @@ from workers.config import RunnerConfig
 from workers.control import ControlInterface
 from workers.pipeline.model import Pipeline
 from workers.pipeline.placement import EpochPlan, PlacementStore, VnodeMapping
+from workers.recovery.checkpoint_rerun import offsets_after
 from workers.recovery.format import SnapshotManifest
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import (
     Rebuild,
     check_stores,
-    offsets_after,
     pending_rebuild,
     plan_rebuild,
     run_rebuild,

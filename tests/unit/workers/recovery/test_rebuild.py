@@ -19,15 +19,13 @@ from workers.pipeline.placement import (
     SlotActions,
     VnodeMapping,
 )
+from workers.recovery.checkpoint_rerun import offsets_after, put_back, set_rerun
 from workers.recovery.location import RecoveryLocation
 from workers.recovery.rebuild import (
     RebuildRefused,
     check_stores,
-    offsets_after,
     plan_rebuild,
-    put_back,
     seal_stores,
-    set_rerun,
 )
 from workers.recovery.replay import ReplayLog
 from workers.recovery.stores import BEHIND, CORRUPT, MISSING, OK, StoreState, sums_path
