@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -126,6 +127,9 @@ def run_with_signals(config: RunnerConfig, control: Any) -> int:
     from workers.runner import PipelineRunner
 
     runner = PipelineRunner(config, control)
+    # kill -USR1 <pid>: every thread's stack to standard error (the log), for a runner that
+    # seems stuck; it goes on running
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def stop(signum: int, frame: object) -> None:
         logging.getLogger("workers").warning("signal %d: stopping after this epoch", signum)

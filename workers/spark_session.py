@@ -3,14 +3,18 @@ coalescing), and what the runner reports of it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from workers.config import RunnerConfig
 from workers.layout import LOCAL_DIR
 from workers.pinning import jar_path, with_jar
 from workers.spark_tasks import scheduler_conf
+
+log = logging.getLogger("workers.runner")
 
 CHECKPOINT_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -59,8 +63,8 @@ def spark_info(spark: Any) -> dict[str, Any]:
     try:
         alive = not sc._jsc.sc().isStopped()
         executors = max(sc._jsc.sc().getExecutorMemoryStatus().size() - 1, 1)
-    except Exception:  # the JVM is gone: report Spark as down, the heartbeat says so
-        return {"alive": False, "master": sc.master, "app_id": sc.applicationId}
+    except Exception:  # stopped, or the JVM is gone: report Spark as down, the heartbeat says so
+        return {"alive": False, "master": sc.master, "app_id": ""}
     return {
         "alive": alive,
         "master": sc.master,
@@ -69,3 +73,19 @@ def spark_info(spark: Any) -> dict[str, Any]:
         "version": sc.version,
         "executors": executors,
     }
+
+
+def stop_spark(spark: Any, timeout_s: float = 60.0) -> bool:
+    """``spark.stop()``, waited for at most ``timeout_s``: a runner that is ending (refused,
+    failed or done) must end, even if the JVM's stop hangs; the JVM then goes with the runner's
+    process (it exits when its standard input closes). Whether it stopped in time."""
+    stopper = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
+    if stopper.is_alive():
+        log.warning(
+            "Spark did not stop within %.0f s; the runner ends anyway and its JVM with it",
+            timeout_s,
+        )
+        return False
+    return True

@@ -58,7 +58,7 @@ from workers.runner.topology import runner_topology
 from workers.sinks.base import Sink
 from workers.source_stream import check_source
 from workers.sources.control import ControlStream
-from workers.spark_session import build_spark, spark_info
+from workers.spark_session import build_spark, spark_info, stop_spark
 from workers.start_phases import Background, StartPhases
 from workers.vnode_load import RecordsPerVnode
 from workers.worker_pool import ExecutorsMissing, WorkerPool
@@ -330,7 +330,7 @@ class PipelineRunner:
             self._start_with_spark(restoring)
         except BaseException:  # refused or failed: the JVM goes with the start
             if self.spark is not None:
-                self.spark.stop()
+                stop_spark(self.spark)
             self._start_failed()
             raise
         self.status = "running"
@@ -378,7 +378,7 @@ class PipelineRunner:
                 self.recovery.seal(self.spark, self.placements)
             self.status = "stopped"
             self.heartbeat.beat()
-            self.spark.stop()
+            stop_spark(self.spark)
         return self.last_epoch
 
     def _start_failed(self) -> None:

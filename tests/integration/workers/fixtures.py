@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from workers.hashing import vnode_of
 from workers.oracle import OracleResult, compare
@@ -58,16 +61,34 @@ class RunnerProcess:
             time.sleep(0.2)
         raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{self.log_tail()}")
 
-    def wait_exit(self, timeout: float = 240) -> int:
+    def exit_code(self, timeout: float = 240) -> int:
+        """The runner's exit code once it exits. If it does not within ``timeout``, its threads'
+        stacks (Python's, by SIGUSR1: workers/cli.py, and the JVM's, by SIGQUIT) go to its log,
+        it is killed, and the failure shows where it hung."""
         try:
-            code = self.proc.wait(timeout=timeout)
+            return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.dump_stacks()
             self.kill()
             raise AssertionError(
-                f"runner did not finish in {timeout}s:\n{self.log_tail()}"
+                f"runner did not exit in {timeout}s; its stacks are in {self.log_path}:\n"
+                f"{self.log_tail(200)}"
             ) from None
+
+    def wait_exit(self, timeout: float = 240) -> int:
+        code = self.exit_code(timeout)
         assert code == 0, f"runner exited with {code}:\n{self.log_tail()}"
         return code
+
+    def dump_stacks(self) -> None:
+        """Every thread's stack of the runner and of its JVM, into its log."""
+        with contextlib.suppress(psutil.Error):
+            runner = psutil.Process(self.proc.pid)
+            runner.send_signal(signal.SIGUSR1)
+            for child in runner.children(recursive=True):
+                if "java" in child.name():
+                    child.send_signal(signal.SIGQUIT)
+            time.sleep(3.0)
 
     def kill(self) -> None:
         """kill -9 the runner and everything it started (the JVM and its Python workers)."""

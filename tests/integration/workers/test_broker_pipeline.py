@@ -136,7 +136,7 @@ def test_jetstream_to_postgres_delta_and_nats_through_crashes_and_rescales(
 
     # 2. records: the runner dies right after a sink write, before Spark commits the epoch
     publish(nats_service, source, subject, 0, FIRST)
-    runner.proc.wait(timeout=300)
+    runner.exit_code(300)
     marker = tmp_path / PIPELINE / "fault-crashed-after-sink-write"
     assert marker.exists(), f"the fault did not fire:\n{runner.log_tail()}"
     crashed = int(marker.read_text())

@@ -58,7 +58,7 @@ def test_wiped_job_comes_back_from_a_snapshot_at_4_then_1_pus(tmp_path: Path) ->
     refused = start_runner(
         state, PIPELINE, *_args(10), "--restore-from", "latest", env=env, log_name="refused"
     )
-    assert refused.proc.wait(timeout=120) != 0
+    assert refused.exit_code(120) != 0
     assert "already holds a running job's state" in refused.log_tail(), refused.log_tail()
 
     # the machine is lost: state directory, checkpoint and sink files all gone
@@ -115,7 +115,7 @@ def test_kill_9_during_a_snapshot_and_during_a_restore(tmp_path: Path) -> None:
     state = tmp_path / "state"
     crash = {**env, "RESCALER_FAULT_CRASH_DURING": "snapshot"}
     first = start_runner(state, PIPELINE, *_args(6), "--snapshot-every", "2", env=crash)
-    code = first.proc.wait(timeout=240)
+    code = first.exit_code(240)
     assert code != 0 and (state / PIPELINE / "fault-crashed-during-snapshot").exists()
     location = RecoveryLocation(recovery)
     assert location.snapshot_ids(PIPELINE) == [], "a snapshot without its manifest does not exist"
@@ -143,9 +143,9 @@ def test_kill_9_during_a_snapshot_and_during_a_restore(tmp_path: Path) -> None:
         env=crash,
         log_name="restore-killed",
     )
-    assert restoring.proc.wait(timeout=240) != 0
+    assert restoring.exit_code(240) != 0
     plain = start_runner(state, PIPELINE, *_args(12), env=env, log_name="plain")
-    assert plain.proc.wait(timeout=120) != 0
+    assert plain.exit_code(120) != 0
     assert "half-restored from snapshot" in plain.log_tail(), plain.log_tail()
     again = start_runner(
         state,
@@ -195,7 +195,7 @@ def test_lost_and_corrupt_stores_are_rebuilt_from_the_last_snapshot(tmp_path: Pa
     # killed after the rebuild's first re-run epoch: the next start finishes the same rebuild
     crash = {**env, "RESCALER_FAULT_CRASH_DURING": "rebuild"}
     killed = start_runner(state, pipeline, *args, "--epochs", "12", env=crash, log_name="killed")
-    assert killed.proc.wait(timeout=240) != 0
+    assert killed.exit_code(240) != 0
     assert (root / "fault-crashed-during-rebuild").exists()
     assert (root / "rebuild-pending.json").exists()
     restart = start_runner(state, pipeline, *args, "--epochs", "12", env=env, log_name="rebuild")
@@ -326,7 +326,7 @@ def test_a_lost_store_without_a_snapshot_is_refused_before_anything_changes(
     shutil.rmtree(pu_store(root, "word_count", 1))
     commits = sorted(p.name for p in (root / "checkpoint" / "commits").iterdir())
     refused = start_runner(state, PIPELINE, *_args(5), env=env, log_name="refused")
-    assert refused.proc.wait(timeout=240) != 0
+    assert refused.exit_code(240) != 0
     tail = refused.log_tail()
     assert "word_count PU 1: missing" in tail and "no snapshot" in tail, tail
     assert "--restore-from" in tail, "the refusal says what to do"
