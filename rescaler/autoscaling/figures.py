@@ -71,8 +71,16 @@ class FragmentSeries:
             "at": [e.at for e in self.epochs],
             "input_rate": [e.input_rate for e in self.epochs],
             "capacity": [e.capacity for e in self.epochs],
+            "capacity_at_target": [
+                None if e.capacity is None else e.capacity * self.target_utilisation
+                for e in self.epochs
+            ],
             "busy_fraction": [e.busy_fraction for e in self.epochs],
         }
+
+    def recent(self, count: int) -> list[EpochFigures]:
+        """The last ``count`` epochs, newest first: what a page prints of the series."""
+        return list(self.epochs[::-1][:count])
 
 
 def _signals(pipeline: Pipeline, now: dt.datetime) -> tuple[Policy, PipelineSignals]:
