@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from typing import Any
 
 import pytest
@@ -31,8 +32,8 @@ def admin(db: None) -> Any:
 
 
 def test_the_window_figures_are_the_decisions(admin: Any) -> None:
-    stepped(admin)
     now = timezone.now()
+    stepped(admin, end_at=now.timestamp())
     (found,) = signal_figures(now=now)
     assert (found.pipeline, found.fragment, found.parallel_units) == (PIPELINE, FRAGMENT, 2)
     decided = recommendation_get(user=admin, pipeline=PIPELINE, plan=False, now=now)
@@ -47,9 +48,9 @@ def test_the_window_figures_are_the_decisions(admin: Any) -> None:
 def test_each_epochs_figures_for_the_chart(admin: Any) -> None:
     """300 records per PU every 2 s, then 900: at 2 ms a record the capacity of 2 PUs is 1,000
     records/s and the busy share goes from 30 % to 90 %."""
-    pipeline = stepped(admin)  # the policy's window is 60 s: 120 s are read, 60 epochs of 2 s
-    end = timezone.now()
-    (series,) = signal_series(pipeline=pipeline)
+    end = time.time()
+    pipeline = stepped(admin, end_at=end)  # a window of 60 s: 120 s are read, 60 epochs of 2 s
+    (series,) = signal_series(pipeline=pipeline, now=_now(end))
     assert series.fragment == FRAGMENT and series.target_utilisation == 0.7
     assert len(series.epochs) == 59  # the first row only starts the first interval
     first, last = series.epochs[0], series.epochs[-1]
@@ -58,7 +59,7 @@ def test_each_epochs_figures_for_the_chart(admin: Any) -> None:
     assert last.capacity == pytest.approx(1000) and last.true_rate_per_pu == pytest.approx(500)
     assert first.busy_fraction == pytest.approx(0.3) and last.busy_fraction == pytest.approx(0.9)
     assert last.skew == 1.0 and last.parallel_units == 2
-    assert series.window_start == pytest.approx(end.timestamp() - 60, abs=5)
+    assert series.window_start == pytest.approx(end - 60)
     columns = series.columns()
     json.dumps(columns)  # the page embeds it as JSON
     assert len(columns["at"]) == len(columns["input_rate"]) == 59
@@ -81,8 +82,8 @@ def test_unknown_busy_seconds_stay_unknown(db: None) -> None:
 
 
 def test_after_an_operation_the_window_starts_at_its_end(admin: Any) -> None:
-    pipeline = stepped(admin)
     now = timezone.now()
+    pipeline = stepped(admin, end_at=now.timestamp())
     ended = now - dt.timedelta(seconds=10)
     RescaleOperation.objects.create(
         pipeline=pipeline,
