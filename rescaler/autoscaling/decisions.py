@@ -224,3 +224,12 @@ def decision_newest() -> list[AutoscalingDecision]:
         .order_by("pipeline__name", "pipeline_id", "-decided_at", "-id")
         .distinct("pipeline__name", "pipeline_id")
     )
+
+
+def decision_pipelines() -> list[str]:
+    """The names of the pipelines that have decisions, in order."""
+    return list(
+        AutoscalingDecision.objects.order_by("pipeline__name")
+        .values_list("pipeline__name", flat=True)
+        .distinct()
+    )
