@@ -97,7 +97,11 @@
         width,
         height: 200,
         plugins: [spanPlugin({ start: s.window_start, end: NaN })],
-        scales: { x: { time: true }, busy: { range: [0, 1] } },
+        scales: {
+          x: { time: true },
+          rate: { range: (u, min, max) => [0, Math.max(max, 1) * 1.1] },
+          busy: { range: [0, 1] },
+        },
         axes: [
           {},
           { scale: "rate", label: "records/s", size: 70 },
@@ -121,7 +125,9 @@
             stroke: "#e69f00",
             width: 1,
             points: { show: false },
-            value: (u, v) => (v == null ? "not reported" : Math.round(v * 100) + " %"),
+            // a hovered epoch without busy seconds says so; nothing hovered: uPlot's "--"
+            value: (u, v) =>
+              v != null ? Math.round(v * 100) + " %" : u.cursor.idx == null ? "--" : "not reported",
           },
         ],
       },

@@ -205,7 +205,9 @@ def test_the_panel_charts_the_signals_and_prints_them(client: Client, admin: Any
     assert columns["input_rate"][-1] == pytest.approx(900)
     assert f'data-series="signals-{PIPELINE}-word_count"' in panel
     table = re.search(
-        r'<table class="signals-table" data-fragment="word_count">.*?</table>', panel, re.S
+        r'<table class="decisions signals-table" data-fragment="word_count">.*?</table>',
+        panel,
+        re.S,
     )
     assert table, "no table of the recent epochs"
     rows = re.findall(r"<tr data-epoch=\"(\d+)\">(.*?)</tr>", table.group(0), re.S)
@@ -220,7 +222,7 @@ def test_a_runner_without_busy_seconds_charts_them_as_not_reported(
     register_cluster(epochs=0)
     report_epochs(count=20, records=lambda e, pu: 500)
     panel = _panel(client.get("/").content.decode())
-    table = re.search(r'<table class="signals-table".*?</table>', panel, re.S)
+    table = re.search(r'<table class="decisions signals-table".*?</table>', panel, re.S)
     assert table and "not reported" in table.group(0)
     chart = re.search(r'<script id="signals-[^"]+" type="application/json">(.*?)</script>', panel)
     assert chart and set(json.loads(chart.group(1))["busy_fraction"]) == {None}
