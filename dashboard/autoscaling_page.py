@@ -1,6 +1,7 @@
 """The cluster page's autoscaling panels (docs/console.md, "Autoscaling"): per pipeline, the
 recommendation (the decision, why, the figures it rests on, and "apply", which starts its bound
-plan) and the policy form. Both go through the services the API calls."""
+plan), the recent epochs' signals (a chart, and their numbers in a table) and the policy form.
+All go through the services and selectors the API and ``/metrics`` use."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from django import forms
 
 from dashboard.api.autoscaling import recommendation_json
+from rescaler.autoscaling.figures import signal_series
 from rescaler.autoscaling.model import MAX_PARALLEL_UNITS, Mode, Policy
 from rescaler.autoscaling.recommendation import recommendation_get
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get, policy_json
@@ -64,11 +66,31 @@ def auto_id(pipeline: str) -> str:
     return f"id_autoscaling_{pipeline}_%s"
 
 
+# epochs printed under each chart (the page without JavaScript reads them)
+RECENT_EPOCHS = 10
+
+
+def signal_charts(pipeline: str) -> list[dict[str, Any]]:
+    """Per stateful fragment: the chart's columns, its script element's id, and the recent
+    epochs for the table beside it."""
+    return [
+        {
+            "fragment": series.fragment,
+            "script_id": f"signals-{pipeline}-{series.fragment}",
+            "columns": series.columns(),
+            "recent": series.recent(RECENT_EPOCHS),
+            "epochs": len(series.epochs),
+            "target_utilisation": series.target_utilisation,
+        }
+        for series in signal_series(pipeline=pipeline_get(name=pipeline))
+    ]
+
+
 def autoscaling_panels(
     *, user: Any, pipelines: list[str], can_act: bool, bound: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """One panel per pipeline: its recommendation now (planned when the user may start it), and
-    its policy form (``bound``: the form a refused POST sends back, by pipeline)."""
+    """One panel per pipeline: its recommendation now (planned when the user may start it), the
+    charts of its signals, and its policy form (``bound``: the form a refused POST sends back, by pipeline)."""
     panels = []
     for name in pipelines:
         recommendation = recommendation_get(user=user, pipeline=name, plan=can_act)
@@ -80,6 +102,7 @@ def autoscaling_panels(
                 "pipeline": name,
                 "recommendation": recommendation_json(recommendation),
                 "form": form,
+                "signals": signal_charts(name),
             }
         )
     return panels

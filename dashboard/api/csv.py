@@ -1,5 +1,6 @@
-"""Lists as CSV (``GET /api/v1/audit?format=csv``, ``GET /api/v1/operations?format=csv``):
-every matching row, streamed, never paginated; refusals stay JSON."""
+"""Lists as CSV (``GET /api/v1/audit?format=csv``, ``GET /api/v1/operations?format=csv``,
+``GET /api/v1/pipelines/<name>/autoscaling/decisions?format=csv``): every matching row,
+streamed, never paginated; refusals stay JSON."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from rescaler.audit.models import AuditEvent
+from rescaler.autoscaling.models import AutoscalingDecision
 from rescaler.operations.models import RescaleOperation
 
 AUDIT_COLUMNS = ("id", "at", "actor_name", "action", "object_type", "object_id", "before", "after")
@@ -23,6 +25,11 @@ OPERATION_COLUMNS = (
     "operation_id", "pipeline", "fragments", "strategy", "status", "requested_by", "reason",
     "created_at", "started_at", "finished_at", "duration_s", "vnodes_moved", "keys_moved",
     "bytes_moved", "outcome", "error_code",
+)  # fmt: skip
+DECISION_COLUMNS = (
+    "id", "pipeline", "decided_at", "mode", "kind", "parallel_units", "outcome",
+    "outcome_reason", "error_code", "outcome_at", "applied_by", "plan_id", "operation_id",
+    "operation_status", "reasons", "missing_signals", "fragments", "request",
 )  # fmt: skip
 # rows read from Postgres per round trip: any number of rows in bounded memory
 CHUNK_ROWS = 2000
@@ -81,6 +88,28 @@ def operation_rows(queryset: QuerySet[RescaleOperation]) -> Iterator[list[Any]]:
         ]  # fmt: skip
 
 
+def _parallel_units(fragments: list[dict[str, Any]]) -> str:
+    """Each fragment's PUs now and after, as the console prints them: ``word_count 2 → 3``."""
+    return ", ".join(
+        f"{f['fragment']} {f['parallel_units_now']} → {f['parallel_units_after']}"
+        for f in fragments
+    )
+
+
+def decision_rows(queryset: QuerySet[AutoscalingDecision]) -> Iterator[list[Any]]:
+    """The decisions' ``DECISION_COLUMNS``, read from Postgres in chunks (``reasons``,
+    ``missing_signals``, ``fragments`` with their signals, and ``request`` as JSON)."""
+    for row in queryset.iterator(chunk_size=CHUNK_ROWS):
+        op = row.operation
+        yield [
+            row.pk, row.pipeline.name, _time(row.decided_at), row.mode, row.kind,
+            _parallel_units(row.fragments), row.outcome, row.outcome_reason, row.error_code,
+            _time(row.outcome_at), row.applied_by.get_username() if row.applied_by else None,
+            row.plan_id, op.operation_id if op else None, op.status if op else None,
+            row.reasons, row.missing_signals, row.fragments, row.request,
+        ]  # fmt: skip
+
+
 class CSVRenderer(BaseRenderer):
     """Negotiates ``text/csv`` (``?format=csv``); renders what is not streamed (an error body)."""
 
@@ -111,6 +140,10 @@ class CSVListView(generics.ListAPIView):
     def csv_rows(self, queryset: Any) -> Iterable[Iterable[Any]]:
         raise NotImplementedError
 
+    def csv_name(self) -> str:
+        """The file's name (``Content-Disposition``)."""
+        return self.csv_filename
+
     def get_renderers(self) -> list[BaseRenderer]:
         """CSV is a representation of the list only: a POST to the same URL (operations) never
         answers CSV, and ``?format=csv`` there is a 404 like any format not offered."""
@@ -125,7 +158,7 @@ class CSVListView(generics.ListAPIView):
             return super().list(request, *args, **kwargs)
         rows = self.csv_rows(self.filter_queryset(self.get_queryset()))
         response = StreamingHttpResponse(csv_lines(self.csv_columns, rows), content_type="text/csv")
-        response["Content-Disposition"] = f'attachment; filename="{self.csv_filename}"'
+        response["Content-Disposition"] = f'attachment; filename="{self.csv_name()}"'
         return response
 
     def handle_exception(self, exc: Exception) -> Response:

@@ -1,14 +1,17 @@
 """``GET /api/v1/pipelines/<name>/autoscaling/decisions``: the history of the autoscaler's
 decisions for a pipeline, newest first, paginated and filtered like the other lists
-(docs/autoscaling.md, "The history of decisions"). The view calls one selector of
-``rescaler.autoscaling.decisions`` and serializes what it returns."""
+(docs/autoscaling.md, "The history of decisions"); ``?format=csv`` (``Accept: text/csv``): every
+decision the filters match, as the audit's and the operations' CSV are. The view calls one
+selector of ``rescaler.autoscaling.decisions`` and serializes what it returns."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import generics, serializers
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -17,6 +20,7 @@ from dashboard.api.autoscaling import (
     MODE_CHOICES,
     FragmentDecisionSerializer,
 )
+from dashboard.api.csv import DECISION_COLUMNS, CSVListView, decision_rows
 from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.filters import DecisionFilter
 from dashboard.api.pagination import Pagination
@@ -76,12 +80,22 @@ class AutoscalingDecisionSerializer(serializers.Serializer):
         return data
 
 
-class DecisionListView(generics.ListAPIView):
-    """A pipeline's autoscaling decisions."""
+class DecisionListView(CSVListView):
+    """A pipeline's autoscaling decisions (``?format=csv``: all of them the filters match)."""
 
     serializer_class = AutoscalingDecisionSerializer
     filterset_class = DecisionFilter
     pagination_class = Pagination
+    csv_filename = "decisions.csv"
+    csv_columns = DECISION_COLUMNS
+
+    def csv_rows(self, queryset: Any) -> Any:
+        return decision_rows(queryset)
+
+    def csv_name(self) -> str:
+        """``decisions-<pipeline>.csv``, the name kept to characters safe in a file name."""
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", str(self.kwargs.get("name", "")))
+        return f"decisions-{name}.csv" if name else self.csv_filename
 
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):  # the schema's generation
@@ -94,10 +108,17 @@ class DecisionListView(generics.ListAPIView):
         description="The history of the autoscaler's decisions for the pipeline, newest first, "
         "paginated: one entry each time the decision differs from the last one (its mode, kind "
         "or any fragment's PUs), with the signals it rests on and its outcome, and the "
-        "operation it started with that operation's status.",
+        "operation it started with that operation's status. With ?format=csv (or Accept: "
+        "text/csv): every matching decision as CSV.",
         responses={
-            200: AutoscalingDecisionSerializer(many=True),
-            **error_responses(400, 401, 404),
+            (200, "application/json"): AutoscalingDecisionSerializer(many=True),
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="With ?format=csv (or Accept: text/csv): every matching decision, "
+                f"unpaginated, columns {', '.join(DECISION_COLUMNS)} (reasons, missing_signals, "
+                "fragments and request as JSON).",
+            ),
+            **error_responses(400, 401, 404, 406, media_type="application/json"),
         },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -215,3 +215,21 @@ def decision_list(*, pipeline: Pipeline | None = None) -> QuerySet[AutoscalingDe
     if pipeline is not None:
         rows = rows.filter(pipeline=pipeline)
     return rows.order_by("-decided_at", "-id")
+
+
+def decision_newest() -> list[AutoscalingDecision]:
+    """Each pipeline's newest decision (a pipeline that has one), by pipeline name."""
+    return list(
+        AutoscalingDecision.objects.select_related("pipeline")
+        .order_by("pipeline__name", "pipeline_id", "-decided_at", "-id")
+        .distinct("pipeline__name", "pipeline_id")
+    )
+
+
+def decision_pipelines() -> list[str]:
+    """The names of the pipelines that have decisions, in order."""
+    return list(
+        AutoscalingDecision.objects.order_by("pipeline__name")
+        .values_list("pipeline__name", flat=True)
+        .distinct()
+    )

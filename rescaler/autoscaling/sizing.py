@@ -125,11 +125,7 @@ def _fragment_decision(
             predicted_utilisation=predicted_utilisation,
         )
 
-    since = signals.last_operation_ended_at or float("-inf")
-    # only epochs at today's size and after the last operation describe the fragment as it is
-    epochs = [e for e in fragment.epochs if e.parallel_units == now_units and e.at > since]
-    window_start = signals.now - policy.stabilisation_s
-    window = [e for e in epochs if e.at > window_start]
+    epochs, window = fragment_window(fragment, signals=signals, policy=policy)
     covered = signals.now - min((e.at - e.interval_s for e in epochs), default=signals.now)
     if covered < policy.stabilisation_s or len(window) < MIN_WINDOW_EPOCHS:
         return unchanged(
@@ -269,6 +265,27 @@ def _fragment_decision(
         estimate=estimate,
         predicted_utilisation=utilisation_now,
     )
+
+
+def fragment_window(
+    fragment: FragmentSignals, *, signals: PipelineSignals, policy: Policy
+) -> tuple[list[EpochSignal], list[EpochSignal]]:
+    """The fragment's epochs that describe it as it is (at today's number of PUs, after the last
+    operation ended), and of those the stabilisation window's: the epochs a decision counts."""
+    since = signals.last_operation_ended_at or float("-inf")
+    epochs = [
+        e for e in fragment.epochs if e.parallel_units == fragment.parallel_units and e.at > since
+    ]
+    window_start = signals.now - policy.stabilisation_s
+    return epochs, [e for e in epochs if e.at > window_start]
+
+
+def window_estimate(window: Sequence[EpochSignal]) -> FragmentEstimate | None:
+    """The figures of these epochs as a decision computes them (``demand`` 0: it needs the
+    policy), ``None`` for no epoch; one epoch's own figures are ``window_estimate([epoch])``.
+    What ``/metrics`` and the console's charts show of the signals (``rescaler.autoscaling.
+    selectors``)."""
+    return _estimate(window)[0] if window else None
 
 
 def _estimate(

@@ -2,6 +2,8 @@
 // static/vendor/uplot). The page embeds the recent epochs (#epoch-series); the cluster page
 // appends each epoch.committed event its socket swaps in; the operation page shades the
 // operation's span. It also says when a live page's socket closed (htmx reconnects it).
+// The autoscaling panels' signal charts (.signal-plot) draw the columns their page embeds
+// (rescaler/autoscaling/figures.py): every figure is the server's, null where not reported.
 (function () {
   "use strict";
 
@@ -84,6 +86,65 @@
       throughput.setData([at, rate]);
       delay.setData([at, latency]);
       if (holder) holder.dataset.points = String(at.length);
+    });
+  });
+
+  function signalChart(el, s) {
+    const width = Math.max(el.clientWidth || 600, 320);
+    const rate = { scale: "rate", width: 1.5, points: { show: false } };
+    return new window.uPlot(
+      {
+        width,
+        height: 200,
+        plugins: [spanPlugin({ start: s.window_start, end: NaN })],
+        scales: {
+          x: { time: true },
+          rate: { range: (u, min, max) => [0, Math.max(max, 1) * 1.1] },
+          busy: { range: [0, 1] },
+        },
+        axes: [
+          {},
+          { scale: "rate", label: "records/s", size: 70 },
+          {
+            scale: "busy",
+            label: "busy",
+            side: 1,
+            size: 50,
+            grid: { show: false },
+            values: (u, ticks) => ticks.map((v) => Math.round(v * 100) + " %"),
+          },
+        ],
+        series: [
+          {},
+          { ...rate, label: "input rate", stroke: "#0072b2" },
+          { ...rate, label: "capacity", stroke: "#009e73" },
+          { ...rate, label: "capacity at target", stroke: "#009e73", dash: [6, 4] },
+          {
+            label: "busy",
+            scale: "busy",
+            stroke: "#e69f00",
+            width: 1,
+            points: { show: false },
+            // a hovered epoch without busy seconds says so; nothing hovered: uPlot's "--"
+            value: (u, v) =>
+              v != null ? Math.round(v * 100) + " %" : u.cursor.idx == null ? "--" : "not reported",
+          },
+        ],
+      },
+      [s.at, s.input_rate, s.capacity, s.capacity_at_target, s.busy_fraction],
+      el,
+    );
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    if (!window.uPlot) return;
+    document.querySelectorAll(".signal-plot[data-series]").forEach((el) => {
+      const source = $(el.dataset.series);
+      if (!source) return;
+      const s = JSON.parse(source.textContent);
+      if (!s.at.length) return;
+      signalChart(el, s);
+      el.dataset.points = String(s.at.length);
     });
   });
 

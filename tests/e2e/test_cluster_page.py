@@ -165,3 +165,25 @@ def test_a_long_state_schema_folds_and_every_pu_column_stays_in_view(
     # opened, it wraps within the column: still every PU in view
     assert off_the_card(page) == []
     screenshot(page, "cluster-long-schema")
+
+
+def test_the_autoscaling_panel_charts_the_signals(browser: Any, live_url: str) -> None:
+    """The panel's signal chart is drawn from the columns the page embeds, one point per epoch
+    (the table under it is the page without JavaScript: tests/unit/test_console_autoscaling.py)."""
+    from tests.unit.rescaler.autoscaling.fixtures import report_epochs
+
+    def cluster() -> None:
+        register_cluster(epochs=0)
+        report_epochs(
+            count=30, records=lambda e, pu: 900 if e >= 15 else 300, busy_s_per_record=0.002
+        )
+
+    as_the_runner(cluster)
+    page = sign_in(browser, live_url, "viewer")
+    plot = page.locator(f'.signal-plot[data-series="signals-{PIPELINE}-{FRAGMENT}"]')
+    plot.locator("canvas").wait_for()
+    assert plot.get_attribute("data-points") == "29"
+    legend = plot.locator(".u-legend").inner_text()
+    assert "input rate" in legend and "capacity" in legend and "busy" in legend
+    plot.scroll_into_view_if_needed()
+    screenshot(page, "autoscaling-signals")

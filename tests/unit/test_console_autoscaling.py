@@ -4,6 +4,7 @@ its fields. The services are the API's (tests/unit/api/test_autoscaling.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -184,3 +185,78 @@ def test_the_history_page_shows_the_decisions_beside_the_operations(
     assert "No decision matches" in only
     bad = client.get("/operations/", {"decisions-outcome": "maybe"}).content.decode()
     assert 'role="alert"' in bad and "maybe" in bad
+
+
+def test_the_panel_charts_the_signals_and_prints_them(client: Client, admin: Any) -> None:
+    """The chart's columns come embedded (drawn by charts.js); without JavaScript the recent
+    epochs are a table: input rate, capacity (500 per busy s per PU × 2), busy share."""
+    _stepped(admin)
+    panel = _panel(client.get("/").content.decode())
+    chart = re.search(
+        rf'<script id="signals-{PIPELINE}-word_count" type="application/json">(.*?)</script>',
+        panel,
+        re.S,
+    )
+    assert chart, "no embedded series"
+    columns = json.loads(chart.group(1))
+    # the epochs of the last 120 s (59 intervals, fewer when the page is slow to be asked)
+    assert 50 <= len(columns["at"]) <= 59
+    assert len(columns["at"]) == len(columns["capacity"]) == len(columns["busy_fraction"])
+    assert columns["input_rate"][-1] == pytest.approx(900)
+    assert f'data-series="signals-{PIPELINE}-word_count"' in panel
+    table = re.search(
+        r'<table class="decisions signals-table" data-fragment="word_count">.*?</table>',
+        panel,
+        re.S,
+    )
+    assert table, "no table of the recent epochs"
+    rows = re.findall(r"<tr data-epoch=\"(\d+)\">(.*?)</tr>", table.group(0), re.S)
+    assert [int(epoch) for epoch, _ in rows] == list(range(59, 49, -1))
+    newest = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", rows[0][1])).split()
+    assert newest == ["59", "2", "900/s", "1,000/s", "500", "90", "%", "1.00"]
+
+
+def test_a_runner_without_busy_seconds_charts_them_as_not_reported(
+    client: Client, admin: Any
+) -> None:
+    register_cluster(epochs=0)
+    report_epochs(count=20, records=lambda e, pu: 500)
+    panel = _panel(client.get("/").content.decode())
+    table = re.search(r'<table class="decisions signals-table".*?</table>', panel, re.S)
+    assert table and "not reported" in table.group(0)
+    chart = re.search(r'<script id="signals-[^"]+" type="application/json">(.*?)</script>', panel)
+    assert chart and set(json.loads(chart.group(1))["busy_fraction"]) == {None}
+
+
+def test_the_decisions_link_their_csv_with_the_pages_filters(client: Client, admin: Any) -> None:
+    _stepped(admin)
+    client.get("/")  # the panel's look records the decision
+    page = client.get("/operations/").content.decode()
+    link = re.search(
+        r'<a class="button" href="([^"]+)" data-pipeline="wordcount">([^<]+)</a>', page
+    )
+    assert link, "no CSV link"
+    assert link.group(1) == "/api/v1/pipelines/wordcount/autoscaling/decisions?format=csv"
+    assert link.group(2) == "These decisions as CSV"
+    filtered = client.get(
+        "/operations/",
+        {
+            "decisions-pipeline": PIPELINE,
+            "decisions-kind": "scale",
+            "decisions-outcome": "proposed",
+            "decisions-decided_after": "2020-11-01T09:30",
+        },
+    ).content.decode()
+    url = re.search(r'href="([^"]+)" data-pipeline="wordcount"', filtered).group(1)  # type: ignore[union-attr]
+    assert url == (
+        "/api/v1/pipelines/wordcount/autoscaling/decisions?format=csv&amp;kind=scale"
+        "&amp;outcome=proposed&amp;decided_after=2020-11-01T09%3A30%3A00"
+    )
+    # the link answers the rows the page shows
+    api = client.get(url.replace("&amp;", "&"))
+    assert api.status_code == 200 and api["Content-Type"].startswith("text/csv")
+    rows = b"".join(api.streaming_content).decode().splitlines()
+    assert len(rows) == 2 and ",scale," in rows[1]
+    # a pipeline that has no decision: said, and no link
+    unknown = client.get("/operations/", {"decisions-pipeline": "nope"}).content.decode()
+    assert "no pipeline named" in unknown and "data-pipeline=" not in unknown

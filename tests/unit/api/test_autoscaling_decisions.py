@@ -3,11 +3,15 @@ newest first, paginated and filtered like the other lists, each with its signals
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
+from dashboard.api.csv import DECISION_COLUMNS
 from rescaler.autoscaling.recommendation import recommendation_apply, recommendation_get
 from rescaler.autoscaling.services import autoscaling_policy_update
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, token_client
@@ -80,3 +84,62 @@ def test_an_unknown_pipeline_is_404(viewer_client: APIClient) -> None:
 
 def test_anonymous_is_401(cluster: Any) -> None:
     assert token_client(None).get(URL).status_code == 401
+
+
+def _csv(response: Any) -> list[dict[str, str]]:
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/csv")
+    assert f'filename="decisions-{PIPELINE}.csv"' in response["Content-Disposition"]
+    text = b"".join(response.streaming_content).decode()
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_csv_has_every_matching_decision_unpaginated(admin: Any, viewer_client: APIClient) -> None:
+    stepped(admin)
+    recommendation = recommendation_get(user=admin, pipeline=PIPELINE, plan=True)
+    assert recommendation.plan is not None
+    op = recommendation_apply(user=admin, pipeline=PIPELINE, plan_id=recommendation.plan.plan_id)
+    recommendation_get(user=admin, pipeline=PIPELINE, plan=False)  # no change while it runs
+    rows = _csv(viewer_client.get(URL, {"format": "csv", "page_size": 1}))
+    assert list(rows[0]) == list(DECISION_COLUMNS)
+    assert len(rows) == 2  # never paginated
+    during, applied = rows
+    assert (during["kind"], during["outcome"], during["parallel_units"]) == (
+        "no_change",
+        "none",
+        "",
+    )
+    assert during["operation_id"] == "" and during["applied_by"] == ""
+    assert applied["pipeline"] == PIPELINE and applied["mode"] == "recommend"
+    assert (applied["kind"], applied["outcome"], applied["applied_by"]) == (
+        "scale",
+        "applied",
+        "admin",
+    )
+    assert applied["parallel_units"] == f"{FRAGMENT} 2 → 3"
+    assert (applied["operation_id"], applied["operation_status"]) == (op.operation_id, "pending")
+    assert applied["plan_id"] == recommendation.plan.plan_id
+    assert applied["decided_at"] == viewer_client.get(URL).json()["results"][1][
+        "decided_at"
+    ].replace("Z", "+00:00")
+    (fragment,) = json.loads(applied["fragments"])
+    assert fragment["estimate"]["true_rate_per_pu"] == pytest.approx(500)
+    assert json.loads(applied["reasons"])[0].startswith(f"{FRAGMENT}: 2 → 3 PUs")
+    assert json.loads(applied["request"])["changes"] == {
+        FRAGMENT: {"added_parallel_units": [2], "removed_parallel_units": []}
+    }
+    assert "backlog" in json.loads(applied["missing_signals"])
+    # the same filters as the JSON list; by the Accept header too
+    only = _csv(viewer_client.get(URL, {"format": "csv", "outcome": "applied"}))
+    assert [r["id"] for r in only] == [applied["id"]]
+    assert len(_csv(viewer_client.get(URL, HTTP_ACCEPT="text/csv"))) == 2
+
+
+def test_csv_refusals_are_json(viewer_client: APIClient, anon: APIClient, admin: Any) -> None:
+    stepped(admin)
+    response = anon.get(URL, {"format": "csv"})
+    assert response.status_code == 401 and response.json()["code"] == "not_authenticated"
+    response = viewer_client.get(URL, {"format": "csv", "outcome": "maybe"})
+    assert response.status_code == 400 and response.json()["code"] == "invalid_parameters"
+    response = viewer_client.get("/api/v1/pipelines/nope/autoscaling/decisions", {"format": "csv"})
+    assert response.status_code == 404 and response.json()["code"] == "unknown_pipeline"

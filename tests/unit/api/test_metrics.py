@@ -11,11 +11,21 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from rescaler.autoscaling.recommendation import recommendation_get
 from rescaler.cluster.models import Pipeline
 from rescaler.operations import drive
 from rescaler.operations.models import RescaleOperation
 from rescaler.operations.requests import operation_request
-from tests.unit.api.fixtures import register_cluster, request_body, token_client
+from tests.unit.api.fixtures import (
+    FRAGMENT,
+    PIPELINE,
+    make_user,
+    register_cluster,
+    request_body,
+    token_client,
+)
+from tests.unit.rescaler.autoscaling.fixtures import report_epochs
+from tests.unit.rescaler.autoscaling.test_decisions import stepped
 
 pytestmark = pytest.mark.django_db
 
@@ -139,3 +149,68 @@ def test_worker_status_lost_pus_and_locality(db: None) -> None:
     assert m["rescaler_pu_tasks_home_total"][(*p, ("pu", "0"))] == 1
     assert m["rescaler_pu_tasks_home_total"][(*p, ("pu", "1"))] == 0
     assert m["rescaler_pipeline_locality_ratio"][p] == 0.5
+
+
+def test_the_autoscalers_signals_and_its_newest_decision(db: None) -> None:
+    """The figures a decision rests on (tests/unit/rescaler/autoscaling/test_signals.py): 900
+    records per PU every 2 s on 2 PUs at 2 ms a record is 900 records/s, 500 per busy second
+    per PU, 90 % busy; the decision proposes 3 PUs."""
+    admin = make_user("admin", rescale=True, policy=True)
+    stepped(admin)
+    m = scrape()
+    f = (("fragment", "word_count"), ("pipeline", "wordcount"))
+    # the policy's 60 s window at 2 s an epoch (an epoch or two fewer on a slow machine)
+    epochs = m["rescaler_autoscaling_window_epochs"][f]
+    assert 27 <= epochs <= 30
+    assert m["rescaler_autoscaling_window_seconds"][f] == pytest.approx(2 * epochs)
+    assert m["rescaler_autoscaling_input_rows_per_second"][f] == pytest.approx(900)
+    assert m["rescaler_autoscaling_processing_rows_per_busy_second"][f] == pytest.approx(500)
+    assert m["rescaler_autoscaling_busy_ratio"][f] == pytest.approx(0.9)
+    assert m["rescaler_autoscaling_epoch_latency_seconds"][f] == pytest.approx(0.25)
+    assert m["rescaler_autoscaling_skew_ratio"][f] == pytest.approx(1.0)
+    assert "rescaler_autoscaling_decision_kind" not in m  # nothing decided yet
+    recommendation = recommendation_get(user=admin, pipeline=PIPELINE, plan=False)
+    assert recommendation.recorded is not None
+    m = scrape()
+    kinds = m["rescaler_autoscaling_decision_kind"]
+    assert kinds == {
+        (("kind", "scale"), ("pipeline", "wordcount")): 1.0,
+        (("kind", "rebalance"), ("pipeline", "wordcount")): 0.0,
+        (("kind", "no_change"), ("pipeline", "wordcount")): 0.0,
+    }
+    assert m["rescaler_autoscaling_decision_parallel_units"] == {f: 3.0}
+    assert m["rescaler_autoscaling_decision_timestamp_seconds"][
+        (("pipeline", "wordcount"),)
+    ] == pytest.approx(recommendation.recorded.decided_at.timestamp())
+    # the figures are the decision's own
+    estimate = recommendation.decision.fragments[FRAGMENT].estimate
+    assert estimate is not None
+    assert m["rescaler_autoscaling_input_rows_per_second"][f] == estimate.input_rate
+    assert m["rescaler_autoscaling_busy_ratio"][f] == estimate.busy_fraction
+
+
+def test_a_signal_not_reported_has_no_sample(db: None) -> None:
+    """Epochs of a runner that reports no busy seconds: the rates it does report are there,
+    the true processing rate and the busy share are absent (unknown), not 0."""
+    register_cluster(epochs=0)
+    report_epochs(count=80, records=lambda e, pu: 1000 if pu == 0 else 500)
+    m = scrape()
+    f = (("fragment", "word_count"), ("pipeline", "wordcount"))
+    # the default policy's 120 s window
+    assert 57 <= m["rescaler_autoscaling_window_epochs"][f] <= 60
+    assert m["rescaler_autoscaling_input_rows_per_second"][f] == pytest.approx(750)
+    assert m["rescaler_autoscaling_skew_ratio"][f] == pytest.approx(1000 / 750)
+    assert f not in m.get("rescaler_autoscaling_processing_rows_per_busy_second", {})
+    assert f not in m.get("rescaler_autoscaling_busy_ratio", {})
+
+
+def test_no_epoch_in_the_window_no_signal(db: None) -> None:
+    register_cluster(epochs=0)
+    report_epochs(count=10, records=lambda e, pu: 100, end_at=time.time() - 3600)
+    m = scrape()
+    f = (("fragment", "word_count"), ("pipeline", "wordcount"))
+    assert m["rescaler_autoscaling_parallel_units"] == {f: 2.0}
+    assert not any(
+        name.startswith("rescaler_autoscaling_") and name != "rescaler_autoscaling_parallel_units"
+        for name in m
+    )
