@@ -16,11 +16,11 @@ Exactly once comes from the stores (updates + applied-epoch marker in one atomic
 Spark's offset log (a crashed epoch is re-run with the same offsets and the same plan).
 
 The package: ``pipeline_runner`` (the driver's loop, :class:`PipelineRunner`) and, below it,
-``checks`` (what a start checks before Spark), ``components`` (the parts made at the start),
-``checkpoint`` (Spark's offset and commit logs, read), ``replay`` (the replay log kept for
-rebuilds), ``rebuild`` (lost stores rebuilt at a start), ``query`` (the streaming query),
-``reports`` (the PU tasks' reports and the epoch's), ``topology`` (what is registered),
-``heartbeat`` and ``errors``.
+``batch`` (one epoch's batch: its plan, its job, what is booked and reported), ``checks`` (what a
+start checks before Spark), ``components`` (the parts made at the start), ``checkpoint`` (Spark's
+offset and commit logs, read), ``replay`` (the replay log kept for rebuilds), ``rebuild`` (lost
+stores rebuilt at a start), ``query`` (the streaming query), ``reports`` (the PU tasks' reports
+and the epoch's), ``topology`` (what is registered), ``heartbeat`` and ``errors``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
@@ -23,7 +22,6 @@ from workers.control import (
     PatientControl,
     Topology,
 )
-from workers.cycles import cycle_collection_paused
 from workers.epoch.spec import STORE_LOST
 from workers.idle import BarrierTicks, NoDataEpochs, awaits_barrier
 from workers.job import EpochJob
@@ -45,7 +43,8 @@ from workers.recovery.startup import RunnerRecovery
 from workers.rescale.executor import RescaleExecutor
 from workers.rescale.exports import ExportWaitStopped
 from workers.restarts import QueryGivenUp, QueryRestarts
-from workers.runner.checkpoint import checkpoint_dir, committed_epoch, source_offset
+from workers.runner.batch import EpochBatches
+from workers.runner.checkpoint import checkpoint_dir, committed_epoch
 from workers.runner.checks import check_sink_not_ahead, load_placements
 from workers.runner.components import make_executor, make_snapshots, task_modules
 from workers.runner.errors import RunnerError, StopRequested
@@ -53,14 +52,13 @@ from workers.runner.heartbeat import HeartbeatLoop
 from workers.runner.query import query_status, start_query
 from workers.runner.rebuild import StoreRebuild
 from workers.runner.replay import ReplayRecording
-from workers.runner.reports import EpochTimings, check_reports, epoch_report, log_committed
+from workers.runner.reports import EpochTimings
 from workers.runner.topology import runner_topology
 from workers.sinks.base import Sink
 from workers.source_stream import check_source
 from workers.sources.control import ControlStream
 from workers.spark_session import build_spark, spark_info, stop_spark
 from workers.start_phases import Background, StartPhases
-from workers.vnode_load import RecordsPerVnode
 from workers.worker_pool import ExecutorsMissing, WorkerPool
 
 log = logging.getLogger("workers.runner")
@@ -106,6 +104,7 @@ class PipelineRunner:
         self.snapshots: Snapshots
         self.barrier: Barrier
         self.job: EpochJob
+        self.batches: EpochBatches
         self.spark: Any = None
         self.query: Any = None
         self.last_epoch = -1
@@ -125,8 +124,6 @@ class PipelineRunner:
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
         if not config.is_local:  # the stores are on their PUs' home executors
             self.recovery.homes = self.workers.home_locations
-        self.last_timings = EpochTimings(0.0, 0.0, 0.0, 0.0, 0.0)
-        self.vnode_records = RecordsPerVnode()  # the vnodes' load, for the planner
 
     # -- set-up ------------------------------------------------------------------------------
     @property
@@ -198,56 +195,22 @@ class PipelineRunner:
             self._in_batch = False
 
     def _run_batch(self, df: Any, epoch: int) -> None:
-        started = time.perf_counter()
         try:
-            plan = self.replay.recorded(self.barrier.plan(epoch), self.snapshots)
-            pending = self.snapshots.due(
-                epoch, busy=bool(self.executor.running()), last=self._last_epoch_now(epoch)
-            )
-            if pending is not None:
-                plan = dataclasses.replace(plan, snapshot=pending.snapshot_id)
-            planned = time.perf_counter()
-            results = self.job.run(df, plan)
+            self.batches.run(df, epoch)
         except ExportWaitStopped as exc:  # stopped at a barrier waiting for full hold queues
             raise StopRequested(f"stopped before epoch {epoch}: {exc}") from exc
         except BaseException as exc:  # surfaced by run(); Spark would otherwise only log it
             self._error = exc
             raise
-        ran = time.perf_counter()
-        stats = [r for r in results if r["kind"] == "stat"]
-        check_reports(self.pipeline, plan, stats)
-        malformed = [r["text"] for r in results if r["kind"] == "malformed"]
-        self.vnode_records.epoch((f.name for f in self.pipeline.fragments), stats)
-        report = epoch_report(
-            pipeline=self.pipeline,
-            plan=plan,
-            stats=stats,
-            malformed=malformed,
-            started=started,
-            source_offset=source_offset(self.config.pipeline_dir, epoch),
-            records_per_vnode=self.vnode_records.report(),
-        )
-        with cycle_collection_paused():  # the steps the epoch moved on, and their report
-            self.executor.committed(epoch, stats)
-        self.watermark.committed(plan, stats)
-        self.no_data.epoch_committed(stats)
-        if pending is not None:  # the stores are copied: written out beside the next epochs
-            self.snapshots.epoch_committed(pending, plan.placements)
+
+    def _epoch_committed(self, epoch: int) -> None:
         self.last_epoch = epoch
         self.start_phases.first_epoch_committed(epoch)  # once
-        booked = time.perf_counter()
-        self.control.report_epoch(report)
-        build_s, job_s = self.job.last_timings
-        self.last_timings = EpochTimings(
-            plan_s=planned - started,
-            build_s=build_s,
-            spark_job_s=job_s,
-            bookkeeping_s=booked - ran,
-            report_s=time.perf_counter() - booked,
-        )
-        if self._on_epoch is not None:
-            self._on_epoch(report)
-        log_committed(report, self.last_timings, malformed)
+
+    @property
+    def last_timings(self) -> EpochTimings:
+        """Where the last committed epoch's time went on the driver."""
+        return self.batches.last_timings
 
     # -- lost stores (workers/runner/rebuild.py) -----------------------------------------
     def _rebuild_lost_stores(self) -> bool:
@@ -264,17 +227,10 @@ class PipelineRunner:
 
     def _rerun_batch(self, df: Any, plan: EpochPlan) -> None:
         try:
-            results = self.job.run(df, plan)
+            self.batches.rerun(df, plan)
         except BaseException as exc:
             self._error = exc
             raise
-        stats = [r for r in results if r["kind"] == "stat"]
-        check_reports(self.pipeline, plan, stats)
-        log.info(
-            "epoch %d re-run for the rebuild: %d records folded again",
-            plan.epoch,
-            sum(s["records"] for s in stats if not s["replay"]),
-        )
 
     # -- the loop ------------------------------------------------------------------------------
     def _heartbeat(self) -> Heartbeat:
@@ -449,6 +405,21 @@ class PipelineRunner:
                 self.sink,
                 control=self.control_stream,
                 homes=homes,
+            )
+            self.batches = EpochBatches(
+                config=cfg,
+                pipeline=self.pipeline,
+                job=self.job,
+                barrier=self.barrier,
+                executor=self.executor,
+                snapshots=self.snapshots,
+                control=self.control,
+                replay=self.replay,
+                watermark=self.watermark,
+                no_data=self.no_data,
+                last_epoch_now=self._last_epoch_now,
+                committed=self._epoch_committed,
+                on_epoch=self._on_epoch,
             )
             with phases.phase("prepare check"):
                 self.job.check_prepared()
