@@ -38,7 +38,7 @@ def _faults() -> list[str]:
     """Every kind; without root the disk_full fault (it mounts a tmpfs) is left out, and said."""
     if os.geteuid() == 0:
         return []
-    return ["--faults", "kill_runner,kill_celery,kill_daphne,kill_spark_worker,"
+    return ["--faults", "kill_runner,kill_celery,kill_daphne,lose_spark_host,"
             "restart_postgres,restart_redis"]  # fmt: skip
 
 
