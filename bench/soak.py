@@ -8,7 +8,9 @@ The stack is this machine's, all of it private to the run (nothing shared is res
   (never restarted here), dropped at the end;
 * a Spark standalone master and ``spark-class`` workers of one core each (``workers/provider/``),
   the worker provider ``local`` so that "add worker" and a drain's release really start and stop
-  them;
+  them; each worker is a host with a disk of its own for its stores (``RESCALER_LOCAL_DISKS=
+  private``), the durable location a directory off the tmpfs, a snapshot every 30 s, and losing
+  a host (kill -9 of its worker, its disk deleted) is a fault;
 * daphne on a fixed free port, two Celery workers and the runner (``manage.py run_pipeline``,
   wordcount on the generator at a steady rate), as in ``tests/integration/stack.py``;
 * ``STATE_DIR`` on a small tmpfs, so that a "disk full" fault is a real ENOSPC.
@@ -55,6 +57,7 @@ import os
 import queue
 import random
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,19 +92,20 @@ FAULT_KINDS = (
     "kill_runner",
     "kill_celery",
     "kill_daphne",
-    "kill_spark_worker",
+    "lose_spark_host",
     "restart_postgres",
     "restart_redis",
     "disk_full",
 )
 # how long each fault keeps its target down (seconds, drawn uniformly): the process is started
-# again, the service brought back, the ballast removed after it. A killed Spark worker is not
-# started again: the operator adds workers (and repairs the lost PUs) as an operator would.
+# again, the service brought back, the ballast removed after it. A lost Spark host (its worker
+# killed, its disk deleted) is not started again: its PUs go to a live worker, their stores are
+# rebuilt there, and the operator adds workers as an operator would.
 FAULT_DOWN_S: Mapping[str, tuple[float, float]] = {
     "kill_runner": (3.0, 10.0),
     "kill_celery": (2.0, 8.0),
     "kill_daphne": (2.0, 6.0),
-    "kill_spark_worker": (0.0, 0.0),
+    "lose_spark_host": (0.0, 0.0),
     "restart_postgres": (4.0, 8.0),
     # up to longer than a driver's budget (RESCALER_DRIVE_BUDGET_S=20 in the stack), as in
     # tests/integration/test_service_restarts.py, so a driver's re-queue can fall in the outage
@@ -1389,7 +1393,9 @@ class Stack:
             self.master.start()
             # the registry directory provider_from_env gives daphne's and Celery's provider, so
             # that the API's "add worker" and a drain's release see these workers too
-            self.provider = LocalProvider(self.master.url, self.workers_dir)
+            # each worker a host with a disk of its own (RESCALER_LOCAL_DISKS below, for the
+            # workers Celery adds): a lost one loses its stores
+            self.provider = LocalProvider(self.master.url, self.workers_dir, private_disks=True)
             for _ in range(self.profile.spark_workers):
                 self.provider.add(1)
         except ProviderError as exc:
@@ -1407,7 +1413,11 @@ class Stack:
             "RESCALER_PARALLEL_UNITS": "1",  # one PU per one-core worker
             "RESCALER_INITIAL_PUS": str(p.spark_workers),
             "RESCALER_VNODES": str(p.vnodes),
-            "RESCALER_RECOVERY_DIR": str(self.dir / "recovery"),  # off the small tmpfs
+            # the durable location (off the small tmpfs): what a lost host's stores are rebuilt
+            # from, a snapshot every 30 s and after each rescale, and the epochs since
+            "RESCALER_RECOVERY_DIR": str(self.dir / "recovery"),
+            "RESCALER_SNAPSHOT_EVERY": "30s",
+            "RESCALER_LOCAL_DISKS": "private",
             # the workers' own files (executors' logs) too: the disk_full fault is the state's
             "RESCALER_LOCAL_WORKERS_DIR": str(self.workers_dir),
             "RESCALER_SINK": f"{self.sink_url}?table={SINK_TABLE}" if self.sink_url else "",
@@ -1523,13 +1533,17 @@ class Stack:
         if name == "web":
             self._wait_answers(60)
 
-    def kill_spark_worker(self, rng: random.Random) -> str:
+    def lose_spark_host(self, rng: random.Random) -> str:
+        """A host lost: kill -9 of its Spark worker (and its executor), and its disk deleted,
+        with the stores of its PUs on it."""
         workers = sorted(self.provider.workers(), key=lambda w: w.worker_id)
         if not workers:
             raise SoakError("no Spark worker is running to kill")
         w = rng.choice(workers)
         os.killpg(w.pid, signal.SIGKILL)
-        return f"Spark worker {w.worker_id} (pid {w.pid})"
+        disk = self.provider.disk_of(Path(w.work_dir))
+        shutil.rmtree(disk, ignore_errors=True)
+        return f"Spark worker {w.worker_id} (pid {w.pid}) and its disk {disk}"
 
     def restart_postgres(self, down_s: float) -> None:
         with service_call("restarting the private Postgres"):
@@ -1873,8 +1887,8 @@ class Soak:
                     stack.kill(name)
                     time.sleep(event.down_s)
                     stack.restart(name)  # daphne: returns once it answers again
-            elif event.kind == "kill_spark_worker":
-                rec.target = stack.kill_spark_worker(rng)
+            elif event.kind == "lose_spark_host":
+                rec.target = stack.lose_spark_host(rng)
             elif event.kind == "restart_postgres":
                 rec.target = "postgres"
                 stack.restart_postgres(event.down_s)

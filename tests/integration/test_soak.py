@@ -5,8 +5,10 @@ faults. Every operation must end final, nothing may be lost or duplicated in the
 sink, no process may exit by itself, no 5xx may be answered outside daphne's own downtime, and
 no websocket client may end on a stale status.
 
-The seed's schedule kills a Celery worker, a Spark worker and the runner and restarts Postgres,
-while a fluid operation is cancelled and a worker is added and drained (``bench/soak.py --quick
+The seed's schedule kills a Celery worker, loses a Spark host (its worker killed and its disk,
+with its PUs' stores, deleted: each worker has a disk of its own) during a batched operation,
+kills the runner and restarts Postgres, while a fluid operation is cancelled and a worker is
+added and drained (``bench/soak.py --quick
 --seed 7 --print-schedule``). The goals that need the 30-minute run and a quiet machine (60
 operations, read p99) are the benchmark's, not this test's.
 
@@ -38,7 +40,7 @@ def _faults() -> list[str]:
     """Every kind; without root the disk_full fault (it mounts a tmpfs) is left out, and said."""
     if os.geteuid() == 0:
         return []
-    return ["--faults", "kill_runner,kill_celery,kill_daphne,kill_spark_worker,"
+    return ["--faults", "kill_runner,kill_celery,kill_daphne,lose_spark_host,"
             "restart_postgres,restart_redis"]  # fmt: skip
 
 

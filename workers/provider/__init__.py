@@ -9,7 +9,9 @@ its drain (docs/elastic-workers.md).
 * :class:`NoProvider` refuses, with the reason: local mode has one JVM and nothing to add.
 
 ``provider_from_env()`` picks one from ``RESCALER_WORKER_PROVIDER`` (``local``, ``command`` or
-``none``; default ``local`` when ``SPARK_MASTER`` is a ``spark://`` URL, else ``none``).
+``none``; default ``local`` when ``SPARK_MASTER`` is a ``spark://`` URL, else ``none``). The local
+provider's workers share this host's disk for their stores, or, with
+``RESCALER_LOCAL_DISKS=private``, each has a disk of its own, as if each were a host.
 
 Its modules: ``base`` (the protocol, :class:`ProviderError`, ``NoProvider`` and
 ``CommandProvider``), ``local`` (``LocalProvider`` and ``LocalMaster``) and ``processes`` (the
@@ -29,6 +31,7 @@ from workers.provider.local import (
     LocalWorker,
     local_store_dir,
     local_workers_dir,
+    private_disks,
 )
 from workers.provider.processes import free_port, spark_home, wait_for_port
 
@@ -63,7 +66,12 @@ def provider_from_env(env: Mapping[str, str] | None = None) -> WorkerProvider:
             "(scripts/dev --workers N) or set RESCALER_WORKER_PROVIDER=command"
         )
     if kind == "local":
-        return LocalProvider(master, local_workers_dir(env), local_dir=local_store_dir(env))
+        return LocalProvider(
+            master,
+            local_workers_dir(env),
+            local_dir=local_store_dir(env),
+            private_disks=private_disks(env),
+        )
     if kind == "command":
         command = env.get("RESCALER_WORKER_PROVIDER_COMMAND", "")
         if not command:

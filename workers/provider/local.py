@@ -261,6 +261,17 @@ def local_store_dir(env: Mapping[str, str] | None = None, state_dir: Path | None
     return Path(state).absolute().parent / "executors" / "local-workers"
 
 
+def private_disks(env: Mapping[str, str] | None = None) -> bool:
+    """Whether each of this machine's standalone workers has a disk of its own for its
+    executors' stores (``RESCALER_LOCAL_DISKS=private``: as if each were a host, so that losing
+    one loses its stores) or they share this host's (``shared``, the default)."""
+    env = os.environ if env is None else env
+    value = env.get("RESCALER_LOCAL_DISKS", "shared").strip().lower() or "shared"
+    if value not in ("shared", "private"):
+        raise ProviderError(f"RESCALER_LOCAL_DISKS must be shared or private, not {value!r}")
+    return value == "private"
+
+
 def local_workers_dir(env: Mapping[str, str] | None = None, state_dir: Path | None = None) -> Path:
     """Where the local provider keeps its workers' registry and work directories (executors'
     logs, shipped files): ``RESCALER_LOCAL_WORKERS_DIR``, else ``_spark_workers`` in

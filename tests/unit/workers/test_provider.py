@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.provider import LocalProvider, local_workers_dir, provider_from_env
+import pytest
+
+from workers.provider import LocalProvider, ProviderError, local_workers_dir, provider_from_env
 
 
 def test_the_workers_directory_defaults_to_state_dir_and_can_be_moved_off_it(
@@ -60,3 +62,18 @@ def test_the_local_workers_keep_their_stores_outside_the_state_directory(tmp_pat
     assert local_store_dir({"STATE_DIR": str(state)}) == local_store_dir({}, state)
     assert local_store_dir({"RESCALER_LOCAL_DIR": "/disk"}, state) == Path("/disk")
     assert not local_store_dir({}, state).is_relative_to(state)
+
+
+def test_each_local_worker_has_a_disk_of_its_own_when_asked(tmp_path: Path) -> None:
+    """RESCALER_LOCAL_DISKS=private: the provider every process makes from the environment
+    (Celery's "add worker", the soak's own) gives each worker its own disk, as if each were a
+    host; the default keeps this host's one directory for all of them."""
+    env = {"SPARK_MASTER": "spark://127.0.0.1:7077", "STATE_DIR": str(tmp_path / "state")}
+    shared = provider_from_env(env)
+    private = provider_from_env({**env, "RESCALER_LOCAL_DISKS": "private"})
+    assert isinstance(shared, LocalProvider) and isinstance(private, LocalProvider)
+    work = tmp_path / "workers" / "worker-1"
+    assert shared.disk_of(work) == shared.local_dir
+    assert private.disk_of(work) == work / "local"
+    with pytest.raises(ProviderError, match="shared or private"):
+        provider_from_env({**env, "RESCALER_LOCAL_DISKS": "own"})
