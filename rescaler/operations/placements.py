@@ -117,6 +117,7 @@ class FragmentPlacement:
     vnodes: int | None
     version: MappingVersion | None
     first_effective_at: dt.datetime | None
+    first_version: int | None  # its first kept version's number
     versions_kept: int
 
 
@@ -230,6 +231,7 @@ def _placement(
                 vnodes=fragment.vnodes,
                 version=None if number is None else _version_record(fragment, versions, number),
                 first_effective_at=versions[0].effective_at if versions else None,
+                first_version=versions[0].version if versions else None,
                 versions_kept=len(versions),
             )
         )
