@@ -7,9 +7,9 @@ banner says of it. The view only passes these along."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -67,6 +67,7 @@ class PastView:
     rows: tuple[PastRow, ...]
     error: str = ""
     as_of_text: str = ""  # what the as_of field of the form holds
+    live_query: str = ""  # the page's query string without the past (and a cell): back to live
 
 
 def _as_of(text: str) -> dt.datetime | None:
@@ -79,8 +80,18 @@ def _as_of(text: str) -> dt.datetime | None:
     return moment
 
 
-def past_view(query: Mapping[str, str]) -> PastView | None:
+def past_view(query: QueryDict) -> PastView | None:
     """None: the query string asks for the live placement."""
+    view = _past_view(query)
+    if view is None:
+        return None
+    live = query.copy()
+    for key in (*PAST_KEYS, "cell"):
+        live.pop(key, None)
+    return replace(view, live_query=live.urlencode())
+
+
+def _past_view(query: QueryDict) -> PastView | None:
     as_of, fragment, version = query.get("as_of"), query.get("fragment"), query.get("version")
     pipeline = query.get("pipeline") or None
     if not as_of and not fragment and not version:
