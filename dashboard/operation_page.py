@@ -26,6 +26,7 @@ from dashboard.step_phases import PHASE_LEGEND, PHASE_SYMBOL, PHASES
 from rescaler.operations.cancel import operation_cancellable
 from rescaler.operations.counts import StepCounts, step_counts
 from rescaler.operations.models import RescaleOperation, RescaleStep
+from rescaler.operations.placements import operation_versions
 from rescaler.operations.waiting import Waiting, WaitingFor, operation_waiting
 from workers.rescale.protocol import StepPhase
 
@@ -176,4 +177,6 @@ def page_context(op: RescaleOperation) -> dict[str, Any]:
         "timeline_shown": operation_timeline.TIMELINE_SHOWN,
         "phases": [(p, PHASE_SYMBOL[p], PHASE_LEGEND[p]) for p in PHASES],
         "measures": MEASURES,
+        # the placements it left between, each opening the cluster page's matrix as of then
+        "placement_versions": {v.fragment: v for v in operation_versions(op)},
     }

@@ -24,7 +24,8 @@ from dashboard.epochs import epoch_series, last_epoch
 from dashboard.format import vnode_ranges
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm
 from dashboard.key_finder import key_finder
-from dashboard.matrix import METRICS, cluster_matrix, matrix_view
+from dashboard.matrix import METRICS, cluster_matrix, matrix_view, placement_matrix
+from dashboard.past_placement import past_view
 from dashboard.tables import WorkerTable
 from dashboard.views.site import component_rows, health_body
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
@@ -71,10 +72,15 @@ def _cluster_context(
 ) -> dict[str, Any]:
     """The cluster page's live part from one ``cluster_info()``: the matrix as the query string
     asks for it (metric, by PU or worker, a selected cell), the workers table, the running
-    operations and the last epoch. Whether the user may act on workers decides only which
+    operations and the last epoch; the matrix as of the past the query string asks for
+    (``dashboard.past_placement``), if it does. Whether the user may act on workers decides only which
     forms are drawn: the services refuse the action itself."""
     cluster = cluster_info()
-    matrix = cluster_matrix(cluster)
+    past = past_view(request.GET)
+    if past is not None and past.placement is not None:
+        matrix = placement_matrix(cluster, past.placement)
+    else:
+        matrix = cluster_matrix(cluster)
     rows = worker_rows(cluster)
     can_act = request.user.has_perm(RESCALE_PERMISSION)
     workers = WorkerTable(rows, exclude=() if can_act else ("actions",))
@@ -89,7 +95,8 @@ def _cluster_context(
             worker=query.get("worker"),
             cell=query.get("cell"),
         ),
-        "metrics": METRICS,
+        "metrics": METRICS[:1] if matrix.past else METRICS,
+        "past": past,
         "cluster": cluster,
         "workers_table": workers,
         "can_act": can_act,
@@ -113,6 +120,8 @@ def render_home(
     **forms_: Any,
 ) -> HttpResponse:
     context = _cluster_context(request, **forms_)
+    if context["past"] is not None and context["past"].error and status == 200:
+        status = 400  # the past asked cannot be shown: the page says why, over the live matrix
     ok, body = health_body()
     pipeline = context["epochs_pipeline"]
     return render(

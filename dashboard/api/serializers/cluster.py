@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from rescaler.cluster.models import WORKER_STATUS_CHOICES, ParallelUnit, Pipeline
@@ -157,3 +159,94 @@ class ClusterQuerySerializer(serializers.Serializer):
     pipeline = serializers.CharField(
         required=False, allow_blank=True, help_text="Only this pipeline (empty: all)."
     )
+
+    as_of = serializers.DateTimeField(
+        required=False,
+        help_text="The placement as of this instant (ISO 8601; without an offset, in the "
+        "server's time zone): each stateful fragment's mapping then, in the past placement's "
+        "document. Not with version.",
+    )
+    fragment = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="With version: the fragment whose mapping version is asked.",
+    )
+    version = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="With fragment: the placement as that kept mapping version of the fragment "
+        "left it, the other fragments as of the moment it took effect.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "as_of" in attrs and ("version" in attrs or "fragment" in attrs):
+            raise serializers.ValidationError(
+                {"as_of": ["give as_of, or fragment and version, not both"]}
+            )
+        if ("version" in attrs) != ("fragment" in attrs):
+            missing = "fragment" if "version" in attrs else "version"
+            raise serializers.ValidationError(
+                {missing: [f"{missing} is needed too: versions are per fragment"]}
+            )
+        return attrs
+
+
+class PastPuSerializer(serializers.Serializer):
+    parallel_unit = serializers.IntegerField()
+    vnodes = serializers.IntegerField(help_text="Vnodes the mapping then gave this PU.")
+
+
+class PastFragmentSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    pipeline = serializers.CharField()
+    vnodes = serializers.IntegerField(allow_null=True)
+    mapping_version = serializers.IntegerField(
+        allow_null=True,
+        help_text="The kept version in effect then; null before the fragment's first one.",
+    )
+    mapping = serializers.ListField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="mapping[vnode] = the PU that owned the vnode then; null before the first.",
+    )
+    parallel_units = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="The PUs the mapping gave a vnode (the PU set of a past version is not kept).",
+    )
+    effective_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the version took effect (the control plane recorded it)."
+    )
+    superseded_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the next kept version took effect; null: still in effect."
+    )
+    operation_id = serializers.CharField(
+        allow_null=True, help_text="The operation that made the version; null: none did."
+    )
+    previous_version = serializers.IntegerField(
+        allow_null=True, help_text="The kept version before it (kept numbers may skip one)."
+    )
+    next_version = serializers.IntegerField(allow_null=True, help_text="The kept version after it.")
+    first_version_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the fragment's first kept version took effect."
+    )
+    per_parallel_unit = PastPuSerializer(many=True)
+
+
+class ClusterPlacementSerializer(serializers.Serializer):
+    """``GET cluster`` with ``as_of``, or ``fragment`` and ``version``: the past placement."""
+
+    as_of = serializers.DateTimeField(
+        help_text="The instant shown: the one asked (now, if later), or when the version "
+        "asked took effect."
+    )
+    fragment = serializers.CharField(allow_null=True, help_text="The fragment asked by version.")
+    version = serializers.IntegerField(allow_null=True, help_text="The version asked.")
+    before_first_version = serializers.BooleanField(
+        help_text="No fragment had a kept mapping version yet at as_of."
+    )
+    first_version_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the first kept version of any fragment took effect."
+    )
+    detail = serializers.CharField(help_text="What the document shows, in words.")
+    fragments = PastFragmentSerializer(many=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -177,3 +178,63 @@ def skew_the_load(vnodes: int = 16, records: dict[int, float] | None = None) -> 
             records_per_vnode={FRAGMENT: records or {}},
         )
     )
+
+
+@dataclass(frozen=True)
+class PlacementHistory:
+    """word_count's kept mapping versions, each recorded at ``recorded[version]``: 1 at the
+    start (PUs 0, 1), 2 and 3 made by ``operation_id`` (a scale out onto PUs 2 and 3, requested
+    at ``requested``, ended at ``finished``), and 5 a registration of no operation (4 never
+    reached the control plane: the kept numbers skip it)."""
+
+    operation_id: str
+    requested: dt.datetime
+    finished: dt.datetime
+    recorded: dict[int, dt.datetime]
+    mappings: dict[int, list[int]]
+
+
+HISTORY_MAPPINGS = {
+    1: [0] * 8 + [1] * 8,
+    2: [2] * 4 + [0] * 4 + [1] * 8,
+    3: [2] * 4 + [0] * 4 + [3] * 4 + [1] * 4,
+    5: [2] * 4 + [0] * 4 + [3] * 4 + [1] * 2 + [0] * 2,
+}
+
+
+def placement_history(user: Any = None) -> PlacementHistory:
+    """The cluster of ``register_cluster`` (16 vnodes on PUs 0 and 1) with a past: the versions
+    of ``PlacementHistory``, three hours old and older. The operation is requested as the
+    console and the API do (``operation_request``: its plan and steps), then ended as the
+    runner's reports would leave it; who calls it keeps Celery out (nothing drives it)."""
+    from rescaler.cluster.models import ParallelUnit, VnodeMapping
+    from rescaler.operations.models import RescaleOperation
+    from rescaler.operations.requests import operation_request
+
+    register_cluster(vnodes=16, initial_pus=(0, 1))
+    fragment = Fragment.objects.get(pipeline__name=PIPELINE, name=FRAGMENT)
+    start = timezone.now() - dt.timedelta(hours=3)
+    made = operation_request(
+        user=user or make_user("history-operator", rescale=True),
+        body={**request_body(added_parallel_units=[2, 3]), "reason": "room for the peak"},
+    )
+    assert isinstance(made, RescaleOperation)
+    recorded = {
+        1: start,
+        2: start + dt.timedelta(minutes=15),
+        3: start + dt.timedelta(minutes=20),
+        5: start + dt.timedelta(minutes=90),
+    }
+    for version, mapping in HISTORY_MAPPINGS.items():
+        if version > 1:
+            cluster_services.mapping_record(fragment=fragment, version=version, mapping=mapping)
+        VnodeMapping.objects.filter(fragment=fragment, version=version).update(
+            created_at=recorded[version]
+        )
+    requested, finished = start + dt.timedelta(minutes=10), start + dt.timedelta(minutes=30)
+    RescaleOperation.objects.filter(pk=made.pk).update(
+        created_at=requested, started_at=requested, finished_at=finished, status="completed"
+    )
+    made.fragment_locks.update(active=False)
+    fragment.parallel_units.set(ParallelUnit.objects.filter(number__in=[0, 1, 2, 3]))
+    return PlacementHistory(made.operation_id, requested, finished, recorded, HISTORY_MAPPINGS)

@@ -9,6 +9,7 @@ from rest_framework import exceptions
 from dashboard.api.errors import FIELD_BY_CODE, STATUS_BY_CODE, ApiError, exception_handler
 from rescaler.autoscaling.errors import PolicyInvalid
 from rescaler.operations.errors import OperationFinal
+from rescaler.operations.placements import PlacementError
 from rescaler.operations.plans import PlanError, PlanStale
 from workers.rescale import errors
 
@@ -36,7 +37,8 @@ def test_every_rescale_error_has_its_code_and_a_4xx(cls: type[errors.RescaleErro
         exc, detail = cls("why"), "why"
     response = exception_handler(exc, CONTEXT)
     assert response is not None
-    extra = exc.details() if isinstance(exc, PlanError | PolicyInvalid) else {}
+    # a refusal with details says its own field (a past placement's: its query parameter)
+    extra = exc.details() if isinstance(exc, PlanError | PolicyInvalid | PlacementError) else {}
     if cls.code in FIELD_BY_CODE:
         extra = {"field": FIELD_BY_CODE[cls.code], **extra}
     assert response.data == {"code": cls.code, "detail": detail, **extra}
