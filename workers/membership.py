@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -185,9 +185,20 @@ class Membership:
         numbers = [int(n[1:]) for n in self.workers if n.startswith("w") and n[1:].isdigit()]
         return f"w{max(numbers, default=0) + 1}"
 
-    def start(self, executors: Iterable[ExecutorSeen]) -> None:
+    def start(
+        self,
+        executors: Iterable[ExecutorSeen],
+        *,
+        disks: Mapping[str, str] | None = None,
+        store_roots: Mapping[int, str] | None = None,
+    ) -> None:
         """At the runner's start: the local worker, or the saved workers bound to the
-        application's executors (a new application has new executor ids)."""
+        application's executors (a new application has new executor ids). A saved worker takes
+        the executor whose directory holds its PUs' stores, where that is known (``disks``:
+        executor id -> its directory of the pipeline; ``store_roots``: PU -> the directory its
+        store was last in), else one on its host, else any left: several workers of one host
+        may each have a disk of their own, and their executors' ids and start order say
+        nothing of which is which."""
         with self._lock:
             if self.local:
                 local = self.workers.get(LOCAL_WORKER)
@@ -214,14 +225,20 @@ class Membership:
                 (w for w in self.workers.values() if w.parallel_units), key=lambda w: not w.alive
             )
             bound: dict[str, ExecutorSeen] = {}
-            for w in saved:  # the same machine first, then any executor left
-                match = next((e for e in free if e.host == w.host), None)
-                if match is not None:
-                    bound[w.name] = match
-                    free.remove(match)
-            for w in saved:
-                if w.name not in bound and free:
-                    bound[w.name] = free.pop(0)
+            disks, roots = disks or {}, store_roots or {}
+            for same in (  # its stores' disk first, then the same machine, then any left
+                lambda w, e: (
+                    disks.get(e.executor_id, "")
+                    in {roots[pu] for pu in w.parallel_units if pu in roots}
+                ),
+                lambda w, e: e.host == w.host,
+                lambda w, e: True,
+            ):
+                for w in saved:
+                    match = next((e for e in free if same(w, e)), None)
+                    if w.name not in bound and match is not None:
+                        bound[w.name] = match
+                        free.remove(match)
             for w in saved:
                 e = bound.get(w.name)
                 if e is None:  # its machine did not come back: lost, its PUs adopted below

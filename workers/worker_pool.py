@@ -23,12 +23,13 @@ from typing import Any
 from workers.config import RunnerConfig
 from workers.control import Command
 from workers.epoch.location import task_location
-from workers.layout import pu_store, refuse_away_from_home
+from workers.layout import NoExecutorDir, local_root, pu_store, refuse_away_from_home
 from workers.membership import ExecutorSeen, Membership, WorkerInfo, spark_executors
-from workers.pinning import executor_of
+from workers.pinning import executor_of, location
 from workers.pipeline.placement import VnodeMapping
 from workers.spark_tasks import run_tasks
 from workers.state import open_store
+from workers.store_homes import StoreHomes
 
 log = logging.getLogger("workers.runner")
 
@@ -58,6 +59,22 @@ def bootstrap_pu(task: BootstrapTask) -> dict[str, Any]:
         shutil.rmtree(path, ignore_errors=True)
         open_store(task.backend, path).close()
     return {"pu": task.pu, "executor": here, "host": task_location()[1]}
+
+
+@dataclass(frozen=True)
+class DiskProbe:
+    """Which directory an executor keeps this pipeline's stores in: asked of it by a task."""
+
+    pipeline_dir: str
+
+
+def probe_disk(task: DiskProbe) -> dict[str, Any]:
+    """On an executor: its id and its directory of the pipeline ("" if it has none)."""
+    try:
+        root = str(local_root(task.pipeline_dir))
+    except NoExecutorDir:
+        root = ""
+    return {"executor": task_location()[0], "root": root}
 
 
 class WorkerPool:
@@ -130,7 +147,16 @@ class WorkerPool:
                 )
             log.info("waiting for executors: %d so far (%d PUs)", len(seen), offered)
             time.sleep(1.0)
-        self.membership.start(seen)
+        if restarted:  # each saved worker to the executor whose disk has its PUs' stores
+            self.membership.start(
+                seen,
+                disks=self._disks(seen),
+                store_roots={
+                    pu: h.root for (_, pu), h in StoreHomes(cfg.pipeline_dir).load().items()
+                },
+            )
+        else:
+            self.membership.start(seen)
         for w in self.membership.snapshot():
             log.info(
                 "worker %s: executor %s on %s, PUs %s%s",
@@ -186,6 +212,18 @@ class WorkerPool:
         )
 
     # -- internals ---------------------------------------------------------------------------
+    def _disks(self, seen: list[ExecutorSeen]) -> dict[str, str]:
+        """Executor id -> its directory of the pipeline, as a task on each says (one task per
+        executor, each preferring its own; one that ran elsewhere tells of where it ran)."""
+        answers = run_tasks(
+            self.spark,
+            [DiskProbe(str(self.config.pipeline_dir)) for _ in seen],
+            probe_disk,
+            "rescaler: which executor has which disk",
+            locations=[location(e.host, e.executor_id) for e in seen],
+        )
+        return {a["executor"]: a["root"] for a in answers if a["root"]}
+
     def _executors(self) -> list[ExecutorSeen]:
         return spark_executors(self.spark)
 

@@ -149,6 +149,30 @@ def test_a_restart_binds_saved_workers_to_the_new_applications_executors(tmp_pat
     assert again.usable_pus() == {0, 1, 2}  # bootstrapped before the restart
 
 
+def test_a_restart_binds_each_worker_to_the_executor_with_its_stores_disk(
+    tmp_path: Path,
+) -> None:
+    """Two workers on one host, each with a disk of its own: the new application's executor
+    ids and order say nothing of which machine is which (in a soak, w1 took the executor of
+    w3's machine, and its stores were called lost and rebuilt from a snapshot); the disk that
+    holds a worker's PUs' stores does."""
+    host = "127.0.0.1"
+    m = cluster(tmp_path, per_executor=1)
+    m.start([ExecutorSeen("0", host, 1), ExecutorSeen("1", host, 1)])
+    m.observe([ExecutorSeen("0", host, 1), ExecutorSeen("1", host, 1)], 0, Bootstraps(), poll=False)
+    assert m.worker_pus() == {"w1": [0], "w2": [1]}
+    executors = [ExecutorSeen("0", host, 1), ExecutorSeen("1", host, 1)]
+    roots = {0: "/disks/a/wordcount", 1: "/disks/b/wordcount"}
+    again = cluster(tmp_path, per_executor=1)
+    again.start(executors, disks={"0": roots[1], "1": roots[0]}, store_roots=roots)
+    assert {w.name: w.executor_id for w in again.snapshot()} == {"w1": "1", "w2": "0"}
+    # a disk no executor has (Spark's own local directories are new with each application):
+    # by host, then in order, as before
+    plain = cluster(tmp_path, per_executor=1)
+    plain.start(executors, disks={"0": "/new/x", "1": "/new/y"}, store_roots=roots)
+    assert {w.name: w.executor_id for w in plain.snapshot()} == {"w1": "0", "w2": "1"}
+
+
 def test_a_restart_binds_the_workers_alive_before_it_first(tmp_path: Path) -> None:
     """Three saved workers on one host, the second lost before the runner restarted, and two
     executors in the new application: the two that were alive get them, the lost one stays
