@@ -375,6 +375,12 @@ class RescalerCollector(Collector):
             "The busiest PU's records over the mean PU's, the lowest of the window's epochs.",
             labels=labels,
         )
+        backlog = GaugeMetricFamily(
+            "rescaler_autoscaling_backlog_rows",
+            "Records the source holds for the fragment past its last epoch of the window, in "
+            "the fragment's records (absent when the source does not report it).",
+            labels=labels,
+        )
         for found in signal_figures():
             names = [found.pipeline, found.fragment]
             units.add_metric(names, float(found.parallel_units))
@@ -390,6 +396,8 @@ class RescalerCollector(Collector):
                 busy.add_metric(names, estimate.busy_fraction)
             latency.add_metric(names, estimate.epoch_latency_s)
             skew.add_metric(names, estimate.skew)
+            if estimate.backlog is not None:
+                backlog.add_metric(names, float(estimate.backlog))
         kind = GaugeMetricFamily(
             "rescaler_autoscaling_decision_kind",
             "1 for the kind of the pipeline's newest autoscaling decision (scale, rebalance, "
@@ -416,6 +424,7 @@ class RescalerCollector(Collector):
                     [pipeline, str(fragment["fragment"])], float(fragment["parallel_units_after"])
                 )
         yield from (units, window_epochs, window_span, input_rate, true_rate, busy, latency, skew)
+        yield backlog
         yield from (kind, decided, proposed)
 
 

@@ -4,6 +4,8 @@ with the runner's control stream so that a barrier can be forced on any source."
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from workers.config import RunnerConfig
@@ -13,7 +15,9 @@ from workers.sources import jsonl
 from workers.sources.control import ControlStream
 from workers.sources.jetstream import JETSTREAM, JetStreamStreamReader
 from workers.sources.jetstream import register as register_jetstream
-from workers.sources.spark import GENERATOR, JSONL, register
+from workers.sources.spark import GENERATOR, JSONL, JsonlStreamReader, register
+
+log = logging.getLogger("workers.runner")
 
 # the JSON-lines source's Arrow types, as a JetStream source's Spark schema names them
 _SPARK_TYPES = {
@@ -78,6 +82,7 @@ class SourceStreams:
         self.control = control
         self._source: Any = None  # the source's streaming DataFrame, analysed once
         self._stream: Any = None  # and unioned with the control stream
+        self._backlog: Callable[[dict[str, Any]], int | None] | None = None
 
     def source_stream(self) -> Any:
         """The pipeline's own stream of source records: the pipeline's ``source`` function, or
@@ -138,14 +143,40 @@ class SourceStreams:
         if not directory.is_dir():
             raise SourceMissing(f"source directory {directory} does not exist: create it first")
         register(self.spark)
-        return (
-            reader.format(JSONL)
-            .option("kind", self.pipeline.source_kind)
-            .option("path", str(directory))
-            .option("manifest", str(cfg.pipeline_dir / "source-manifest.txt"))
-            .option("max_files_per_epoch", str(cfg.max_files_per_epoch))
-            .load()
-        )
+        return reader.format(JSONL).options(**self._jsonl_options()).load()
+
+    def _jsonl_options(self) -> dict[str, str]:
+        cfg = self.config
+        return {
+            "kind": self.pipeline.source_kind,
+            "path": str(cfg.source_dir),
+            "manifest": str(cfg.pipeline_dir / "source-manifest.txt"),
+            "max_files_per_epoch": str(cfg.max_files_per_epoch),
+        }
+
+    def backlog(self, end: dict[str, Any]) -> int | None:
+        """The records the source holds past ``end`` (the source's entry of an epoch's offset
+        log), asked now on the driver; None when it is not known: a pipeline's own source
+        without ``source_backlog``, no offset, or the source not answering (logged)."""
+        if not end:
+            return None
+        try:
+            if self._backlog is None:
+                self._backlog = self._new_backlog()
+            return self._backlog(end)
+        except Exception as exc:  # a signal: never the epoch's failure
+            log.warning("the source's backlog is not known this epoch: %s", exc)
+            return None
+
+    def _new_backlog(self) -> Callable[[dict[str, Any]], int | None]:
+        cfg = self.config
+        if not cfg.source and self.pipeline.source is not None:
+            return self.pipeline.source_backlog or (lambda end: None)
+        if cfg.source in ("", "generator"):
+            return lambda end: 0  # each epoch's rows are made when it asks: none wait
+        if cfg.source_stream_name is not None:
+            return JetStreamStreamReader(jetstream_options(cfg, self.pipeline)).backlog
+        return JsonlStreamReader(self._jsonl_options()).backlog
 
     def stream(self) -> Any:
         """What the query reads: the pipeline's stream unioned with the runner's control stream,

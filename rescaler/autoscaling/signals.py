@@ -11,9 +11,14 @@ records per epoch). From those:
 * busy seconds per PU (the true processing rate, the busy fraction) — from ``per_pu[].busy_s``,
   the seconds the PU's task measured (``PuLoad.busy_s``). Epochs of an older runner carry none:
   in a window without any, ``busy_s`` is unknown and named in ``missing_signals``;
-* backlog — **not reported**: ``EpochReport`` has no field for the source's pending records
-  (JetStream's ``num_pending``, the directory's unread files, the generator's pacing). Unknown,
-  named in ``missing_signals``; the model then has no backlog term.
+* backlog — ``EpochMetric.source_backlog``: the records the source held past the epoch when
+  it committed, as the runner asked the source (a JetStream stream's messages past the epoch's
+  sequence, the directory's unread files' records, none for the generator, which makes each
+  epoch's rows when asked; a pipeline's own source through its ``source_backlog``). In source
+  records; a fragment's backlog is that times the fragment's records per source record over the
+  read (a line is several words to a word count). Epochs that do not report it (an older
+  runner, a pipeline source without ``source_backlog``) leave it unknown: named in
+  ``missing_signals`` when no epoch of the read has it, and the model then has no backlog term.
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ MAX_EPOCHS = 6_000
 MISSING = {
     SIGNAL_BUSY: "the runner's epoch reports carry no PU busy seconds (PuLoad.busy_s): a "
     "runner older than this control plane; restart it with this version",
-    SIGNAL_BACKLOG: "the runner's epoch report has no source backlog: EpochReport needs "
-    "source_backlog, the records the source holds past the epoch",
+    SIGNAL_BACKLOG: "the runner's epoch reports carry no source backlog "
+    "(EpochReport.source_backlog): the pipeline's own source has no source_backlog function, or "
+    "the runner is older than this control plane",
 }
 
 
@@ -67,7 +73,9 @@ def pipeline_signals(
     rows = list(
         EpochMetric.objects.filter(pipeline=pipeline, committed_at__gte=since)
         .order_by("-committed_at", "-epoch")
-        .values_list("epoch", "committed_at", "duration_s", "per_pu")[:MAX_EPOCHS]
+        .values_list("epoch", "committed_at", "duration_s", "per_pu", "rows", "source_backlog")[
+            :MAX_EPOCHS
+        ]
     )[::-1]
     stateful = list(
         Fragment.objects.filter(pipeline=pipeline, kind=Fragment.Kind.STATEFUL).order_by(
@@ -76,10 +84,11 @@ def pipeline_signals(
     )
     mappings = _mappings(stateful)
     fragments = {}
-    busy_seen = False
+    busy_seen = backlog_seen = False
     for fragment in stateful:
         epochs = tuple(_epochs(fragment.name, rows))
         busy_seen = busy_seen or any(e.busy_s is not None for e in epochs)
+        backlog_seen = backlog_seen or any(e.backlog is not None for e in epochs)
         load = fragment.vnode_load or {}
         fragments[fragment.name] = FragmentSignals(
             fragment=fragment.name,
@@ -88,7 +97,7 @@ def pipeline_signals(
             vnode_records={int(v): float(f[2]) for v, f in load.items() if len(f) > 2},
             mapping=tuple(mappings.get(fragment.pk, ())),
         )
-    missing = {SIGNAL_BACKLOG: MISSING[SIGNAL_BACKLOG]}
+    missing = {} if backlog_seen else {SIGNAL_BACKLOG: MISSING[SIGNAL_BACKLOG]}
     if not busy_seen:
         missing[SIGNAL_BUSY] = MISSING[SIGNAL_BUSY]
     ended = RescaleOperation.objects.filter(pipeline=pipeline).aggregate(at=Max("finished_at"))[
@@ -126,12 +135,24 @@ def _mappings(fragments: list[Fragment]) -> dict[int, list[int]]:
     return {pk: list(m) for pk, v, m in rows if (pk, v) in wanted}
 
 
-def _epochs(
-    fragment: str, rows: Iterable[tuple[int, dt.datetime, float, list[dict[str, Any]]]]
-) -> Iterable[EpochSignal]:
-    """The fragment's epochs, each but the first row's (its interval starts before the read)."""
+Row = tuple[int, dt.datetime, float, list[dict[str, Any]], int, int | None]
+
+
+def _fan_out(fragment: str, rows: list[Row]) -> float | None:
+    """The fragment's records per source record over ``rows`` (None: no source record)."""
+    source = sum(r[4] for r in rows)
+    mine = sum(
+        int(p.get("rows", 0)) for r in rows for p in r[3] or () if p.get("fragment") == fragment
+    )
+    return mine / source if source else None
+
+
+def _epochs(fragment: str, rows: list[Row]) -> Iterable[EpochSignal]:
+    """The fragment's epochs, each but the first row's (its interval starts before the read);
+    the source's backlog in the fragment's records (module docstring)."""
+    fan_out = _fan_out(fragment, rows)
     previous: dt.datetime | None = None
-    for epoch, committed_at, duration_s, per_pu in rows:
+    for epoch, committed_at, duration_s, per_pu, _rows, source_backlog in rows:
         start, previous = previous, committed_at
         mine = [p for p in per_pu or () if p.get("fragment") == fragment]
         if start is None or not mine:
@@ -152,5 +173,11 @@ def _epochs(
             busiest_pu_records=max(records),
             # every PU's busy seconds, or unknown: a sum of some of them would be no rate
             busy_s=sum(numbers) if len(numbers) == len(busy) else None,
-            backlog=None,  # not reported (module docstring)
+            backlog=_in_records(source_backlog, fan_out),
         )
+
+
+def _in_records(source_backlog: int | None, fan_out: float | None) -> int | None:
+    if source_backlog is None or (fan_out is None and source_backlog):
+        return None  # not reported, or records of the source whose worth here is unknown
+    return round(source_backlog * (fan_out or 0.0))

@@ -193,6 +193,8 @@ class EpochMetric(models.Model):
     source_offset = models.JSONField(default=dict, blank=True)
     per_pu = models.JSONField(default=list, blank=True)
     mapping_versions = models.JSONField(default=dict, blank=True)
+    # the records the source held past the epoch when it committed; null: not reported
+    source_backlog = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["pipeline", "-epoch"]

@@ -131,6 +131,7 @@ def epoch_record(*, report: EpochReport) -> EpochMetric:
                 "source_offset": report.source_offset,
                 "per_pu": [vars(p) for p in report.per_pu],
                 "mapping_versions": report.mapping_versions,
+                "source_backlog": report.source_backlog,
             },
         )
         pipeline.last_epoch = max(pipeline.last_epoch, report.epoch)

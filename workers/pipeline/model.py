@@ -75,6 +75,10 @@ class Pipeline:
     #: the stream of source records: SparkSession -> streaming DataFrame (any Spark source; its
     #: rows go through ``prepare``). None: the runner's ``--source`` (generator, dir:, nats:)
     source: Callable[[Any], Any] | None = None
+    #: the records ``source`` holds past an epoch's end, now (its backlog, the autoscaler's
+    #: signal): the source's entry of Spark's offset log for the epoch (Kafka: topic ->
+    #: partition -> offset) -> a count, or None when it cannot tell. None: not reported
+    source_backlog: Callable[[dict[str, Any]], int | None] | None = None
     #: where the last fragment's outputs go (workers.sinks); None: the runner's ``--sink``
     sink: Sink | None = None
     #: the prepared bigint column that orders one key's records as the source did (Kafka:
@@ -170,6 +174,11 @@ class Pipeline:
             raise InvalidPipeline(
                 f"{where}: source must be a function from a SparkSession to a streaming "
                 f"DataFrame, not {type(self.source).__name__}"
+            )
+        if self.source_backlog is not None and not callable(self.source_backlog):
+            raise InvalidPipeline(
+                f"{where}: source_backlog must be a function from the source's end offset of an "
+                f"epoch to the records it holds past it, not {type(self.source_backlog).__name__}"
             )
         if self.sink is not None and not isinstance(self.sink, Sink):
             raise InvalidPipeline(

@@ -85,14 +85,16 @@ class EpochBatches:
         check_reports(self.pipeline, plan, stats)
         malformed = [r["text"] for r in results if r["kind"] == "malformed"]
         self.vnode_records.epoch((f.name for f in self.pipeline.fragments), stats)
+        offset = source_offset(self.config.pipeline_dir, epoch)
         report = epoch_report(
             pipeline=self.pipeline,
             plan=plan,
             stats=stats,
             malformed=malformed,
             started=started,
-            source_offset=source_offset(self.config.pipeline_dir, epoch),
+            source_offset=offset,
             records_per_vnode=self.vnode_records.report(),
+            source_backlog=self.job.sources.backlog(offset),
         )
         with cycle_collection_paused():  # the steps the epoch moved on, and their report
             self.executor.committed(epoch, stats)

@@ -57,6 +57,7 @@ def epoch_report(
     started: float,
     source_offset: dict[str, Any],
     records_per_vnode: dict[str, dict[int, float]],
+    source_backlog: int | None = None,
 ) -> EpochReport:
     """The report of a committed epoch, from its PU tasks' stat rows (``started``: when the
     epoch's batch began, a ``time.perf_counter()`` reading)."""
@@ -69,6 +70,7 @@ def epoch_report(
         duration_s=round(time.perf_counter() - started, 4),
         committed_at=time.time(),
         source_offset=source_offset,
+        source_backlog=source_backlog,
         per_pu=[
             PuLoad(
                 s["fragment"],

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -181,6 +181,13 @@ class JetStreamStreamReader(DataSourceStreamReader):
                 await js.delete_consumer(self.options.stream, info.name)
             except Exception as exc:  # it expires by itself (inactive_threshold)
                 log.debug("deleting consumer %s: %s", info.name, exc)
+
+    def backlog(self, end: Mapping[str, Any]) -> int:
+        """Messages the stream holds past ``end`` (an epoch's end offset), now: what the
+        epochs have yet to read. A source of some of the stream's subjects counts the others'
+        messages too (the stream's last sequence is all of its subjects')."""
+        state = self._call(self._state)
+        return max(int(state.last_seq) - int(end.get("seq", 0)), 0)
 
     # --- progress --------------------------------------------------------------------------
 

@@ -54,6 +54,20 @@ class Manifest:
             return []
         return [line for line in self.path.read_text("utf-8").splitlines() if line]
 
+    def landed(self) -> list[str]:
+        """The files in the directory, in the order the stream takes them: those in the
+        manifest, then those that landed since (by name). Read only: the manifest is the
+        stream's to append to."""
+        known = self.files()
+        seen = set(known)
+        if not self.directory.is_dir():
+            return known
+        return known + sorted(
+            entry.name
+            for entry in os.scandir(self.directory)
+            if _takes(entry) and entry.name not in seen
+        )
+
     def refresh(self) -> list[str]:
         """Append files that landed since the last look; returns the whole manifest."""
         known = self.files()
@@ -66,10 +80,7 @@ class Manifest:
         new = sorted(
             entry.name
             for entry in os.scandir(self.directory)
-            if entry.is_file()
-            and entry.name.endswith(SUFFIXES)
-            and not entry.name.startswith((".", "_"))
-            and entry.name not in seen
+            if _takes(entry) and entry.name not in seen
         )
         if new:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +89,29 @@ class Manifest:
                 fh.flush()
                 os.fsync(fh.fileno())
         return known + new
+
+
+def _takes(entry: os.DirEntry[str]) -> bool:
+    """Whether the stream takes this directory entry: a whole JSON-lines file (one being
+    written has a name starting with ``.`` or ``_`` until it is renamed into place)."""
+    return (
+        entry.is_file() and entry.name.endswith(SUFFIXES) and not entry.name.startswith((".", "_"))
+    )
+
+
+class LineCounts:
+    """Records (non-blank lines, as :func:`read_file` reads them) per file, each file counted
+    once: a file is whole when it lands."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._counts: dict[str, int] = {}
+
+    def of(self, name: str) -> int:
+        if name not in self._counts:
+            with open(self.directory / name, "rb") as fh:
+                self._counts[name] = sum(1 for line in fh if line.strip())
+        return self._counts[name]
 
 
 def _check(kind: str, record: Any) -> str | None:

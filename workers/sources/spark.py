@@ -11,7 +11,7 @@ control stream (:mod:`workers.sources.control`), not through their offsets.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,11 @@ class GeneratorStreamReader(DataSourceStreamReader):
     def commit(self, end: dict[str, Any]) -> None:
         pass
 
+    def backlog(self, end: Mapping[str, Any]) -> int:
+        """Records waiting past ``end``: none, ever. The generator makes each epoch's rows
+        when the epoch asks for them (``rows_per_epoch``), so nothing waits for a slow one."""
+        return 0
+
 
 class GeneratorSource(DataSource):
     @classmethod
@@ -96,6 +101,7 @@ class JsonlStreamReader(DataSourceStreamReader):
         self.directory = Path(options["path"])
         self.manifest = jsonl.Manifest(self.directory, Path(options["manifest"]))
         self.max_files = int(options.get("max_files_per_epoch", 64))
+        self._lines = jsonl.LineCounts(self.directory)
 
     def initialOffset(self) -> dict[str, Any]:
         return {"files": 0}
@@ -114,6 +120,12 @@ class JsonlStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
+
+    def backlog(self, end: Mapping[str, Any]) -> int:
+        """Records waiting past ``end``: those of every file that landed and is not read yet
+        (each file's lines counted once, on the driver)."""
+        unread = self.manifest.landed()[int(end.get("files", 0)) :]
+        return sum(self._lines.of(name) for name in unread)
 
 
 class JsonlSource(DataSource):

@@ -251,6 +251,22 @@ def test_the_read_limit_and_the_start_option(nats_service: str, stream_names: li
     assert JetStreamStreamReader({**options, "start": "42"}).initialOffset()["seq"] == 41
 
 
+def test_the_backlog_is_what_the_stream_holds_past_an_epoch(
+    nats_service: str, stream_names: list[str]
+) -> None:
+    """The autoscaler's signal: the messages past an epoch's end, as the stream holds them when
+    asked (more land, it grows; the last epoch read, it is 0)."""
+    stream = new_stream(nats_service, stream_names, 100)
+    reader = JetStreamStreamReader(
+        {"url": nats_service, "stream": stream, "max_records_per_epoch": "30"}
+    )
+    end = offset_log(reader.latestOffset({"seq": 0}, reader.getDefaultReadLimit()))
+    assert reader.backlog(end) == 70
+    feed(nats_service, stream, f"{stream.lower()}.events", generated(CONFIG, 100, 120))
+    assert reader.backlog(end) == 90
+    assert reader.backlog({"seq": 120}) == 0
+
+
 def test_commit_shows_progress_on_a_durable_consumer(
     nats_service: str, stream_names: list[str]
 ) -> None:

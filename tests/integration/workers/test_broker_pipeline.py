@@ -184,6 +184,12 @@ def test_jetstream_to_postgres_delta_and_nats_through_crashes_and_rescales(
     LocalControl(runner.control_dir).submit("stop")
     runner.wait_exit()
 
+    # each epoch reports the stream's backlog (the autoscaler's signal): the second batch's
+    # records wait while the epochs read 1,500 at a time, and none is left once all are read
+    backlogs = [e["source_backlog"] for e in runner.epochs()]
+    assert all(b is not None and b >= 0 for b in backlogs), backlogs
+    assert max(backlogs) > 0 and backlogs[-1] == 0, backlogs
+
     # the state and every sink, key by key, against the oracle
     expected = expected_from_generator(PIPELINE, GENERATOR, FIRST + SECOND)
     assert_matches_oracle(tmp_path, PIPELINE, expected)

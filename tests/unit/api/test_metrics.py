@@ -202,6 +202,16 @@ def test_a_signal_not_reported_has_no_sample(db: None) -> None:
     assert m["rescaler_autoscaling_skew_ratio"][f] == pytest.approx(1000 / 750)
     assert f not in m.get("rescaler_autoscaling_processing_rows_per_busy_second", {})
     assert f not in m.get("rescaler_autoscaling_busy_ratio", {})
+    assert f not in m.get("rescaler_autoscaling_backlog_rows", {})
+
+
+def test_the_source_backlog_in_the_fragments_records(db: None) -> None:
+    """A source record is two of the fragment's: 500 lines waiting are 1,000 records."""
+    register_cluster(epochs=0)
+    report_epochs(count=80, records=lambda e, pu: 100, backlog=lambda e: 500, fan_out=2)
+    m = scrape()
+    f = (("fragment", "word_count"), ("pipeline", "wordcount"))
+    assert m["rescaler_autoscaling_backlog_rows"][f] == 1000
 
 
 def test_no_epoch_in_the_window_no_signal(db: None) -> None:

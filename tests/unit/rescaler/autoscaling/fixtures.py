@@ -21,11 +21,15 @@ def report_epochs(
     end_at: float | None = None,
     busy_s_per_record: float | None = None,
     vnodes: int = 16,
+    backlog: Callable[[int], int | None] | None = None,
+    fan_out: int = 1,
 ) -> float:
     """``count`` epochs of word_count, ``epoch_s`` apart, the last committed at ``end_at``
     (default: now), as ``epoch_record`` stores them; ``records(epoch, pu)`` is what each PU
     processed. With ``busy_s_per_record``, each PU row also carries ``busy_s`` (its records
-    times that), as a runner whose ``PuLoad`` reports busy seconds would store it. Answers the
+    times that), as a runner whose ``PuLoad`` reports busy seconds would store it. ``backlog(epoch)``:
+    the source's backlog the epoch reports (default: none reported); ``fan_out``: the fragment's
+    records per source record (the epoch's source rows are its records over it). Answers the
     last commit's time."""
     end_at = time.time() if end_at is None else end_at
     for i in range(count):
@@ -39,7 +43,7 @@ def report_epochs(
             report=EpochReport(
                 pipeline=PIPELINE,
                 epoch=epoch,
-                rows=sum(p.rows for p in loads),
+                rows=sum(p.rows for p in loads) // fan_out,
                 malformed=0,
                 duration_s=0.25,
                 committed_at=committed_at,
@@ -48,6 +52,7 @@ def report_epochs(
                 per_vnode={FRAGMENT: {v: (10, 100) for v in range(vnodes)}},
                 mapping_versions={FRAGMENT: 1},
                 records_per_vnode={FRAGMENT: {v: float(v + 1) for v in range(vnodes)}},
+                source_backlog=backlog(epoch) if backlog is not None else None,
             )
         )
         if busy_s_per_record is not None:

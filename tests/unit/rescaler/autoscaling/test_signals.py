@@ -53,7 +53,7 @@ def test_the_signals_are_what_the_runner_reported() -> None:
     assert last.busy_s is None and last.backlog is None
     assert set(signals.missing_signals) == {SIGNAL_BUSY, SIGNAL_BACKLOG}
     assert "PuLoad.busy_s" in signals.missing_signals[SIGNAL_BUSY]
-    assert "EpochReport needs source_backlog" in signals.missing_signals[SIGNAL_BACKLOG]
+    assert "EpochReport.source_backlog" in signals.missing_signals[SIGNAL_BACKLOG]
     assert signals.operation_in_progress is None and signals.draining_workers == ()
 
 
@@ -90,6 +90,52 @@ def test_busy_seconds_where_reported_size_the_fragment() -> None:
     assert scale.estimate.busy_fraction == pytest.approx(0.9)
     assert scale.parallel_units_after == 3
     assert any("backlog not reported" in r for r in scale.reasons)
+
+
+def test_the_source_backlog_is_read_in_the_fragments_records_and_sizes_the_catch_up() -> None:
+    """The runner reports the source's backlog in source records; a source record is two of
+    the fragment's (a line, two words): 60,000 lines waiting are 120,000 records. 300 records/s
+    at 500 per busy second per PU leave 2 PUs 700/s of headroom, 171 s of work, past the 120 s
+    catch-up: the demand is 300 + 120,000 / 120 = 1,300/s, ceil(1,300 / (500 × 0.7)) = 4 PUs."""
+    pipeline = register_cluster(epochs=0)
+    end = report_epochs(
+        count=60,
+        records=lambda e, pu: 300,
+        busy_s_per_record=0.002,
+        backlog=lambda e: 60_000,
+        fan_out=2,
+    )
+    signals = pipeline_signals(pipeline=pipeline, window_s=120, now=_now(end))
+    assert SIGNAL_BACKLOG not in signals.missing_signals
+    assert signals.fragments[FRAGMENT].epochs[-1].backlog == 120_000
+    scale = decide(signals=signals, policy=POLICY).fragments[FRAGMENT]
+    assert scale.estimate is not None and scale.estimate.backlog == 120_000
+    assert scale.estimate.input_rate == pytest.approx(300)
+    assert scale.parallel_units_after == 4
+
+
+def test_a_backlog_the_fragment_works_off_by_itself_is_no_reason_to_scale() -> None:
+    """The same load with 10,000 lines waiting: 20,000 records are 29 s of the headroom, within
+    the catch-up, so the size is the input rate's alone; an epoch without the figure (an older
+    runner's) leaves the window's backlog unknown, not zero."""
+    pipeline = register_cluster(epochs=0)
+    end = report_epochs(
+        count=60,
+        records=lambda e, pu: 300,
+        busy_s_per_record=0.002,
+        backlog=lambda e: 10_000,
+        fan_out=2,
+    )
+    signals = pipeline_signals(pipeline=pipeline, window_s=120, now=_now(end))
+    scale = decide(signals=signals, policy=POLICY).fragments[FRAGMENT]
+    assert scale.estimate is not None and scale.estimate.demand == pytest.approx(300)
+    pipeline = register_cluster(epochs=0)
+    end = report_epochs(
+        count=60, records=lambda e, pu: 300, backlog=lambda e: None if e == 59 else 10
+    )
+    signals = pipeline_signals(pipeline=pipeline, window_s=120, now=_now(end))
+    assert signals.fragments[FRAGMENT].epochs[-1].backlog is None
+    assert SIGNAL_BACKLOG not in signals.missing_signals  # the earlier epochs have it
 
 
 def test_the_guards_come_from_the_operations_and_the_workers() -> None:
