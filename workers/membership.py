@@ -194,7 +194,7 @@ class Membership:
     ) -> None:
         """At the runner's start: the local worker, or the saved workers bound to the
         application's executors (a new application has new executor ids). A saved worker takes
-        the executor whose directory holds its PUs' stores, where that is known (``disks``:
+        the executor on its host whose directory holds its PUs' stores, where that is known (``disks``:
         executor id -> its directory of the pipeline; ``store_roots``: PU -> the directory its
         store was last in), else one on its host, else any left: several workers of one host
         may each have a disk of their own, and their executors' ids and start order say
@@ -227,8 +227,11 @@ class Membership:
             bound: dict[str, ExecutorSeen] = {}
             disks, roots = disks or {}, store_roots or {}
             for same in (  # its stores' disk first, then the same machine, then any left
+                # a disk is a directory on a host: hosts may all use one path (docker-compose's
+                # workers do), and the workers of one host each a path of their own
                 lambda w, e: (
-                    disks.get(e.executor_id, "")
+                    e.host == w.host
+                    and disks.get(e.executor_id, "")
                     in {roots[pu] for pu in w.parallel_units if pu in roots}
                 ),
                 lambda w, e: e.host == w.host,

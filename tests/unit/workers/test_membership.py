@@ -173,6 +173,24 @@ def test_a_restart_binds_each_worker_to_the_executor_with_its_stores_disk(
     assert {w.name: w.executor_id for w in plain.snapshot()} == {"w1": "0", "w2": "1"}
 
 
+def test_the_same_path_on_two_hosts_is_two_disks(tmp_path: Path) -> None:
+    """Every worker of a real cluster may use one path (RESCALER_LOCAL_DIR in docker-compose):
+    a worker keeps the executor of its own host, whatever executor sorts first."""
+    m = cluster(tmp_path, per_executor=1)
+    m.start([E0, ExecutorSeen("1", "10.0.0.2", 1)])
+    m.observe([E0, ExecutorSeen("1", "10.0.0.2", 1)], 0, Bootstraps(), poll=False)
+    assert m.worker_pus() == {"w1": [0], "w2": [1]}
+    root = "/var/lib/rescaler/local/wordcount"
+    again = cluster(tmp_path, per_executor=1)
+    again.start(
+        [ExecutorSeen("0", "10.0.0.2", 1), ExecutorSeen("1", "10.0.0.1", 1)],
+        disks={"0": root, "1": root},
+        store_roots={0: root, 1: root},
+    )
+    got = {w.name: (w.executor_id, w.host) for w in again.snapshot()}
+    assert got == {"w1": ("1", "10.0.0.1"), "w2": ("0", "10.0.0.2")}
+
+
 def test_a_restart_binds_the_workers_alive_before_it_first(tmp_path: Path) -> None:
     """Three saved workers on one host, the second lost before the runner restarted, and two
     executors in the new application: the two that were alive get them, the lost one stays
