@@ -15,7 +15,6 @@ from typing import Any
 
 from dashboard.format import count, size, vnode_ranges
 from rescaler.cluster.models import ParallelUnit
-from rescaler.operations.placements import Placement
 from workers.control import WorkerStatus
 
 METRICS: tuple[tuple[str, str], ...] = (
@@ -123,7 +122,8 @@ class Matrix:
     rows: tuple[MatrixRow, ...]
     epoch: int | None  # the epoch whose records the "rows" metric counts
     ends: tuple[PipelineEnds, ...] = ()
-    # a past placement (``placement_matrix``): vnodes only, no load, no PU's state of now
+    # a past placement (``past_placement.placement_matrix``): vnodes only, no load, no PU's
+    # state of now
     past: bool = False
 
 
@@ -134,7 +134,7 @@ def skew(values: list[int]) -> float | None:
     return max(values) / (sum(values) / len(values))
 
 
-def _columns(cluster: dict[str, Any], shown: set[int]) -> tuple[PuColumn, ...]:
+def pu_columns(cluster: dict[str, Any], shown: set[int]) -> tuple[PuColumn, ...]:
     """The PU columns of ``cluster_info()``'s answer: a removed PU only if it is in ``shown``."""
     statuses = {w["name"]: w.get("status", WorkerStatus.ACTIVE) for w in cluster["workers"]}
     return tuple(
@@ -160,7 +160,7 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
     cluster. Unless a fragment still lists it, which would be a fault worth seeing.
     """
     running = {pu for frag in cluster["fragments"] for pu in frag.get("parallel_units") or []}
-    columns = _columns(cluster, running)
+    columns = pu_columns(cluster, running)
     index = {c.pu: i for i, c in enumerate(columns)}
     running = {p["name"] for p in cluster.get("pipelines", []) if p.get("runner_alive")}
     rows = []
@@ -216,53 +216,6 @@ def cluster_matrix(cluster: dict[str, Any]) -> Matrix:
         if e.get("source") or e.get("sink")
     )
     return Matrix(columns=columns, rows=tuple(rows), epoch=epoch, ends=described)
-
-
-def placement_matrix(cluster: dict[str, Any], placement: Placement) -> Matrix:
-    """The matrix of a past placement: each stateful fragment's cells as the mapping version
-    then in effect gave it vnodes (rows: ``placement.fragments``; the fragment's key and
-    operator from ``cluster_info()``'s answer). Only vnodes: the keys, bytes and records of
-    the past are not kept. Its columns are today's PUs, and a PU since removed that the past
-    mapping gave vnodes; a fragment before its first kept version has no cell."""
-    past_pus = {
-        pu for f in placement.fragments if f.version is not None for pu in f.version.mapping
-    }
-    columns = list(_columns(cluster, past_pus))
-    known = {c.pu for c in columns}
-    # a PU whose row went with its worker's pipeline: a column all the same, of no worker now
-    columns += [PuColumn(pu=pu, worker="", alive=False) for pu in sorted(past_pus - known)]
-    columns.sort(key=lambda c: c.pu)
-    index = {c.pu: i for i, c in enumerate(columns)}
-    described = {(f["pipeline"], f["name"]): f for f in cluster["fragments"]}
-    rows = []
-    for frag in placement.fragments:
-        now = described.get((frag.pipeline, frag.fragment), {})
-        cells: list[MatrixCell | None] = [None] * len(columns)
-        counts: list[int] = []
-        if frag.version is not None:
-            owned = frag.version.vnodes_of()
-            top = max((len(v) for v in owned.values()), default=0)
-            for pu, vnodes in owned.items():
-                counts.append(len(vnodes))
-                heat = {m: 0.0 for m, _ in METRICS} | {"vnodes": len(vnodes) / top if top else 0.0}
-                cells[index[pu]] = MatrixCell(
-                    pu=pu, vnodes=len(vnodes), keys=0, bytes=0, rows=0,
-                    vnode_list=vnodes, heat=heat,
-                )  # fmt: skip
-        rows.append(
-            MatrixRow(
-                fragment=frag.fragment,
-                pipeline=frag.pipeline,
-                vnodes=int(frag.vnodes or 0),
-                mapping_version=None if frag.version is None else frag.version.version,
-                key=now.get("key") or "",
-                operator=now.get("operator") or "",
-                busy_with=None,
-                cells=tuple(cells),
-                skew={m: skew(counts) if m == "vnodes" else None for m, _ in METRICS},
-            )
-        )
-    return Matrix(columns=tuple(columns), rows=tuple(rows), epoch=None, past=True)
 
 
 # up to this many PU columns the matrix shows one column per PU; past it, one per worker, each

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, replace
+from typing import Any
 
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from dashboard.matrix import (
+    METRICS,
+    Matrix,
+    MatrixCell,
+    MatrixRow,
+    PuColumn,
+    pu_columns,
+    skew,
+)
 from rescaler.operations.placements import (
     FragmentPlacement,
     Placement,
@@ -129,3 +139,50 @@ def _view(placement: Placement, *, as_of_text: str) -> PastView:
         PastRow.of(row, asked=row.fragment == placement.fragment) for row in placement.fragments
     )
     return PastView(placement, rows, as_of_text=as_of_text)
+
+
+def placement_matrix(cluster: dict[str, Any], placement: Placement) -> Matrix:
+    """The matrix of a past placement: each stateful fragment's cells as the mapping version
+    then in effect gave it vnodes (rows: ``placement.fragments``; the fragment's key and
+    operator from ``cluster_info()``'s answer). Only vnodes: the keys, bytes and records of
+    the past are not kept. Its columns are today's PUs, and a PU since removed that the past
+    mapping gave vnodes; a fragment before its first kept version has no cell."""
+    past_pus = {
+        pu for f in placement.fragments if f.version is not None for pu in f.version.mapping
+    }
+    columns = list(pu_columns(cluster, past_pus))
+    known = {c.pu for c in columns}
+    # a PU whose row went with its worker's pipeline: a column all the same, of no worker now
+    columns += [PuColumn(pu=pu, worker="", alive=False) for pu in sorted(past_pus - known)]
+    columns.sort(key=lambda c: c.pu)
+    index = {c.pu: i for i, c in enumerate(columns)}
+    described = {(f["pipeline"], f["name"]): f for f in cluster["fragments"]}
+    rows = []
+    for frag in placement.fragments:
+        now = described.get((frag.pipeline, frag.fragment), {})
+        cells: list[MatrixCell | None] = [None] * len(columns)
+        counts: list[int] = []
+        if frag.version is not None:
+            owned = frag.version.vnodes_of()
+            top = max((len(v) for v in owned.values()), default=0)
+            for pu, vnodes in owned.items():
+                counts.append(len(vnodes))
+                heat = {m: 0.0 for m, _ in METRICS} | {"vnodes": len(vnodes) / top if top else 0.0}
+                cells[index[pu]] = MatrixCell(
+                    pu=pu, vnodes=len(vnodes), keys=0, bytes=0, rows=0,
+                    vnode_list=vnodes, heat=heat,
+                )  # fmt: skip
+        rows.append(
+            MatrixRow(
+                fragment=frag.fragment,
+                pipeline=frag.pipeline,
+                vnodes=int(frag.vnodes or 0),
+                mapping_version=None if frag.version is None else frag.version.version,
+                key=now.get("key") or "",
+                operator=now.get("operator") or "",
+                busy_with=None,
+                cells=tuple(cells),
+                skew={m: skew(counts) if m == "vnodes" else None for m, _ in METRICS},
+            )
+        )
+    return Matrix(columns=tuple(columns), rows=tuple(rows), epoch=None, past=True)

@@ -117,8 +117,7 @@ class EpochReport:
     malformed_samples: list[str] = field(default_factory=list)
     # fragment -> vnode -> records per epoch, smoothed (``workers.vnode_load``): the vnodes' load
     records_per_vnode: dict[str, dict[int, float]] = field(default_factory=dict)
-    # the records the source held past this epoch's end when it committed (its backlog, asked of
-    # the source on the driver: workers.source_stream.SourceStreams.backlog); None: not known
+    # records the source held past the epoch at its commit (SourceStreams.backlog); None: unknown
     source_backlog: int | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from dashboard.epochs import epoch_series, last_epoch
 from dashboard.format import vnode_ranges
 from dashboard.forms import WORKER_ACTIONS, AddWorkerForm
 from dashboard.key_finder import key_finder
-from dashboard.matrix import METRICS, cluster_matrix, matrix_view, placement_matrix
-from dashboard.past_placement import past_view
+from dashboard.matrix import METRICS, cluster_matrix, matrix_view
+from dashboard.past_placement import past_view, placement_matrix
 from dashboard.tables import WorkerTable
 from dashboard.views.site import component_rows, health_body
 from rescaler.runner.workers import CORES_MAX, CORES_MIN
