@@ -169,14 +169,17 @@ def standalone(
         master.url, workdir / "spark" / "workers", memory=memory, private_disks=private_disks
     )
     try:
-        for _ in range(workers):
-            provider.start_worker(cores)
         cluster = Cluster(master.url, provider)
         if object_store:
+            # first: it puts the credentials into the environment the workers, and so their
+            # executors, inherit (started without them, an executor's uploads go unsigned,
+            # and moto keeps such a body with its chunk framing: every read-back differs)
             moto.start()
             bucket = moto.bucket()
             cluster.durable_location = moto.uri(bucket, "durable")
             cluster.recovery_dir = moto.uri(bucket, "recovery")
+        for _ in range(workers):
+            provider.start_worker(cores)
         yield cluster
     finally:
         provider.stop_all()

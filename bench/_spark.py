@@ -50,17 +50,19 @@ def spark_conf(partitions: int, *extra: tuple[str, str]) -> tuple[tuple[str, str
     )
 
 
-def spark_session(app: str, workdir: Path, conf: Sequence[tuple[str, str]]) -> Any:
-    """A session with the project's settings (``workers.spark_session.build_spark``: ``local[2]``, the
-    fast checkpoint file manager, no UI), so that only the stateful operator differs from the
-    rescaler's runner."""
+def spark_session(
+    app: str, workdir: Path, conf: Sequence[tuple[str, str]], master: str = "local[2]"
+) -> Any:
+    """A session with the project's settings (``workers.spark_session.build_spark``: ``local[2]``
+    unless ``master`` says otherwise, the fast checkpoint file manager, no UI), so that only the
+    stateful operator differs from the rescaler's runner."""
     from workers.config import RunnerConfig
     from workers.spark_session import build_spark
 
     config = RunnerConfig(
         spark_ui=False,
         state_dir=workdir,
-        spark_master="local[2]",
+        spark_master=master,
         spark_conf=tuple(conf),
         # the executor's directory (workers/layout.py): the one this process's own calls use
         local_dir=os.environ.get("RESCALER_LOCAL_DIR", ""),

@@ -60,6 +60,13 @@ load average is above 1.0, unless ``--allow-load``: then the result is marked in
     .venv/bin/python bench/rescale.py                  # full: 2M-key space, ≥ 1M keys, 200k rows
     .venv/bin/python bench/rescale.py --quick          # ~100k keys, 20k rows/epoch, 32 vnodes
     .venv/bin/python bench/rescale.py --strategies fluid,spark_tws --keep
+    .venv/bin/python bench/rescale.py --cluster --keys 1600000 --value-bytes 1024 \
+        --strategies all_at_once                      # between two executors' own disks
+
+``--cluster`` runs the runner's strategies on a Spark standalone cluster of two one-core
+workers, each with a disk of its own and two PUs (PUs 0 and 1 on the first, 2 and 3 on the
+second), with the durable location in moto's S3: the 2→4 scale-out moves half of the state from
+the first executor's disk to the second's through the object store.
 
 Prints a table, writes ``bench/results/rescale.json`` and ``bench/results/rescale.png``
 (``--quick``: ``rescale_quick.*``). Progress goes to stderr.
@@ -157,6 +164,8 @@ class Params:
     value_bytes: int = 8
     # fluid_cut's max_keys_per_step: a vnode over it moves key range by key range
     key_cap: int = 0
+    # on a standalone cluster of two workers with disks of their own (--cluster)
+    cluster: bool = False
 
     @property
     def pipeline(self) -> str:
@@ -286,12 +295,42 @@ class EpochLog:
 
 
 def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
+    """One runner strategy in local mode, or (``p.cluster``) on a standalone cluster of two
+    one-core workers with a disk of their own each and the durable location in moto's S3: the
+    state then moves from the first worker's disk to the second's through the object store."""
+    if not p.cluster:
+        return _run_runner(strategy, p, workdir, {})
+    from bench import _cluster as clusters
+
+    with clusters.standalone(workdir, workers=2) as cluster:
+        return _run_runner(
+            strategy,
+            p,
+            workdir,
+            {
+                "spark_master": cluster.master_url,
+                "durable_location": cluster.durable_location,
+                "recovery_dir": cluster.recovery_dir,
+                "local_dir": "",  # each worker's executors keep their stores on its own disk
+                # two PUs a worker: PUs 0 and 1 on the first, 2 and 3 on the second, so the
+                # 2 -> 4 scale-out moves half of the state from one executor to the other
+                "parallel_units": PUS_AFTER // 2,
+            },
+        )
+
+
+def _run_runner(strategy: str, p: Params, workdir: Path, where: dict[str, Any]) -> dict[str, Any]:
     from workers.config import RunnerConfig
     from workers.control import LocalControl
     from workers.rescale.local import plan_local, rescale
     from workers.rescale.protocol import OperationRequest, Tick
     from workers.runner import PipelineRunner
 
+    settings: dict[str, Any] = {
+        "parallel_units": PUS_AFTER,
+        "spark_master": "local[2]",
+        **where,
+    }
     config = RunnerConfig(
         pipeline=p.pipeline,
         sink="files",  # what the built-in writes: the same sink for both encodings
@@ -305,9 +344,8 @@ def run_runner_child(strategy: str, p: Params, workdir: Path) -> dict[str, Any]:
         spark_ui=False,
         state_dir=workdir / "state",
         initial_pus=PUS_BEFORE,
-        parallel_units=PUS_AFTER,
         vnodes=p.vnodes,
-        spark_master="local[2]",
+        **settings,
     )
     epochs = EpochLog(strategy)
     runner = PipelineRunner(config, LocalControl(config.pipeline_dir / "control"), on_epoch=epochs)
@@ -1270,6 +1308,11 @@ def parent_main(args: argparse.Namespace) -> int:
             f"--value-bytes {args.value_bytes} runs the rescaler's strategies only (Spark's "
             f"routes hold counts): drop {', '.join(spark)} from --strategies"
         )
+    if args.cluster and (spark := [n for n in strategies if n in SPARK_STRATEGIES]):
+        raise SystemExit(
+            f"--cluster runs the rescaler's strategies only: drop {', '.join(spark)} from "
+            f"--strategies"
+        )
     out = common.results_path(args.out, "rescale", args.quick)
     # Before anything that loads the machine (counting the keys below keeps a core busy).
     validity, load_before = common.check_load(args.allow_load, prefix=LOG_PREFIX)
@@ -1287,6 +1330,7 @@ def parent_main(args: argparse.Namespace) -> int:
         batch_vnodes=args.batch_vnodes,
         batched_in_flight=args.batched_in_flight,
         value_bytes=args.value_bytes,
+        cluster=args.cluster,
     )
     say(f"counting the generator's distinct keys until {args.keys:,}")
     counts = distinct_keys_per_epoch(base, args.keys, args.steady_epochs)
@@ -1326,7 +1370,12 @@ def parent_main(args: argparse.Namespace) -> int:
             "strategies": strategies,
             "keys_at_operation": keys_at_operation,
             "parallel_units": f"{PUS_BEFORE} -> {PUS_AFTER}",
-            "spark_master": "local[2]",
+            "spark_master": (
+                "standalone: 2 workers of 1 core, 2 PUs each, own disks, durable location in "
+                "moto's S3"
+                if p.cluster
+                else "local[2]"
+            ),
             # the driver JVM's options, when set (spark-submit passes them to the JVM it starts)
             "spark_submit_opts": os.environ.get("SPARK_SUBMIT_OPTS"),
             "trigger": "processingTime 0 (back to back)",
@@ -1395,6 +1444,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"8: counts; {PADDED_VALUE_BYTES}: every state padded to 1 KB (runner strategies only)",
     )
     parser.add_argument("--rows-per-epoch", type=int, default=200_000)
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a standalone cluster of two workers with disks of their own and the durable "
+        "location in moto's S3 (the runner's strategies only)",
+    )
     parser.add_argument("--vnodes", type=int, default=256)
     parser.add_argument("--steady-epochs", type=int, default=10)
     parser.add_argument("--post-epochs", type=int, default=3)
