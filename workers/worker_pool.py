@@ -211,7 +211,8 @@ class WorkerPool:
         return [
             w.name
             for w in self.membership.snapshot()
-            if w.alive and w.parallel_units and w.executor_id not in present
+            # a worker that gave notice was drained of its vnodes: its exit is no loss to act on
+            if w.alive and w.parallel_units and w.notice_at is None and w.executor_id not in present
         ]
 
     def decommission(self, command: Command, holding: set[int], epoch: int) -> str:

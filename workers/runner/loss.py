@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from workers.job import EPOCH_JOB_TAG
 from workers.worker_pool import WorkerPool
 
 log = logging.getLogger("workers.runner")
@@ -31,7 +32,7 @@ class ExecutorLoss:
 
     def watch(self, spark: Any, query: Any, in_batch: bool) -> None:
         """While an epoch runs: when a worker with PUs lost its executor, cancel the epoch's
-        jobs (the query's job group is its run id), once per query run."""
+        jobs (tagged ``EPOCH_JOB_TAG``), once per query run."""
         if not in_batch or spark is None or query is None:
             return
         run = str(query.runId)
@@ -46,7 +47,7 @@ class ExecutorLoss:
             "once their PUs have moved), not after Spark's retries of their tasks",
             ", ".join(lost),
         )
-        spark.sparkContext.cancelJobGroup(run)
+        spark.sparkContext.cancelJobsWithTag(EPOCH_JOB_TAG)
 
     def handle(self) -> bool:
         """After the query failed: when workers lost their executors, mark them lost and move

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.job import EPOCH_JOB_TAG
 from workers.runner.loss import ExecutorLoss
 
 
@@ -21,8 +22,8 @@ class Pool:
 class Context:
     cancelled: list[str] = field(default_factory=list)
 
-    def cancelJobGroup(self, group: str) -> None:
-        self.cancelled.append(group)
+    def cancelJobsWithTag(self, tag: str) -> None:
+        self.cancelled.append(tag)
 
 
 @dataclass
@@ -50,9 +51,9 @@ def test_a_loss_mid_epoch_cancels_the_query_runs_jobs_once() -> None:
     assert spark.sparkContext.cancelled == [], "no epoch in flight: the barrier handles it"
     for _ in range(3):
         watcher.watch(spark, Query("run-1"), in_batch=True)
-    assert spark.sparkContext.cancelled == ["run-1"]
+    assert spark.sparkContext.cancelled == [EPOCH_JOB_TAG]
     watcher.watch(spark, Query("run-2"), in_batch=True)
-    assert spark.sparkContext.cancelled == ["run-1", "run-2"], "a new query run is watched anew"
+    assert spark.sparkContext.cancelled == [EPOCH_JOB_TAG] * 2, "a new query run is watched anew"
 
 
 def test_the_loss_is_handled_between_queries_only_when_there_is_one() -> None:
