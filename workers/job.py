@@ -37,6 +37,9 @@ from workers.store_homes import StoreHomes
 
 log = logging.getLogger(__name__)
 
+#: the Spark job tag of every epoch's job (``SparkContext.cancelJobsWithTag`` ends it)
+EPOCH_JOB_TAG = "rescaler-epoch"
+
 
 def _event_time(pipeline: Any, index: int, named: Callable[[str], str]) -> str | None:
     """A fragment's event-time column in the epoch's tables: the source's for the first, an
@@ -220,7 +223,14 @@ class EpochJob:
         started = time.perf_counter()
         stream = self.build(df, plan)
         built = time.perf_counter()
-        rows = stream.select("kind", "info").collect()
+        # tagged, so that a lost executor can end the epoch at once (workers/runner/loss.py):
+        # its jobs are not in the streaming query's job group, which is another thread's
+        sc = df.sparkSession.sparkContext
+        sc.addJobTag(EPOCH_JOB_TAG)
+        try:
+            rows = stream.select("kind", "info").collect()
+        finally:
+            sc.removeJobTag(EPOCH_JOB_TAG)
         self.last_timings = (built - started, time.perf_counter() - built)
         results = [
             {"kind": r.kind, **json.loads(r.info)}

@@ -198,6 +198,23 @@ class WorkerPool:
             if e.executor_id in known and e.executor_id not in noticed
         )
 
+    def lost_workers(self) -> list[str]:
+        """Workers alive to the runner, with PUs, whose executor Spark no longer has: a loss
+        the next barrier would find. While an epoch runs, their PUs' tasks only fail (their
+        store is not where Spark retries them), so the runner ends the epoch at once."""
+        if self.config.is_local:
+            return []
+        seen = self._recent()
+        if seen is None:
+            return []
+        present = {e.executor_id for e in seen}
+        return [
+            w.name
+            for w in self.membership.snapshot()
+            # a worker that gave notice was drained of its vnodes: its exit is no loss to act on
+            if w.alive and w.parallel_units and w.notice_at is None and w.executor_id not in present
+        ]
+
     def decommission(self, command: Command, holding: set[int], epoch: int) -> str:
         """``worker.decommission``: drop a drained worker's PUs (``holding``: the PUs that still
         own or are about to receive vnodes, which refuse it). Its executor is then the worker

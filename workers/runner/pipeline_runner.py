@@ -49,6 +49,7 @@ from workers.runner.checks import check_sink_not_ahead, load_placements
 from workers.runner.components import make_executor, make_snapshots, task_modules
 from workers.runner.errors import RunnerError, StopRequested
 from workers.runner.heartbeat import HeartbeatLoop
+from workers.runner.loss import ExecutorLoss
 from workers.runner.query import query_status, start_query
 from workers.runner.rebuild import StoreRebuild
 from workers.runner.replay import ReplayRecording
@@ -122,6 +123,7 @@ class PipelineRunner:
             config.idle_barrier_s,
         )
         self.workers = WorkerPool(config, lambda: self.placements, self._workers_changed)
+        self.loss = ExecutorLoss(self.workers, lambda: self.workers.observe(self.last_epoch + 1))
         if not config.is_local:  # the stores are on their PUs' home executors
             self.recovery.homes = self.workers.home_locations
 
@@ -305,9 +307,11 @@ class PipelineRunner:
                     break
                 if self._fatal is not None:
                     raise self._fatal
-                # a PU's store went: rebuilt before the query restarts (a store the check finds
-                # whole after all counts as a failure like any other, so it cannot loop)
-                if STORE_LOST in failure and self._rebuild_lost_stores():
+                # a worker's executor went (its PUs move now), or a PU's store went: the lost
+                # stores are rebuilt before the query restarts (a store the check finds whole
+                # after all counts as a failure like any other, so it cannot loop)
+                lost = self.loss.handle()
+                if (lost or STORE_LOST in failure) and self._rebuild_lost_stores():
                     continue
                 try:
                     wait = restarts.failed(failure, progressed=self.last_epoch > started_at)
@@ -471,6 +475,7 @@ class PipelineRunner:
                 if self._stop.is_set():
                     return None  # the batch after the stop refused to start: a clean stop
                 return str(self._error or self.query.exception())
+            self.loss.watch(self.spark, self.query, self._in_batch)
             self.ticks.poll(
                 # Spark may be planning a micro-batch before foreachBatch runs: that is a
                 # barrier on its way, and a tick now would only add an empty epoch behind it

@@ -129,3 +129,28 @@ def test_decommission_refuses_a_worker_holding_vnodes_and_drops_a_drained_one(
     assert "w2 decommissioned" in detail and "[1]" in detail
     assert p.changes == [5]
     assert p.pool.usable_pus() == {0}
+
+
+def test_a_worker_whose_executor_went_is_lost_until_the_barrier_marks_it(tmp_path: Path) -> None:
+    """What the runner ends an epoch on: a live worker with PUs whose executor Spark dropped;
+    once marked lost (and its PUs moved) it is not lost again, and a worker with no PUs (a
+    decommissioned one) is never."""
+    p = Pool(tmp_path)
+    p.seen = [ExecutorSeen("0", "h0", 1), ExecutorSeen("1", "h1", 1)]
+    p.pool.start(spark=None, next_epoch=0)
+    assert p.pool.lost_workers() == []
+    p.seen = [ExecutorSeen("0", "h0", 1)]
+    assert p.pool.lost_workers() == ["w2"]
+    p.pool.observe(4)
+    assert p.pool.lost_workers() == []
+    assert p.pool.worker_pus()["w1"] == [0, 1]
+
+
+def test_a_worker_that_gave_notice_is_not_lost_when_its_executor_exits(tmp_path: Path) -> None:
+    p = Pool(tmp_path)
+    p.seen = [ExecutorSeen("0", "h0", 1), ExecutorSeen("1", "h1", 1)]
+    p.pool.start(spark=None, next_epoch=0)
+    p.seen = [ExecutorSeen("0", "h0", 1), ExecutorSeen("1", "h1", 1, decommissioning_since=5.0)]
+    p.pool.observe(3)  # the notice
+    p.seen = [ExecutorSeen("0", "h0", 1)]
+    assert p.pool.lost_workers() == [], "its exit is the barrier's to report"
