@@ -34,6 +34,7 @@ from tests.unit.rescaler.autoscaling.test_decisions import RECOMMEND
 from workers.control import Topology, WorkerInfo
 from workers.pipeline.placement import VnodeMapping
 from workers.provider import ProviderError
+from workers.rescale.protocol import OperationStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -119,7 +120,7 @@ def test_auto_asks_the_provider_once_then_starts_when_the_worker_joined(
     assert (row.workers_requested, row.workers_requested_at is not None) == (1, True)
     assert "asked the worker provider for 1 worker(s) of 2 core(s)" in row.outcome_reason
     asked = AuditEvent.objects.get(action="autoscaling.workers_requested")
-    assert (asked.actor_name, asked.object_id) == (AUTOSCALER, PIPELINE)
+    assert (asked.actor_name, asked.object_id) == (AUTOSCALER, PIPELINE) and asked.after
     assert asked.after["decision"] == row.pk and asked.after["parallel_units_short"] == {
         FRAGMENT: 1
     }
@@ -164,7 +165,7 @@ def test_workers_that_do_not_join_in_time_end_the_decision_failed(
         "within 120 s: nothing was started"
     )
     event = AuditEvent.objects.get(action="autoscaling.decision_failed")
-    assert event.actor_name == AUTOSCALER and event.after["decision"] == row.pk
+    assert event.actor_name == AUTOSCALER and event.after and event.after["decision"] == row.pk
     # nothing else changed: no rescale, no second ask, the same decision while within cooldown
     assert autoscaling_evaluate(pipeline=PIPELINE) == row
     assert not RescaleOperation.objects.exists() and provider.added == [2]
@@ -185,9 +186,12 @@ def test_a_provider_that_refuses_is_asked_once_and_the_decision_refused(
     assert (row.outcome, row.error_code) == (Outcome.REFUSED, "worker_provider_refused")
     assert "no room on the cluster" in row.outcome_reason and row.workers_requested == 0
     calls: list[int] = []
-    monkeypatch.setattr(
-        machines, "provider_from_env", lambda: calls.append(1) or refusing
-    )  # counts the asks from here on
+
+    def counted() -> FakeProvider:  # counts the asks from here on
+        calls.append(1)
+        return refusing
+
+    monkeypatch.setattr(machines, "provider_from_env", counted)
     again = autoscaling_evaluate(pipeline=PIPELINE)
     assert again == row and calls == [] and not RescaleOperation.objects.exists()
 
@@ -266,7 +270,7 @@ def scaled_in(
     two_workers(after, version=2)
     Worker.objects.filter(name="w1").update(alive=w1_alive)
     with capture(execute=True):
-        drive._finalize(op, "completed", f"{len(removed)} PU(s) removed")
+        drive._finalize(op, OperationStatus.COMPLETED, f"{len(removed)} PU(s) removed")
     row.refresh_from_db()
     return row
 
