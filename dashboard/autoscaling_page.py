@@ -103,6 +103,7 @@ def autoscaling_panels(
                 "recommendation": recommendation_json(recommendation),
                 "form": form,
                 "signals": signal_charts(name),
+                "can_act": can_act,
             }
         )
     return panels

@@ -298,6 +298,9 @@ class DecisionTable(tables.Table):
     operation = tables.Column(
         verbose_name="Operation", accessor="operation__operation_id", default="—"
     )
+    workers = tables.Column(
+        verbose_name="Workers", accessor="workers_requested", orderable=False, empty_values=()
+    )
 
     class Meta:
         attrs = {"class": "components decisions-history", "id": "decisions-table"}
@@ -363,6 +366,14 @@ class DecisionTable(tables.Table):
             record.outcome_reason,
             format_html(" <code>{}</code>", record.error_code) if record.error_code else "",
         )
+
+    def render_workers(self, value: int, record: Any) -> str:
+        """The worker provider's part: asked for how many, and the workers its scale-in
+        removed."""
+        said = [f"asked for {value}"] if record.workers_requested_at is not None else []
+        if record.workers_released:
+            said.append(f"removed {', '.join(record.workers_released)}")
+        return "; ".join(said) or "—"
 
     def render_operation(self, value: str, record: Any) -> str:
         url = reverse("dashboard:operation", kwargs={"operation_id": value})

@@ -239,6 +239,11 @@ class RecommendationSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="What kept the request or its plan from being what was decided.",
     )
+    workers_needed = serializers.IntegerField(
+        help_text="The workers the decision needs beyond the PUs the cluster has free: auto "
+        "mode asks the worker provider for them, and in recommend mode apply does "
+        "(POST pipelines/{name}/recommendation/workers); 0: none."
+    )
     decision_id = serializers.IntegerField(
         allow_null=True,
         help_text="This decision in the history (GET pipelines/{name}/autoscaling/decisions), "
@@ -261,6 +266,7 @@ def recommendation_json(recommendation: Recommendation) -> dict[str, Any]:
             "request": recommendation.request,
             "plan": recommendation.plan,
             "notes": list(recommendation.notes),
+            "workers_needed": recommendation.workers_needed,
             "decision_id": recommendation.recorded.pk if recommendation.recorded else None,
         }
     ).data

@@ -29,7 +29,8 @@ OPERATION_COLUMNS = (
 DECISION_COLUMNS = (
     "id", "pipeline", "decided_at", "mode", "kind", "parallel_units", "outcome",
     "outcome_reason", "error_code", "outcome_at", "applied_by", "plan_id", "operation_id",
-    "operation_status", "reasons", "missing_signals", "fragments", "request",
+    "operation_status", "workers_requested", "workers_requested_at", "workers_released",
+    "reasons", "missing_signals", "fragments", "request",
 )  # fmt: skip
 # rows read from Postgres per round trip: any number of rows in bounded memory
 CHUNK_ROWS = 2000
@@ -106,6 +107,7 @@ def decision_rows(queryset: QuerySet[AutoscalingDecision]) -> Iterator[list[Any]
             _parallel_units(row.fragments), row.outcome, row.outcome_reason, row.error_code,
             _time(row.outcome_at), row.applied_by.get_username() if row.applied_by else None,
             row.plan_id, op.operation_id if op else None, op.status if op else None,
+            row.workers_requested, _time(row.workers_requested_at), row.workers_released,
             row.reasons, row.missing_signals, row.fragments, row.request,
         ]  # fmt: skip
 

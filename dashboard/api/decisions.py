@@ -11,9 +11,11 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers
+from rest_framework import serializers, status
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from dashboard.api.autoscaling import (
     DECISION_KIND_CHOICES,
@@ -24,9 +26,11 @@ from dashboard.api.csv import DECISION_COLUMNS, CSVListView, decision_rows
 from dashboard.api.errors import error_responses, pipeline_name
 from dashboard.api.filters import DecisionFilter
 from dashboard.api.pagination import Pagination
+from dashboard.api.permissions import CanRescale
 from dashboard.api.serializers.enums import OPERATION_STATUS_CHOICES
 from rescaler.autoscaling.decisions import decision_list
 from rescaler.autoscaling.models import AutoscalingDecision
+from rescaler.autoscaling.recommendation import recommendation_workers_request
 from rescaler.autoscaling.selectors import pipeline_get
 
 # the choices of the schema's enum (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]): this very list
@@ -64,12 +68,25 @@ class AutoscalingDecisionSerializer(serializers.Serializer):
         choices=DECISION_OUTCOME_CHOICES,
         help_text="none (no change); proposed (waits for apply); applied (by applied_by); "
         "started (auto mode); superseded (another decision came first); refused (auto mode "
-        "could not start it: outcome_reason, error_code).",
+        "could not start it: outcome_reason, error_code); awaiting_workers (the worker "
+        "provider was asked for the PUs it needs: it starts once they joined); failed (they "
+        "did not join in time: outcome_reason).",
     )
     outcome_reason = serializers.CharField()
     error_code = serializers.CharField(help_text="A refusal's code (empty otherwise).")
     outcome_at = serializers.DateTimeField(allow_null=True)
     applied_by = serializers.CharField(allow_null=True, source="applied_by.username", default=None)
+    workers_requested = serializers.IntegerField(
+        help_text="The workers asked of the worker provider for the PUs it needed (asked once, "
+        "at workers_requested_at; 0: none, or the provider refused)."
+    )
+    workers_requested_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the worker provider was asked (null: never)."
+    )
+    workers_released = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The workers its completed scale-in emptied, drained and removed.",
+    )
     operation = DecisionOperationSerializer(
         allow_null=True, help_text="The operation it started, and how it stands or ended."
     )
@@ -123,3 +140,33 @@ class DecisionListView(CSVListView):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
+
+
+class RecommendationWorkersView(APIView):
+    """ "Apply" on a recommendation short of PUs: the worker provider asked for its workers."""
+
+    permission_classes = [IsAuthenticated, CanRescale]
+
+    @extend_schema(
+        operation_id="pipelines_recommendation_workers_create",
+        summary="Ask the worker provider for the workers a recommendation needs",
+        description="Apply for a recommendation whose workers_needed is above 0: asks the "
+        "worker provider for that many workers, once per decision (asked again, the same "
+        "decision is answered and nothing more is asked); the decision, applied by the "
+        "caller, is then awaiting_workers and its rescale starts once they joined (their PUs "
+        "bootstrapped), or it fails after RESCALER_AUTOSCALING_WORKER_JOIN_S. Audited as "
+        "autoscaling.workers_requested (and worker.add_requested per worker). 409 "
+        "nothing_to_start when the cluster has the PUs (apply the plan instead). Needs the "
+        "operations.rescale permission.",
+        request=None,
+        responses={
+            202: OpenApiResponse(AutoscalingDecisionSerializer, description="The decision."),
+            **error_responses(401, 403, 404, 409),
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        row = recommendation_workers_request(user=request.user, pipeline=pipeline_name(name))
+        return Response(
+            AutoscalingDecisionSerializer(decision_list().get(pk=row.pk)).data,
+            status=status.HTTP_202_ACCEPTED,
+        )

@@ -34,6 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "drain_empties_fragment": status.HTTP_409_CONFLICT,
     "worker_provider_refused": status.HTTP_409_CONFLICT,
     "plan_stale": status.HTTP_409_CONFLICT,
+    "nothing_to_start": status.HTTP_409_CONFLICT,
     "unknown_pipeline": status.HTTP_404_NOT_FOUND,
     "runner_down": status.HTTP_409_CONFLICT,
     "pipeline_archive_refused": status.HTTP_409_CONFLICT,
@@ -193,7 +194,8 @@ _DESCRIPTIONS = {
     404: "No such object, or a ?format= this endpoint does not offer.",
     406: "No representation in the accepted media type.",
     409: "Conflicts with the state of the cluster (fragment_busy, operation_final, "
-    "worker_status_conflict, drain_empties_fragment, worker_provider_refused, plan_stale, runner_down).",
+    "worker_status_conflict, drain_empties_fragment, worker_provider_refused, plan_stale, "
+    "nothing_to_start, runner_down).",
     413: "The body is larger than the API takes (request_too_large).",
     415: "Request body media type not supported (send application/json).",
 }

@@ -54,4 +54,9 @@ urlpatterns = [
         autoscaling.RecommendationView.as_view(),
         name="pipeline-recommendation",
     ),
+    path(
+        "pipelines/<str:name>/recommendation/workers",
+        decisions.RecommendationWorkersView.as_view(),
+        name="pipeline-recommendation-workers",
+    ),
 ]

@@ -17,7 +17,10 @@ from dashboard.autoscaling_page import AutoscalingPolicyForm
 from dashboard.autoscaling_page import auto_id as autoscaling_auto_id
 from dashboard.views.cluster import render_home
 from rescaler.autoscaling.errors import PolicyInvalid
-from rescaler.autoscaling.recommendation import recommendation_apply
+from rescaler.autoscaling.recommendation import (
+    recommendation_apply,
+    recommendation_workers_request,
+)
 from rescaler.autoscaling.services import autoscaling_policy_update
 from rescaler.operations.pipeline_archive import pipeline_archive
 from workers.rescale.errors import RescaleError
@@ -51,16 +54,27 @@ def autoscaling_policy_view(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def autoscaling_apply_view(request: HttpRequest, name: str) -> HttpResponse:
     """ "Apply" on the recommendation: start its bound plan (``recommendation_apply``), then the
-    operation's page; a refusal (the plan went stale, a fragment is busy) back on the panel."""
+    operation's page; a refusal (the plan went stale, a fragment is busy) back on the panel. A
+    recommendation short of PUs (``workers=ask``): the worker provider asked for its workers
+    (``recommendation_workers_request``), and back on the panel with what came of it."""
     if not request.user.has_perm(RESCALE_PERMISSION):
         raise PermissionDenied("starting a rescale needs the permission operations.rescale")
+    back = f"{reverse('dashboard:home')}#autoscaling-{name}"
+    if request.POST.get("workers") == "ask":
+        try:
+            row = recommendation_workers_request(user=request.user, pipeline=name)
+        except RescaleError as refused:
+            messages.error(request, f"{refused.code}: {refused}")
+        else:
+            messages.info(request, f"Decision {row.pk} ({row.outcome}): {row.outcome_reason}")
+        return redirect(back)
     try:
         op = recommendation_apply(
             user=request.user, pipeline=name, plan_id=request.POST.get("plan_id", "")
         )
     except RescaleError as refused:
         messages.error(request, f"{refused.code}: {refused}")
-        return redirect(f"{reverse('dashboard:home')}#autoscaling-{name}")
+        return redirect(back)
     messages.success(request, f"Started operation {op.operation_id}: the recommended plan.")
     return redirect("dashboard:operation", operation_id=op.operation_id)
 

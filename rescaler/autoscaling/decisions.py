@@ -1,12 +1,15 @@
 """The history of the autoscaler's decisions (``AutoscalingDecision``): recorded when the decision
 on a pipeline's signals differs from the last one recorded (not one row per look or per epoch),
 then given its outcome as it is acted on: applied by an operator, started in ``auto`` mode,
-superseded by the next decision, or refused with the reason.
+superseded by the next decision, refused with the reason, awaiting the workers the provider was
+asked for (``provisioning``), or failed when they did not join in time.
 
 A decision "differs" when its mode, kind, or any fragment's PUs now or after differ: the
 figures it rests on (rates, busy fractions) move every epoch and are kept from the decision
 that was recorded. A decision whose operation has ended is done: the same figures again are a
-new decision (the operation failed or was cancelled, and the autoscaler decides again).
+new decision (the operation failed or was cancelled, and the autoscaler decides again). So is a
+failed one once the policy's cooldown has passed since it failed: until then the same figures
+are the same decision, which asks the provider nothing more.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from workers.rescale.protocol import AuditObject, OperationRequest
 
 Outcome = AutoscalingDecision.Outcome
 # outcomes of a decision not acted on yet: an operation may still carry it out
-OPEN = (Outcome.PROPOSED, Outcome.REFUSED, Outcome.SUPERSEDED)
+OPEN = (Outcome.PROPOSED, Outcome.REFUSED, Outcome.SUPERSEDED, Outcome.AWAITING_WORKERS)
+# outcomes the next, different decision supersedes: nothing was started for them
+SUPERSEDABLE = (Outcome.PROPOSED, Outcome.AWAITING_WORKERS)
 
 
 def fragment_json(decision: FragmentDecision) -> dict[str, Any]:
@@ -56,8 +61,12 @@ def _key(mode: str, kind: str, fragments: list[dict[str, Any]]) -> tuple[Any, ..
     return (mode, kind, sizes)
 
 
-def _done(row: AutoscalingDecision) -> bool:
-    """Whether the decision was carried out and its operation has ended."""
+def _done(row: AutoscalingDecision, *, now: dt.datetime, cooldown_s: float) -> bool:
+    """Whether the decision was carried out and its operation has ended, or it failed at least
+    ``cooldown_s`` ago (module docstring)."""
+    if row.outcome == Outcome.FAILED:
+        failed_at = row.outcome_at or row.decided_at
+        return failed_at + dt.timedelta(seconds=cooldown_s) <= now
     return row.operation_id is not None and row.operation is not None and row.operation.is_final
 
 
@@ -94,7 +103,7 @@ def decision_record(
             last is not None
             and _key(last.mode, last.kind, last.fragments)
             == _key(mode.value, decision.kind.value, fragments)
-            and not _done(last)
+            and not _done(last, now=now, cooldown_s=policy.cooldown_s)
         ):
             if last.request != request and last.outcome in OPEN:
                 # the same decision; what applies it follows the cluster (PUs free now)
@@ -112,10 +121,15 @@ def decision_record(
             request=request,
             outcome=Outcome.NONE if decision.kind == DecisionKind.NO_CHANGE else Outcome.PROPOSED,
         )
-        if last is not None and last.outcome == Outcome.PROPOSED:
-            AutoscalingDecision.objects.filter(pk=last.pk, outcome=Outcome.PROPOSED).update(
+        if last is not None and last.outcome in SUPERSEDABLE:
+            asked = (
+                f"; the {last.workers_requested} worker(s) asked of the provider for it stay"
+                if last.workers_requested
+                else ""
+            )
+            AutoscalingDecision.objects.filter(pk=last.pk, outcome=last.outcome).update(
                 outcome=Outcome.SUPERSEDED,
-                outcome_reason=f"superseded by decision {row.pk} ({row.kind})",
+                outcome_reason=f"superseded by decision {row.pk} ({row.kind}){asked}",
                 outcome_at=now,
             )
     return row
@@ -137,7 +151,9 @@ def decision_carried_out(
 ) -> None:
     """An operation was requested: if it is the request of one of the pipeline's decisions not
     acted on yet (its reason and changes), that decision was applied by the operation's
-    requester, or, with no requester, started by ``actor_name`` (the autoscaler). Audited as
+    requester, or, with no requester, started by ``actor_name`` (the autoscaler); a decision an
+    operator applied by asking for its workers stays applied by them when the autoscaler starts
+    it once they joined. Audited as
     ``autoscaling.decision_applied`` or ``autoscaling.decision_started``, with ``plan_id``, the
     plan it started from. In the transaction that created the operation (the receiver of
     ``operation_requested``); the newest such decision of the pipeline is the one."""
@@ -153,15 +169,19 @@ def decision_carried_out(
         if _changes(row.request) != operation.changes:
             continue
         user = operation.requested_by
-        row.outcome = Outcome.APPLIED if user is not None else Outcome.STARTED
-        row.applied_by = user
+        applier = user if user is not None else row.applied_by
+        row.outcome = Outcome.APPLIED if applier is not None else Outcome.STARTED
+        row.applied_by = applier
         row.operation = operation
         row.plan_id = plan_id or ""
+        joined = f"; its {row.workers_requested} worker(s) joined" if row.workers_requested else ""
         row.outcome_reason = (
-            f"applied by {user.get_username()}"
-            if user is not None
-            else f"started by the {actor_name or 'system'}"
-        ) + f": operation {operation.operation_id}"
+            (f"applied by {applier.get_username()}" if applier is not None else "")
+            + (f", started by the {actor_name or 'system'}" if user is None and applier else "")
+            + (f"started by the {actor_name or 'system'}" if applier is None else "")
+            + joined
+            + f": operation {operation.operation_id}"
+        )
         row.error_code = ""
         row.outcome_at = timezone.now()
         row.save(
@@ -205,6 +225,7 @@ def decision_summary(row: AutoscalingDecision) -> dict[str, Any]:
         "mode": row.mode,
         "parallel_units": {f["fragment"]: f["parallel_units_after"] for f in row.fragments},
         "plan_id": row.plan_id or None,
+        "workers_requested": row.workers_requested,
         "operation_id": row.operation.operation_id if row.operation is not None else None,
     }
 

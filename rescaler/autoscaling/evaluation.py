@@ -7,10 +7,13 @@ mode a change of size is started as a live rescale, as "apply" starts it
 
 The guard rails are the decision model's and the policy's, not repeated here: nothing is
 decided while an operation runs, while a worker drains, or within the cooldown
-(``sizing.decide``), and no step goes past the policy's bounds. What the autoscaler cannot
-start is recorded as refused with the reason: PUs the cluster does not have free (the worker
-provider is not asked yet), a rebalance (no request yet), a plan refused. A decision refused
-is tried again at the next evaluation while it stays the pipeline's decision.
+(``sizing.decide``), and no step goes past the policy's bounds. A decision that needs PUs the
+cluster does not have free asks the worker provider for them, once (``provisioning``), and
+starts when they have joined, or fails after ``RESCALER_AUTOSCALING_WORKER_JOIN_S``; a decision
+an operator applied so in recommend mode is carried on the same way. What the autoscaler cannot
+start is recorded as refused with the reason: a rebalance (no request yet), a plan refused, the
+provider's refusal. A decision refused is tried again at the next evaluation while it stays
+the pipeline's decision.
 """
 
 from __future__ import annotations
@@ -26,12 +29,18 @@ from rescaler.autoscaling.decisions import Outcome, decision_refused
 from rescaler.autoscaling.errors import NotEnoughParallelUnits, NothingToStart
 from rescaler.autoscaling.model import DecisionKind, Mode
 from rescaler.autoscaling.models import AutoscalingDecision, AutoscalingPolicy
+from rescaler.autoscaling.provisioning import (
+    decision_failed,
+    decision_join_expired,
+    decision_workers_request,
+)
 from rescaler.autoscaling.recommendation import (
     Recommendation,
     recommendation_apply,
     recommendation_get,
 )
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get
+from rescaler.runner.workers import ProviderRefused
 from workers.rescale import errors
 
 AUTOSCALER = "autoscaler"  # who the audit says started what auto mode started
@@ -57,15 +66,25 @@ def autoscaling_evaluate(
     *, pipeline: str, now: dt.datetime | None = None
 ) -> AutoscalingDecision | None:
     """Decide for the pipeline now and record the decision (None in mode off); in auto mode,
-    start it when it changes a fragment's size and is not acted on yet."""
-    policy = autoscaling_policy_get(pipeline=pipeline_get(name=pipeline))
+    start it when it changes a fragment's size and is not acted on yet, asking the worker
+    provider first for the PUs the cluster lacks; a decision awaiting its workers starts once
+    they have joined, or fails once it has waited too long."""
+    now = now or timezone.now()
+    row_of = pipeline_get(name=pipeline)
+    policy = autoscaling_policy_get(pipeline=row_of)
     if policy.mode == Mode.OFF:
         return None
-    # only auto mode plans: in recommend mode each operator plans their own on looking
+    awaiting = AutoscalingDecision.objects.filter(
+        pipeline=row_of, outcome=Outcome.AWAITING_WORKERS
+    ).exists()
+    # auto mode plans, and a decision awaiting its workers; in recommend mode each operator
+    # plans their own on looking
     recommendation = recommendation_get(
-        user=None, pipeline=pipeline, plan=policy.mode == Mode.AUTO, now=now
+        user=None, pipeline=pipeline, plan=policy.mode == Mode.AUTO or awaiting, now=now
     )
     row = recommendation.recorded
+    if row is not None and row.outcome == Outcome.AWAITING_WORKERS:
+        return _await_workers(row, recommendation, now=now)
     if (
         row is None
         or recommendation.policy.mode != Mode.AUTO
@@ -73,6 +92,17 @@ def autoscaling_evaluate(
         or row.outcome not in (Outcome.PROPOSED, Outcome.REFUSED)
     ):
         return row
+    if recommendation.parallel_units_short:
+        if row.workers_requested_at is None:
+            return decision_workers_request(
+                row=row,
+                parallel_units_short=recommendation.parallel_units_short,
+                policy=recommendation.policy,
+                actor_name=AUTOSCALER,
+                now=now,
+            )
+        if row.error_code == ProviderRefused.code:
+            return row  # the provider's refusal stands: it is asked once per decision
     try:
         _startable(recommendation)
     except errors.RescaleError as refused:
@@ -80,6 +110,25 @@ def autoscaling_evaluate(
         row.refresh_from_db()
         return row
     return _start(row, recommendation)
+
+
+def _await_workers(
+    row: AutoscalingDecision, recommendation: Recommendation, *, now: dt.datetime
+) -> AutoscalingDecision:
+    """A decision awaiting the workers it asked for: started once the cluster has the PUs
+    (they joined and bootstrapped), failed once it has waited past the join time, else left
+    waiting (nothing written)."""
+    if not recommendation.parallel_units_short:
+        try:
+            _startable(recommendation)
+        except errors.RescaleError as refused:
+            decision_refused(row=row, code=refused.code, reason=str(refused))
+            row.refresh_from_db()
+            return row
+        return _start(row, recommendation)
+    if decision_join_expired(row, now=now):
+        return decision_failed(row=row, actor_name=AUTOSCALER, now=now)
+    return row
 
 
 def _startable(recommendation: Recommendation) -> None:

@@ -68,6 +68,9 @@ class AutoscalingDecision(models.Model):
         STARTED = "started"  # auto mode started its plan by itself
         SUPERSEDED = "superseded"  # another decision came before it was acted on
         REFUSED = "refused"  # auto mode could not start it (outcome_reason, error_code)
+        # the worker provider was asked for the PUs it needs; it starts once they joined
+        AWAITING_WORKERS = "awaiting_workers"
+        FAILED = "failed"  # the workers asked for did not join in time (outcome_reason)
 
     pipeline = models.ForeignKey(
         "cluster.Pipeline", on_delete=models.CASCADE, related_name="autoscaling_decisions"
@@ -90,6 +93,12 @@ class AutoscalingDecision(models.Model):
     applied_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # the one ask of the worker provider for the PUs it needed (``provisioning``): how many
+    # workers it gave (0: it refused) and when; never asked again for the same decision
+    workers_requested = models.PositiveIntegerField(default=0)
+    workers_requested_at = models.DateTimeField(null=True, blank=True)
+    # the workers its completed scale-in emptied, drained and removed (``provisioning``)
+    workers_released = models.JSONField(default=list, blank=True)
     # the operation it started, whose status says how it ended
     operation = models.ForeignKey(
         "operations.RescaleOperation",

@@ -3,6 +3,7 @@ start-up by ``AutoscalingConfig.ready``)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
@@ -10,11 +11,17 @@ from django.dispatch import receiver
 
 from rescaler.autoscaling import tasks
 from rescaler.autoscaling.decisions import decision_carried_out
-from rescaler.autoscaling.evaluation import evaluation_due
+from rescaler.autoscaling.evaluation import AUTOSCALER, evaluation_due
+from rescaler.autoscaling.model import Mode
+from rescaler.autoscaling.models import AutoscalingDecision
+from rescaler.autoscaling.provisioning import scale_in_release
 from rescaler.cluster.models import Pipeline
 from rescaler.cluster.signals import epoch_recorded
 from rescaler.operations.models import RescaleOperation
-from rescaler.operations.signals import operation_requested
+from rescaler.operations.signals import operation_finished, operation_requested
+from workers.rescale.protocol import OperationStatus
+
+log = logging.getLogger(__name__)
 
 
 @receiver(epoch_recorded, dispatch_uid="autoscaling.evaluation_queue")
@@ -38,3 +45,24 @@ def decision_link(
     In a savepoint: a failure here (logged by the sender) never undoes the request."""
     with transaction.atomic():
         decision_carried_out(operation=operation, plan_id=plan_id, actor_name=actor_name)
+
+
+@receiver(operation_finished, dispatch_uid="autoscaling.scale_in_release")
+def scale_in_released(sender: Any, *, operation: RescaleOperation, **kwargs: Any) -> None:
+    """An operation that auto mode started completed: once committed (its PUs released, its
+    final mapping published), the workers it emptied are drained and removed
+    (``provisioning.scale_in_release``). Any other operation: nothing. A failure is logged:
+    the operation's end never rolls back for it, and the workers stay."""
+    if operation.status != OperationStatus.COMPLETED:
+        return
+    if not AutoscalingDecision.objects.filter(operation=operation, mode=Mode.AUTO.value).exists():
+        return
+    pk, operation_id = operation.pk, operation.operation_id
+
+    def release() -> None:
+        try:
+            scale_in_release(operation_pk=pk, actor_name=AUTOSCALER)
+        except Exception:
+            log.exception("releasing the workers emptied by %s failed", operation_id)
+
+    transaction.on_commit(release)

@@ -6,6 +6,10 @@ The dry run is the operations' own (``rescaler.operations.requests.operation_req
 "apply" is ``POST /api/v1/operations`` with that request and ``plan_id``, which starts exactly
 the plan shown or is refused as stale. A recommendation asked again while its plan may still
 start answers the same plan (no new one per look).
+
+A decision that needs more PUs than the cluster has free says how many workers it would ask the
+worker provider for (``workers_needed``); "apply" is then that ask
+(``recommendation_workers_request``), and the decision starts once they have joined.
 """
 
 from __future__ import annotations
@@ -18,8 +22,14 @@ from typing import Any
 from django.utils import timezone
 
 from rescaler.autoscaling.decisions import decision_record
+from rescaler.autoscaling.errors import NothingToStart
 from rescaler.autoscaling.model import Decision, DecisionKind, Policy
 from rescaler.autoscaling.models import AutoscalingDecision
+from rescaler.autoscaling.provisioning import (
+    decision_workers_request,
+    worker_shape,
+    workers_needed,
+)
 from rescaler.autoscaling.selectors import autoscaling_policy_get, pipeline_get
 from rescaler.autoscaling.signals import pipeline_signals, read_window_s
 from rescaler.autoscaling.sizing import decide
@@ -50,6 +60,8 @@ class Recommendation:
     # fragment -> the PUs it needs more than the cluster has free
     parallel_units_short: dict[str, int] = dataclasses.field(default_factory=dict)
     plan_refused: errors.RescaleError | None = None  # why ``request`` could not be planned
+    # the workers "apply" (or auto mode) asks the worker provider for: the PUs short
+    workers_needed: int = 0
     recorded: AutoscalingDecision | None = None  # the decision in the history (None: mode off)
 
 
@@ -90,7 +102,14 @@ def _recommendation(
         return dataclasses.replace(base, notes=notes)
     cluster = cluster_view(row)
     changes, notes, short = _changes(decision, cluster)
-    base = dataclasses.replace(base, parallel_units_short=short)
+    needed = workers_needed(parallel_units_short=short, policy=policy, shape=worker_shape(row))
+    if needed:
+        notes = (
+            *notes,
+            f"apply asks the worker provider for {needed} worker(s); the rescale starts once "
+            f"they have joined",
+        )
+    base = dataclasses.replace(base, parallel_units_short=short, workers_needed=needed)
     if not changes:
         return dataclasses.replace(base, notes=notes)
     targets = ", ".join(f"{name} {n} PUs" for name, n in sorted(decision.parallel_units.items()))
@@ -141,7 +160,7 @@ def _changes(
                 short[name] = wanted - len(added)
                 notes.append(
                     f"{name} needs {wanted} more PU(s) and the cluster has {len(free)} free: "
-                    f"add workers (POST /api/v1/workers) for the rest"
+                    f"the worker provider is asked for the rest"
                 )
             if added:
                 changes[name] = {"added_parallel_units": added, "removed_parallel_units": []}
@@ -212,3 +231,21 @@ def recommendation_apply(
     )
     assert isinstance(result, RescaleOperation)  # a plan_id starts its operation
     return result
+
+
+def recommendation_workers_request(*, user: Any, pipeline: str) -> AutoscalingDecision:
+    """ "Apply" on a recommendation that needs more PUs than the cluster has free: ask the
+    worker provider for its workers (``workers_needed``), once per decision, as auto mode asks
+    for them; the decision, applied by ``user``, then awaits them and starts once they joined
+    (``evaluation``). Refused (``nothing_to_start``) when the cluster has the PUs: apply its
+    plan then."""
+    found = recommendation_get(user=user, pipeline=pipeline, plan=False)
+    row = found.recorded
+    if row is None or not found.parallel_units_short:
+        raise NothingToStart(
+            f"pipeline {pipeline!r}: the recommendation needs no PU the cluster does not have "
+            f"free; apply its plan"
+        )
+    return decision_workers_request(
+        row=row, parallel_units_short=found.parallel_units_short, policy=found.policy, user=user
+    )

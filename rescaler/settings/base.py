@@ -64,6 +64,9 @@ RESCALER_PLAN_TTL_S = env_float("RESCALER_PLAN_TTL_S", 900.0)
 # A pipeline in recommend or auto mode is evaluated by the autoscaler at most once per this
 # many seconds, queued by its epochs (docs/autoscaling.md, "When the autoscaler decides").
 RESCALER_AUTOSCALING_INTERVAL_S = env_float("RESCALER_AUTOSCALING_INTERVAL_S", 10.0)
+# The workers the autoscaler asks the worker provider for must join (their PUs bootstrapped)
+# within this many seconds, or the decision fails (docs/autoscaling.md, "Workers").
+RESCALER_AUTOSCALING_WORKER_JOIN_S = env_float("RESCALER_AUTOSCALING_WORKER_JOIN_S", 300.0)
 # A preemption notice (POST /api/v1/workers/<name>/notice) cordons the worker; "drain" also
 # drains it at once with priority, "cordon" leaves that to an operator. A notice without a
 # deadline gives the worker this long (docs/elastic-workers.md, "Preemption").

@@ -17,6 +17,7 @@ from rescaler.autoscaling.services import autoscaling_policy_update
 from rescaler.operations.models import OperationPlan, RescaleOperation
 from tests.unit.api.fixtures import PIPELINE, make_user, move_the_mapping, register_cluster
 from tests.unit.rescaler.autoscaling.fixtures import report_epochs
+from tests.unit.rescaler.autoscaling.test_provisioning import FakeProvider, short_of_one_pu
 
 pytestmark = pytest.mark.django_db
 
@@ -260,3 +261,26 @@ def test_the_decisions_link_their_csv_with_the_pages_filters(client: Client, adm
     # a pipeline that has no decision: said, and no link
     unknown = client.get("/operations/", {"decisions-pipeline": "nope"}).content.decode()
     assert "no pipeline named" in unknown and "data-pipeline=" not in unknown
+
+
+def test_apply_short_of_pus_asks_the_provider_and_the_history_shows_it(
+    client: Client, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The panel says how many workers its Apply asks for; Apply asks the worker provider
+    (faked at its boundary), once; the History page's Workers column says so."""
+    provider = FakeProvider()
+    monkeypatch.setattr("rescaler.runner.workers.machines.provider_from_env", lambda: provider)
+    short_of_one_pu(admin, "recommend")
+    panel = _panel(client.get("/").content.decode())
+    assert 'id="autoscaling-workers-wordcount"' in panel and "1 more worker." in panel
+    assert "autoscaling-apply-wordcount" not in panel  # no partial plan to apply instead
+    assert provider.added == []
+    response = client.post(
+        "/pipelines/wordcount/autoscaling/apply", {"workers": "ask"}, follow=True
+    )
+    assert "awaiting_workers" in response.content.decode() and provider.added == [2]
+    client.post("/pipelines/wordcount/autoscaling/apply", {"workers": "ask"})
+    assert provider.added == [2]
+    page = client.get("/operations/").content.decode()
+    row = re.search(r'<tr[^>]*data-outcome="awaiting_workers"[^>]*>.*?</tr>', page, re.S)
+    assert row and "asked for 1" in row.group(0)

@@ -190,6 +190,10 @@ ROUTES: dict[str, tuple[Call, ...]] = {
     "api:worker-notice": (Call(method="post", kwargs=WORKER, done=202),),
     "api:worker-drain": (Call(method="post", kwargs=WORKER, done=409),),
     "api:pipeline-recommendation": (Call(kwargs={"name": PIPELINE}),),
+    # an operator's apply of a recommendation short of PUs; here nothing is short
+    "api:pipeline-recommendation-workers": (
+        Call(method="post", kwargs={"name": PIPELINE}, done=409),
+    ),
     "api:pipeline-autoscaling-decisions": (Call(kwargs={"name": PIPELINE}),),
     "api:pipeline-autoscaling": (
         Call(kwargs={"name": PIPELINE}),

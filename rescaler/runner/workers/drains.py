@@ -97,11 +97,14 @@ def drain_request(
 
 
 @transaction.atomic
-def worker_drain(*, user: Any, name: str, reason: str = "", granularity: Any = None) -> WorkerDrain:
+def worker_drain(
+    *, user: Any, name: str, reason: str = "", granularity: Any = None, actor_name: str = ""
+) -> WorkerDrain:
     """Cordon the worker and start the live operation that moves every vnode off it; when that
     operation completes the worker is decommissioned (``worker_drain_settled``). A worker whose
     PUs run no stateful fragment is decommissioned at once. All or nothing: a refused request
-    (a fragment busy, one left without a PU) leaves the worker as it was."""
+    (a fragment busy, one left without a PU) leaves the worker as it was. ``actor_name``: the
+    component that asked when no user did (the autoscaler), as the audit names it."""
     reason = clean_reason(reason)
     if granularity is not None:
         Granularity.parse(granularity)  # a malformed one is refused before anything is locked
@@ -121,11 +124,12 @@ def worker_drain(*, user: Any, name: str, reason: str = "", granularity: Any = N
         _decommission(
             worker,
             user=user,
+            actor_name=actor_name,
             reason=reason or "drained: no stateful fragment ran on it",
             before=before,
         )
         return WorkerDrain(worker, None)
-    operation = operation_request(user=user, body=request)
+    operation = operation_request(user=user, body=request, actor_name=actor_name)
     assert isinstance(operation, RescaleOperation)  # never a dry run
     worker.status = WorkerStatus.DRAINING
     worker.status_reason = reason
@@ -133,6 +137,7 @@ def worker_drain(*, user: Any, name: str, reason: str = "", granularity: Any = N
     worker.save(update_fields=["status", "status_reason", "drain_operation_id"])
     audit_record(
         actor=actor_of(user),
+        actor_name=actor_name if actor_of(user) is None else "",
         action="worker.draining",
         obj=audit_object(worker),
         before=before,

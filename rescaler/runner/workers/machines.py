@@ -52,11 +52,12 @@ def cores_parse(value: Any) -> int:
     return value
 
 
-def worker_add(*, user: Any, cores: int = 1) -> WorkerAdded:
+def worker_add(*, user: Any, cores: int = 1, actor_name: str = "") -> WorkerAdded:
     """Ask the worker provider for one more worker (``workers.provider``); audited with the
     provider's answer. A provider that cannot (none configured, its command failed) is a
     ``worker_provider_refused`` refusal with its reason, and records nothing. The machine is
-    started before its audit is written: a database restart in between is waited out."""
+    started before its audit is written: a database restart in between is waited out.
+    ``actor_name``: the component that asked when no user did (the autoscaler)."""
     cores = cores_parse(cores)
     try:
         provider = provider_from_env()
@@ -66,6 +67,7 @@ def worker_add(*, user: Any, cores: int = 1) -> WorkerAdded:
     added = WorkerAdded(provider=provider.name, cores=cores, answer=answer)
     audited = _audit_done(
         actor=actor_of(user),
+        actor_name=actor_name if actor_of(user) is None else "",
         action="worker.add_requested",
         obj=(AuditObject.WORKER, f"provider:{provider.name}"),
         after=added.to_json(),

@@ -16,6 +16,7 @@ from rescaler.autoscaling.recommendation import recommendation_apply, recommenda
 from rescaler.autoscaling.services import autoscaling_policy_update
 from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, token_client
 from tests.unit.rescaler.autoscaling.test_decisions import stepped
+from tests.unit.rescaler.autoscaling.test_provisioning import FakeProvider, short_of_one_pu
 
 pytestmark = pytest.mark.django_db
 
@@ -143,3 +144,43 @@ def test_csv_refusals_are_json(viewer_client: APIClient, anon: APIClient, admin:
     assert response.status_code == 400 and response.json()["code"] == "invalid_parameters"
     response = viewer_client.get("/api/v1/pipelines/nope/autoscaling/decisions", {"format": "csv"})
     assert response.status_code == 404 and response.json()["code"] == "unknown_pipeline"
+
+
+def test_apply_short_of_pus_asks_for_workers_and_the_history_says_so(
+    admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST pipelines/{name}/recommendation/workers: the worker provider (faked at its
+    boundary) is asked once; the recommendation and the decision say how many."""
+    provider = FakeProvider()
+    monkeypatch.setattr("rescaler.runner.workers.machines.provider_from_env", lambda: provider)
+    short_of_one_pu(admin, "recommend")
+    client = token_client(admin)
+    recommendation = client.get(f"/api/v1/pipelines/{PIPELINE}/recommendation").json()
+    assert recommendation["workers_needed"] == 1 and provider.added == []
+    url = f"/api/v1/pipelines/{PIPELINE}/recommendation/workers"
+    asked = client.post(url)
+    assert asked.status_code == 202, asked.content
+    body = asked.json()
+    assert (body["outcome"], body["workers_requested"], body["applied_by"]) == (
+        "awaiting_workers",
+        1,
+        "admin",
+    )
+    assert body["workers_requested_at"] is not None and body["workers_released"] == []
+    assert client.post(url).json()["id"] == body["id"] and provider.added == [2]
+    (listed,) = client.get(URL, {"outcome": "awaiting_workers"}).json()["results"]
+    assert listed["id"] == body["id"] and listed["workers_requested"] == 1
+    (row,) = _csv(client.get(URL, {"format": "csv"}))
+    assert (row["outcome"], row["workers_requested"]) == ("awaiting_workers", "1")
+
+
+def test_asking_for_workers_when_none_are_short_is_409(
+    admin: Any, viewer_client: APIClient
+) -> None:
+    stepped(admin)  # 4 PUs on the cluster, 2 free: nothing short
+    response = token_client(admin).post(f"/api/v1/pipelines/{PIPELINE}/recommendation/workers")
+    assert response.status_code == 409 and response.json()["code"] == "nothing_to_start"
+    assert (
+        viewer_client.post(f"/api/v1/pipelines/{PIPELINE}/recommendation/workers").status_code
+        == 403
+    )

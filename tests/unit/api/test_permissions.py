@@ -59,6 +59,11 @@ MUTATIONS: dict[str, tuple[Call, int]] = {
     "POST workers/{name}/notice": (lambda c, op: c.post("/api/v1/workers/local-0/notice"), 202),
     # the operator reaches the provider: there is none in the tests' environment
     "POST workers": (lambda c, op: c.post("/api/v1/workers", {"cores": 1}, format="json"), 409),
+    # the operator reaches the service: mode off, nothing is short of PUs
+    "POST pipelines/{name}/recommendation/workers": (
+        lambda c, op: c.post("/api/v1/pipelines/wordcount/recommendation/workers"),
+        409,
+    ),
 }
 # PUT pipelines/{name}/autoscaling is an admin's, not an operator's: below, and in
 # tests/unit/test_roles.py
@@ -200,6 +205,7 @@ def test_schema_and_its_ui_are_served(db: None) -> None:
         "/api/v1/workers/{name}/notice", "/api/v1/pipelines/{name}/snapshots",
         "/api/v1/pipelines/{name}/autoscaling", "/api/v1/pipelines/{name}/recommendation",
         "/api/v1/pipelines/{name}/autoscaling/decisions",
+        "/api/v1/pipelines/{name}/recommendation/workers",
     }  # fmt: skip
     assert "Error" in schema.json()["components"]["schemas"]
     for ui in ("/api/docs/", "/api/redoc/"):

@@ -26,6 +26,7 @@ from tests.unit.api.fixtures import FRAGMENT, PIPELINE, make_user, register_clus
 from tests.unit.rescaler.autoscaling.fixtures import report_epochs
 from tests.unit.rescaler.autoscaling.test_decisions import RECOMMEND, stepped
 from workers.control import Topology
+from workers.provider import NoProvider
 from workers.rescale import errors
 
 pytestmark = pytest.mark.django_db
@@ -90,9 +91,13 @@ def test_switching_to_auto_starts_the_decision(admin: Any) -> None:
     assert proposed.outcome == Outcome.SUPERSEDED
 
 
-def test_more_pus_than_the_cluster_offers_is_refused_then_started_once_there(
-    admin: Any,
+def test_more_pus_than_the_cluster_offers_without_a_provider_is_refused_then_started(
+    admin: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Asked once, the provider refuses (local mode has none): the decision is refused with
+    its reason; once the cluster offers the PU, the same decision starts."""
+    none = NoProvider("no worker provider: local mode runs in one JVM")
+    monkeypatch.setattr("rescaler.runner.workers.machines.provider_from_env", lambda: none)
     # the cluster's only worker has PUs 0 and 1, both word_count's already
     register_cluster(epochs=0, workers={"local-0": [0, 1]})
     report_epochs(count=60, records=lambda e, pu: 900 if e >= 5 else 300, busy_s_per_record=0.002)
@@ -100,9 +105,10 @@ def test_more_pus_than_the_cluster_offers_is_refused_then_started_once_there(
     row = autoscaling_evaluate(pipeline=PIPELINE)
     assert row is not None and (row.outcome, row.error_code) == (
         "refused",
-        "not_enough_parallel_units",
+        "worker_provider_refused",
     )
-    assert "needs 1 more PU(s) and the cluster has 0 free" in row.outcome_reason
+    assert "needs 1 more PU(s) than the cluster has free" in row.outcome_reason
+    assert "local mode runs in one JVM" in row.outcome_reason
     assert not RescaleOperation.objects.exists() and not OperationPlan.objects.exists()
     refused_at = row.outcome_at
     again = autoscaling_evaluate(pipeline=PIPELINE)
