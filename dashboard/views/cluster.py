@@ -88,7 +88,7 @@ def _cluster_context(
     RequestConfig(request, paginate=False).configure(workers)
     pipelines = [p["name"] for p in cluster["pipelines"]]
     query = request.GET
-    running = list(operation_list().exclude(status__in=FINAL)[:20])
+    running = operation_list().exclude(status__in=FINAL)[:20]  # read once, if drawn
     past_versions = None
     if past is not None and past.placement is not None:
         past_versions = PastVersionTable(past.rows)  # its links keep the query string
