@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 
 from dashboard.api.autoscaling import recommendation_json
+from dashboard.cluster_tables import SignalEpochTable
 from rescaler.autoscaling.figures import signal_series
 from rescaler.autoscaling.model import MAX_PARALLEL_UNITS, Mode, Policy
 from rescaler.autoscaling.recommendation import recommendation_get
@@ -72,18 +73,22 @@ RECENT_EPOCHS = 10
 
 def signal_charts(pipeline: str) -> list[dict[str, Any]]:
     """Per stateful fragment: the chart's columns, its script element's id, and the recent
-    epochs for the table beside it."""
-    return [
-        {
-            "fragment": series.fragment,
-            "script_id": f"signals-{pipeline}-{series.fragment}",
-            "columns": series.columns(),
-            "recent": series.recent(RECENT_EPOCHS),
-            "epochs": len(series.epochs),
-            "target_utilisation": series.target_utilisation,
-        }
-        for series in signal_series(pipeline=pipeline_get(name=pipeline))
-    ]
+    epochs with the table of them beside it."""
+    charts = []
+    for series in signal_series(pipeline=pipeline_get(name=pipeline)):
+        recent = series.recent(RECENT_EPOCHS)
+        charts.append(
+            {
+                "fragment": series.fragment,
+                "script_id": f"signals-{pipeline}-{series.fragment}",
+                "columns": series.columns(),
+                "recent": recent,
+                "recent_table": SignalEpochTable(recent, fragment=series.fragment),
+                "epochs": len(series.epochs),
+                "target_utilisation": series.target_utilisation,
+            }
+        )
+    return charts
 
 
 def autoscaling_panels(

@@ -47,6 +47,7 @@ from dashboard.delta_counts import (
 )
 from dashboard.format import moved_figures
 from dashboard.operation_timeline import timeline_tail
+from dashboard.plan_tables import PlacementTable, SourceProgressTable
 from dashboard.tables import StepTable
 from rescaler import events as channel
 from rescaler.audit.models import AuditEvent
@@ -188,13 +189,18 @@ def operation_delta_html(
     if groups is None:
         groups = delta_groups(operation, pus=touched)
     counted = DeltaCounts.of_groups(groups, pus=touched)
+    fragments = fragment_deltas(operation, pus=touched, counted=counted)
     context = {
         "oob": True,
         "steps_table": StepTable(
             sorted((s for s in steps if _shown(s.step, shown)), key=lambda s: s.step)
         ),
-        "fragments": fragment_deltas(operation, pus=touched, counted=counted),
-        "per_source": source_deltas(counted, only={(s.fragment, s.source_pu) for s in steps}),
+        # the placement and sources these steps touch, every fragment's in one table
+        "placement_table": PlacementTable([p for f in fragments for p in f.placement]),
+        "sources_table": SourceProgressTable(
+            source_deltas(counted, only={(s.fragment, s.source_pu) for s in steps})
+        ),
+        "fragments": fragments,
         "summary": operation_page.operation_summary(
             operation,
             waiting=operation_page.waiting_of(waiting),

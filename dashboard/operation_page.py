@@ -22,6 +22,7 @@ from django.db.models import Count, Prefetch, Q
 from dashboard import operation_timeline
 from dashboard.format import count, duration, moved_figures
 from dashboard.operation_fragments import fragment_views, per_source
+from dashboard.plan_tables import PlacementTable, SourceProgressTable
 from dashboard.step_phases import PHASE_LEGEND, PHASE_SYMBOL, PHASES
 from rescaler.operations.cancel import operation_cancellable
 from rescaler.operations.counts import StepCounts, step_counts
@@ -168,11 +169,15 @@ def waiting_of(document: dict[str, Any] | None) -> Waiting | None:
 
 def page_context(op: RescaleOperation) -> dict[str, Any]:
     """Everything the page's live part renders (the page and its re-read partial)."""
+    fragments = fragment_views(op)
     return {
         "op": op,
         "summary": operation_summary(op),
-        "fragments": fragment_views(op),
-        "per_source": per_source(op),
+        "fragments": fragments,
+        "placement_tables": {
+            f.fragment: PlacementTable(list(f.placement), fragment=f.fragment) for f in fragments
+        },
+        "sources_table": SourceProgressTable(per_source(op)),
         "timeline": operation_timeline.timeline(op),
         "timeline_shown": operation_timeline.TIMELINE_SHOWN,
         "phases": [(p, PHASE_SYMBOL[p], PHASE_LEGEND[p]) for p in PHASES],

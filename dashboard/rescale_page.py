@@ -6,12 +6,13 @@ refusals land on the field the API names (``dashboard.api.errors.field_of``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django import forms
 
 from dashboard.api.errors import field_of
 from dashboard.format import count, size, vnode_ranges
+from dashboard.plan_tables import PlanMoveTable
 from workers.rescale.errors import RescaleError
 from workers.rescale.protocol import PRESETS as GRANULARITY_PRESETS
 from workers.rescale.protocol import REASON_MAX_CHARS, Granularity
@@ -176,6 +177,16 @@ class RescaleForm(forms.Form):
         self.add_error(field, f"{refusal.code}: {refusal}")
 
 
+class PlanMove(NamedTuple):
+    """The vnodes a plan moves from one PU to another, in words."""
+
+    move: str
+    vnodes: str
+    keys: str
+    bytes: str
+    which: str
+
+
 @dataclass(frozen=True)
 class PlanFragment:
     name: str
@@ -183,7 +194,11 @@ class PlanFragment:
     pus: tuple[int, ...]
     now: tuple[str, ...]
     after: tuple[tuple[str, str], ...]  # (text, css class)
-    moves: tuple[tuple[str, str, str, str, str], ...]  # move, vnodes, keys, bytes, which
+    moves: tuple[PlanMove, ...]
+
+    @property
+    def moves_table(self) -> PlanMoveTable:
+        return PlanMoveTable(self.moves)
 
 
 def _skew(balance: dict[str, Any]) -> str:
@@ -223,7 +238,7 @@ def plan_view(
             css = "" if not delta else f"ghost {'gain' if delta > 0 else 'loss'}"
             cells.append((f"{after[pu]}{sign}", css))
         moves = tuple(
-            (f"PU {s} → PU {t}", count(len(v)), count(k), size(b), vnode_ranges(v))
+            PlanMove(f"PU {s} → PU {t}", count(len(v)), count(k), size(b), vnode_ranges(v))
             for s, t, v, k, b in (transfers or {}).get(name, [])
         )
         summary = (

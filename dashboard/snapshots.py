@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from dashboard.api.permissions import RESCALE_PERMISSION
+from dashboard.recovery_tables import snapshot_tables
 from rescaler.cluster import snapshots as snapshot_services
 from rescaler.cluster.models import Pipeline
 from workers.rescale import errors
@@ -77,8 +78,10 @@ def snapshots_page(request: HttpRequest, pipeline: str | None = None) -> HttpRes
                     f"its next barrier where none is being written and no vnode is in transit.",
                 )
                 return redirect("dashboard:pipeline-snapshots", pipeline=name)
+    overview = snapshot_services.snapshot_overview(pipeline=name) if name else None
     context: dict[str, Any] = {
-        "overview": snapshot_services.snapshot_overview(pipeline=name) if name else None,
+        "overview": overview,
+        "tables": snapshot_tables(overview) if overview else {},
         "pipelines": list(Pipeline.objects.order_by("name").values_list("name", flat=True)),
         "can_snapshot": can_snapshot,
         "form": form,

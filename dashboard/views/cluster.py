@@ -19,6 +19,7 @@ from dashboard.api.permissions import POLICY_PERMISSION, RESCALE_PERMISSION
 from dashboard.api.selectors.cluster import cluster_info
 from dashboard.api.selectors.operations import operation_list
 from dashboard.autoscaling_page import AutoscalingPolicyForm, autoscaling_panels
+from dashboard.cluster_tables import ComponentTable, PastVersionTable, RunningOperationTable
 from dashboard.cluster_workers import WorkerRow, worker_rows
 from dashboard.epochs import epoch_series, last_epoch
 from dashboard.format import vnode_ranges
@@ -87,6 +88,11 @@ def _cluster_context(
     RequestConfig(request, paginate=False).configure(workers)
     pipelines = [p["name"] for p in cluster["pipelines"]]
     query = request.GET
+    running = operation_list().exclude(status__in=FINAL)[:20]  # read once, if drawn
+    past_versions = None
+    if past is not None and past.placement is not None:
+        past_versions = PastVersionTable(past.rows)  # its links keep the query string
+        RequestConfig(request, paginate=False).configure(past_versions)
     return {
         "matrix": matrix_view(
             matrix,
@@ -97,6 +103,7 @@ def _cluster_context(
         ),
         "metrics": METRICS[:1] if matrix.past else METRICS,
         "past": past,
+        "past_versions": past_versions,
         "cluster": cluster,
         "workers_table": workers,
         "can_act": can_act,
@@ -106,7 +113,8 @@ def _cluster_context(
         "add_form": add_form or AddWorkerForm(),
         "worker_action": action
         or open_worker_action(request, rows, action=query.get("act"), name=query.get("on")),
-        "running": operation_list().exclude(status__in=FINAL)[:20],
+        "running": running,
+        "running_table": RunningOperationTable(running),
         "last_epoch": last_epoch(pipelines[0] if pipelines else None),
         "key_fragments": [row.fragment for row in matrix.rows],
         "epochs_pipeline": pipelines[0] if pipelines else None,
@@ -131,7 +139,7 @@ def render_home(
             **context,
             "health": body,
             "all_up": ok,
-            "components": component_rows(body["components"]),
+            "components": ComponentTable(component_rows(body["components"])),
             "epochs": epoch_series(pipeline=pipeline) if pipeline else None,
             "finder": key_finder(request.GET, context["key_fragments"]),
             "autoscaling": autoscaling_panels(
@@ -181,5 +189,9 @@ def health_partial(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/partials/health.html",
-        {"health": body, "all_up": ok, "components": component_rows(body["components"])},
+        {
+            "health": body,
+            "all_up": ok,
+            "components": ComponentTable(component_rows(body["components"])),
+        },
     )

@@ -211,7 +211,7 @@ def test_the_panel_charts_the_signals_and_prints_them(client: Client, admin: Any
         re.S,
     )
     assert table, "no table of the recent epochs"
-    rows = re.findall(r"<tr data-epoch=\"(\d+)\">(.*?)</tr>", table.group(0), re.S)
+    rows = re.findall(r"<tr data-epoch=\"(\d+)\"[^>]*>(.*?)</tr>", table.group(0), re.S)
     assert [int(epoch) for epoch, _ in rows] == list(range(59, 49, -1))
     newest = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", rows[0][1])).split()
     assert newest == ["59", "2", "900/s", "1,000/s", "500", "90", "%", "1.00"]

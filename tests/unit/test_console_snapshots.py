@@ -79,7 +79,7 @@ def test_the_page_lists_snapshots_and_the_last_restore(
     assert response.status_code == 200
     page = _text(response)
     assert 'href="/snapshots/"' in page, "the navigation links the page"
-    rows = re.findall(r'<tr data-snapshot="([^"]+)">', page)
+    rows = re.findall(r'<tr data-snapshot="([^"]+)"', page)
     assert rows == [manual.snapshot_id, periodic.snapshot_id], "newest first"
     row = page.split(f'data-snapshot="{periodic.snapshot_id}"')[1].split("</tr>")[0]
     cells = [
