@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from html import unescape
 from types import SimpleNamespace
 
 import django_tables2 as tables
@@ -57,15 +58,16 @@ def rows(page: str) -> list[tuple[str, list[str]]]:
     """Each body row: its opening tag's attributes, and its cells' text."""
     body = page[page.index("<tbody") :]
     found = []
-    for attrs, inner in re.findall(r"<tr ([^>]*)>(.*?)</tr>", body, re.S):
+    for attrs, inner in re.findall(r"<tr\s*([^>]*)>(.*?)</tr>", body, re.S):
         cells = re.findall(r"<td[^>]*>(.*?)</td>", inner, re.S)
         found.append((attrs, [" ".join(re.sub(r"<[^>]+>", " ", c).split()) for c in cells]))
     return found
 
 
 def empty_row(page: str) -> str:
+    """The one row of an empty table: its words, unescaped."""
     ((_, (text,)),) = rows(page)
-    return text
+    return unescape(text)
 
 
 # -- the cluster page --------------------------------------------------------------------------

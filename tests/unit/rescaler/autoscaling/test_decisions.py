@@ -88,7 +88,7 @@ def test_apply_marks_the_decision_applied_by_whom_and_audits_it(admin: Any) -> N
     assert event.after == {
         "decision": row.pk, "kind": "scale", "mode": "recommend",
         "parallel_units": {FRAGMENT: 3}, "plan_id": row.plan_id,
-        "operation_id": op.operation_id,
+        "operation_id": op.operation_id, "workers_requested": 0,
     }  # fmt: skip
     # while it runs: another decision (no change), and the applied one keeps its outcome
     during = recommendation_get(user=admin, pipeline=PIPELINE, plan=True).recorded
