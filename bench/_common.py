@@ -641,6 +641,47 @@ def combine_runs(runs: Sequence[dict[str, Any]], figures: Figures) -> dict[str, 
     }
 
 
+class Epochs:
+    """The runner's committed epochs (or what a benchmark keeps of each), as its ``on_epoch``
+    callback hands them over; waited on by the benchmark's controller thread."""
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, report: Any) -> None:
+        with self._cond:
+            self.rows.append(report)
+            self._cond.notify_all()
+
+    def wait(self, predicate: Any, timeout: float, what: str, alive: Any) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for r in self.rows:
+                    if predicate(r):
+                        return r
+                if not alive():
+                    raise RuntimeError(f"the runner stopped before {what}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"timed out waiting for {what}")
+                self._cond.wait(0.2)
+
+    def count(self) -> int:
+        with self._cond:
+            return len(self.rows)
+
+    def wait_count(self, n: int, timeout: float, what: str, alive: Any) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self.rows) < n:
+                if not alive():
+                    raise RuntimeError(f"the runner stopped before {what}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"timed out waiting for {what}")
+                self._cond.wait(0.2)
+
+
 # -- child processes ------------------------------------------------------------------------------
 def _group_members(pgid: int) -> list[psutil.Process]:
     members = []

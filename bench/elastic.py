@@ -62,46 +62,6 @@ class Params:
     seed: int = 7
 
 
-class Epochs:
-    """The runner's committed epochs, as its ``on_epoch`` callback hands them over."""
-
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, report: Any) -> None:
-        with self._cond:
-            self.rows.append(report)
-            self._cond.notify_all()
-
-    def wait(self, predicate: Any, timeout: float, what: str, alive: Any) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for r in self.rows:
-                    if predicate(r):
-                        return r
-                if not alive():
-                    raise RuntimeError(f"the runner stopped before {what}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"timed out waiting for {what}")
-                self._cond.wait(0.2)
-
-    def count(self) -> int:
-        with self._cond:
-            return len(self.rows)
-
-    def wait_count(self, n: int, timeout: float, what: str, alive: Any) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while len(self.rows) < n:
-                if not alive():
-                    raise RuntimeError(f"the runner stopped before {what}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"timed out waiting for {what}")
-                self._cond.wait(0.2)
-
-
 def rows_per_s(reports: list[Any]) -> float | None:
     """Rows over the wall time between the first and the last commit (back-to-back epochs)."""
     if len(reports) < 2:
@@ -141,7 +101,7 @@ def run_child(p: Params, workdir: Path) -> dict[str, Any]:
             spark_master=master.url,
         )
         control = LocalControl(config.pipeline_dir / "control")
-        epochs = Epochs()
+        epochs = common.Epochs()
         runner = PipelineRunner(config, control, on_epoch=epochs)
         running = threading.Event()
 

@@ -96,29 +96,6 @@ class Params:
 
 
 # -- child: the runner -----------------------------------------------------------------------------
-class Commits:
-    """Committed epochs as (epoch, rows, committed_at, duration_s, per-PU executor), in order."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-
-    def add(self, row: dict[str, Any]) -> None:
-        with self._cond:
-            self.rows.append(row)
-            self._cond.notify_all()
-
-    def wait(self, n: int, alive: Any, timeout_s: float = 900) -> None:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while len(self.rows) < n:
-                if not alive():
-                    raise RuntimeError(f"the stream ended before {n} epochs")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"timed out waiting for epoch {n}")
-                self._cond.wait(0.2)
-
-
 def run_runner(name: str, p: Params, workdir: Path) -> dict[str, Any]:
     from workers.config import RunnerConfig
     from workers.control import EpochReport, LocalControl
@@ -152,12 +129,12 @@ def run_runner(name: str, p: Params, workdir: Path) -> dict[str, Any]:
             snapshot_every=p.snapshot_every if name != "shared" else "",
             local_dir="",  # each worker's executors use its own disk (RESCALER_LOCAL_DIR)
         )
-        commits = Commits()
+        commits = common.Epochs()
         pus: dict[int, str] = {}  # PU -> its home executor, as the control plane saw it
 
         def on_epoch(report: EpochReport) -> None:
             tasks = [(t.pu, t.executor, t.rows) for t in report.per_pu if t.fragment == FRAGMENT]
-            commits.add(
+            commits(
                 {
                     "epoch": report.epoch,
                     "rows": report.rows,
@@ -189,7 +166,7 @@ def run_runner(name: str, p: Params, workdir: Path) -> dict[str, Any]:
             from workers.recovery.location import RecoveryLocation
 
             try:
-                commits.wait(p.warmup, running.is_set)
+                commits.wait_count(p.warmup, 900, "the warm-up", running.is_set)
                 location = RecoveryLocation(config.recovery_location)
                 deadline = time.monotonic() + 600
                 while not location.snapshot_ids(PIPELINE):
@@ -197,11 +174,15 @@ def run_runner(name: str, p: Params, workdir: Path) -> dict[str, Any]:
                         raise RuntimeError("no snapshot was taken before the loss")
                     time.sleep(0.2)
                 out["snapshot_seen_at_epoch"] = len(commits.rows)
-                commits.wait(len(commits.rows) + p.epochs, running.is_set)
+                commits.wait_count(
+                    commits.count() + p.epochs, 900, "the epochs before the loss", running.is_set
+                )
                 out["lost"] = cluster.lose_host(2)
                 out["lost_at"] = time.time()
                 say(f"{name}: lost {out['lost']}")
-                commits.wait(len(commits.rows) + p.after, running.is_set)
+                commits.wait_count(
+                    commits.count() + p.after, 900, "the epochs after the loss", running.is_set
+                )
             except Exception as exc:
                 out["error"] = repr(exc)
             finally:
@@ -373,68 +354,45 @@ def ratio_spread(
     return common.spread(ratios)
 
 
-def steady_table(results: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> str:
+#: each phase's table: (header, figure, format) for a contender's own figures, then "vs <peer>"
+#: ratios of one figure, run by run
+COLUMNS: dict[str, tuple[list[tuple[str, str, str]], str, tuple[str, ...]]] = {
+    "steady": (
+        [
+            ("rows/s", "rows_per_s", ",.0f"),
+            ("p99 epoch s", "p99_epoch_s", ".3f"),
+            ("PU tasks at home", "locality", ".1%"),
+        ],
+        "rows_per_s",
+        ("shared", "native"),
+    ),
+    "loss": (
+        [
+            ("loss → next commit s", "to_next_commit_s", ".1f"),
+            ("steady p99 epoch s", "steady_p99_epoch_s", ".3f"),
+            ("p50 epoch after s", "after_p50_epoch_s", ".3f"),
+        ],
+        "to_next_commit_s",
+        ("native",),
+    ),
+}
+
+
+def phase_table(phase: str, results: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> str:
+    own, compared, peers = COLUMNS[phase]
     rows = []
     for name in results:
         h = results[name]["headline"]
-        rows.append(
-            [
-                LABELS[name],
-                common.fmt_spread(h["rows_per_s"]),
-                common.fmt_spread(ratio_spread(runs, name, "shared", "rows_per_s"), ".2f", "x")
-                if name != "shared"
-                else "1",
-                common.fmt_spread(ratio_spread(runs, name, "native", "rows_per_s"), ".2f", "x")
-                if name != "native"
-                else "1",
-                common.fmt_spread(h["p99_epoch_s"], ".3f"),
-                common.fmt_spread(h["locality"], ".1%"),
-                common.exact_cell(results[name]["runs"]),
-            ]
-        )
-    return common.format_table(
-        [
-            "contender",
-            "rows/s",
-            "vs shared",
-            "vs native",
-            "p99 epoch s",
-            "PU tasks at home",
-            "exact",
-        ],
-        rows,
-    )
-
-
-def loss_table(results: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> str:
-    rows = []
-    for name in results:
-        h = results[name]["headline"]
-        rows.append(
-            [
-                LABELS[name],
-                common.fmt_spread(h["to_next_commit_s"], ".1f"),
-                common.fmt_spread(
-                    ratio_spread(runs, name, "native", "to_next_commit_s"), ".2f", "x"
-                )
-                if name != "native"
-                else "1",
-                common.fmt_spread(h["steady_p99_epoch_s"], ".3f"),
-                common.fmt_spread(h["after_p50_epoch_s"], ".3f"),
-                common.exact_cell(results[name]["runs"]),
-            ]
-        )
-    return common.format_table(
-        [
-            "contender",
-            "loss → next commit s",
-            "vs native",
-            "steady p99 epoch s",
-            "p50 epoch after s",
-            "exact",
-        ],
-        rows,
-    )
+        cells = [common.fmt_spread(h[figure], spec) for _, figure, spec in own]
+        ratios = [
+            common.fmt_spread(ratio_spread(runs, name, peer, compared), ".2f", "x")
+            if name != peer
+            else "1"
+            for peer in peers
+        ]
+        rows.append([LABELS[name], *cells, *ratios, common.exact_cell(results[name]["runs"])])
+    headers = ["contender", *(h for h, _, _ in own), *(f"vs {p}" for p in peers), "exact"]
+    return common.format_table(headers, rows)
 
 
 def plot(path: Path, report: dict[str, Any]) -> None:
@@ -536,7 +494,7 @@ def parent_main(args: argparse.Namespace) -> int:
             launches += [{**x, "phase": phase} for x in phase_launches]
             figures = STEADY_FIGURES if phase == "steady" else LOSS_FIGURES
             results = {name: common.combine_runs(rs, figures) for name, rs in runs.items()}
-            text = (steady_table if phase == "steady" else loss_table)(results, runs)
+            text = phase_table(phase, results, runs)
             texts.append(f"{phase}\n{text}")
             phases[phase] = {"parameters": asdict(p), "results": results, "table": text}
             bad = any("error" in r for rs in runs.values() for r in rs)

@@ -103,13 +103,7 @@ def autoscaling_evaluate(
             )
         if row.error_code == ProviderRefused.code:
             return row  # the provider's refusal stands: it is asked once per decision
-    try:
-        _startable(recommendation)
-    except errors.RescaleError as refused:
-        decision_refused(row=row, code=refused.code, reason=str(refused))
-        row.refresh_from_db()
-        return row
-    return _start(row, recommendation)
+    return _start_unless_refused(row, recommendation)
 
 
 def _await_workers(
@@ -119,16 +113,23 @@ def _await_workers(
     (they joined and bootstrapped), failed once it has waited past the join time, else left
     waiting (nothing written)."""
     if not recommendation.parallel_units_short:
-        try:
-            _startable(recommendation)
-        except errors.RescaleError as refused:
-            decision_refused(row=row, code=refused.code, reason=str(refused))
-            row.refresh_from_db()
-            return row
-        return _start(row, recommendation)
+        return _start_unless_refused(row, recommendation)
     if decision_join_expired(row, now=now):
         return decision_failed(row=row, actor_name=AUTOSCALER, now=now)
     return row
+
+
+def _start_unless_refused(
+    row: AutoscalingDecision, recommendation: Recommendation
+) -> AutoscalingDecision:
+    """Start the decision, or record why auto mode cannot start it as it stands."""
+    try:
+        _startable(recommendation)
+    except errors.RescaleError as refused:
+        decision_refused(row=row, code=refused.code, reason=str(refused))
+        row.refresh_from_db()
+        return row
+    return _start(row, recommendation)
 
 
 def _startable(recommendation: Recommendation) -> None:
